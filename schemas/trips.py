@@ -1,0 +1,60 @@
+"""Contracts for the input stages: raw trips, the stop table, encoded trips."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pandera.pandas as pa
+from pandera.typing import Series
+
+from transit_release.config import KNOWN_MODES
+
+
+class RawTrips(pa.DataFrameModel):
+    """One row = one trip of one card (the unit of privacy)."""
+
+    card_id: Series[np.int64] = pa.Field(ge=0)
+    mode: Series[str] = pa.Field(isin=list(KNOWN_MODES))
+    tap_on_time: Series[pa.DateTime] = pa.Field()
+    tap_on_stop: Series[np.int64] = pa.Field(ge=0)
+    tap_off_time: Series[pa.DateTime] = pa.Field(nullable=True)
+    tap_off_stop: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
+
+    @pa.dataframe_check(error="tap-off before tap-on")
+    def tap_off_not_before_tap_on(cls, df: pd.DataFrame) -> Series[bool]:
+        return df["tap_off_time"].isna() | (df["tap_off_time"] >= df["tap_on_time"])
+
+    @pa.dataframe_check(error="tap-off time and stop must be both present or both missing")
+    def tap_off_complete(cls, df: pd.DataFrame) -> Series[bool]:
+        return df["tap_off_time"].isna() == df["tap_off_stop"].isna()
+
+    class Config:
+        strict = True
+        coerce = True
+
+
+class Stops(pa.DataFrameModel):
+    """The stop table: stop id → mode, name and (bus stops) postcode."""
+
+    stop_id: Series[np.int64] = pa.Field(ge=0, unique=True)
+    mode: Series[str] = pa.Field(isin=list(KNOWN_MODES))
+    name: Series[str] = pa.Field(nullable=True)
+    postcode: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0, le=9999)
+
+    class Config:
+        strict = True
+        coerce = True
+
+
+class EncodedTrips(pa.DataFrameModel):
+    """Trips after preprocessing: partition index, time bins, location codes; no identifier."""
+
+    part: Series[np.int32] = pa.Field(ge=0)
+    on_bin: Series[np.int16] = pa.Field(ge=-1)
+    off_bin: Series[np.int16] = pa.Field(ge=-1)
+    on_loc: Series[np.int32] = pa.Field(ge=-1)
+    off_loc: Series[np.int32] = pa.Field(ge=-1)
+
+    class Config:
+        strict = True
+        coerce = True

@@ -1,0 +1,8 @@
+"""transit_release: the plain library behind the transit-release tool.
+
+Differential-privacy mechanisms, privacy accounting, preprocessing, utility
+metrics and synthetic data. Nothing in this package imports Prefect or MLflow;
+the orchestration lives in the top-level ``tasks`` and ``flows`` packages.
+"""
+
+__version__ = "0.1.0"

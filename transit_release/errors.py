@@ -1,0 +1,60 @@
+"""Typed errors. Messages name what and where, never a raw value or card id."""
+
+from __future__ import annotations
+
+
+class TransitReleaseError(Exception):
+    """Base class of every error the tool raises on purpose."""
+
+
+class ConfigError(TransitReleaseError):
+    """A release configuration or budget policy is invalid."""
+
+
+class InputDataError(TransitReleaseError):
+    """An input file cannot be used (unreadable, wrong columns, wrong types...)."""
+
+
+class SchemaViolationError(InputDataError):
+    """A frame broke its stage's contract.
+
+    ``summary`` maps (column, check) to the number of failing rows; the
+    message lists the first offending row numbers but never the values.
+    """
+
+    def __init__(self, message: str, summary: dict[tuple[str, str], int] | None = None):
+        super().__init__(message)
+        self.summary = dict(summary or {})
+
+
+class ReleaseExistsError(TransitReleaseError):
+    """A release with this id was already published; it is never overwritten."""
+
+
+class BudgetExceededError(TransitReleaseError):
+    """A release would exceed a privacy budget cap.
+
+    Carries the request, what remains and the difference, so callers can act on
+    the values rather than parse the message.
+    """
+
+    def __init__(self, scope: str, requested_epsilon: float, remaining_epsilon: float,
+                 requested_delta: float | None = None, remaining_delta: float | None = None):
+        self.scope = scope
+        self.requested_epsilon = requested_epsilon
+        self.remaining_epsilon = remaining_epsilon
+        self.requested_delta = requested_delta
+        self.remaining_delta = remaining_delta
+        msg = (f"Cannot release '{scope}' without exceeding the budget. "
+               f"Requested: ε={requested_epsilon:.3f}; remaining: ε={remaining_epsilon:.3f}")
+        if requested_epsilon > remaining_epsilon:
+            msg += f"; short by ε={requested_epsilon - remaining_epsilon:.3f}"
+        if requested_delta is not None and remaining_delta is not None:
+            msg += f". Requested: δ={requested_delta:.3g}; remaining: δ={remaining_delta:.3g}"
+            if requested_delta > remaining_delta:
+                msg += f"; short by δ={requested_delta - remaining_delta:.3g}"
+        super().__init__(msg)
+
+
+class LedgerIntegrityError(TransitReleaseError):
+    """The privacy ledger's hash chain or database integrity check failed."""

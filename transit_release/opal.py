@@ -1,0 +1,125 @@
+"""The Opal release as plain functions: plan the spends, sanitize, assemble tables.
+
+Order of operations (STYLE.md, "validate, then charge, then sample"): the flow
+validates and preprocesses, :func:`plan_spends` describes every mechanism run
+as an event, the ledger charges them, and only then :func:`sanitize_partition`
+draws noise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from transit_release.accounting.events import StabilityHistogramEvent
+from transit_release.config import MARGINAL_BY_NAME, MARGINALS, ReleaseConfig
+from transit_release.mechanisms.stability_histogram import sbh_scale, sbh_threshold, stability_histogram
+from transit_release.noise import NoiseSource
+from transit_release.preprocessing import (Histogram, KeySpace, PartitionHistograms, location_label,
+                                           time_label)
+
+NEIGHBOURING = "replace-one"
+OUTPUT_COLUMNS = {
+    "time": ["mode", "date", "tap", "time", "count"],
+    "location": ["mode", "date", "tap", "loc", "count"],
+    "time-loc": ["mode", "date", "tap", "time", "loc", "count"],
+}
+
+
+def plan_spends(partitions: list[PartitionHistograms], config: ReleaseConfig, release_id: str,
+                input_fingerprint: str, code_version: str) -> list[StabilityHistogramEvent]:
+    """One event per (partition, marginal), in (mode, date, j) order."""
+    events = []
+    for ph in sorted(partitions, key=lambda p: (p.mode, p.date)):
+        for m in MARGINALS:
+            b = config.budgets[m.name]
+            events.append(StabilityHistogramEvent(
+                release_id=release_id, mode=ph.mode, date=ph.date, marginal=m.name,
+                epsilon=b.epsilon, delta=b.delta, threshold=sbh_threshold(b.epsilon, b.delta),
+                noise_scale=str(sbh_scale(b.epsilon)), sensitivity=1,
+                unit_of_privacy=config.unit_of_privacy, neighbouring=NEIGHBOURING,
+                input_fingerprint=input_fingerprint, code_version=code_version))
+    return events
+
+
+@dataclass(frozen=True)
+class SanitizedPartition:
+    mode: str
+    date: str
+    released: dict[str, Histogram]  # kept keys (ascending) and noisy counts
+    kept_positions: dict[str, np.ndarray]  # positions into the true histogram's keys
+    thresholds: dict[str, int]
+
+    @property
+    def partition(self) -> str:
+        return f"{self.mode}/{self.date}"
+
+
+def sanitize_partition(ph: PartitionHistograms, config: ReleaseConfig, noise: NoiseSource) -> SanitizedPartition:
+    """The SBH on each of the partition's six histograms, each with its own stream."""
+    released, kept, thresholds = {}, {}, {}
+    for m in MARGINALS:
+        h = ph.histograms[m.name]
+        b = config.budgets[m.name]
+        res = stability_histogram(h.counts, b.epsilon, b.delta, noise.stream(ph.mode, ph.date, m.name))
+        released[m.name] = Histogram(keys=h.keys[res.kept], counts=res.counts)
+        kept[m.name] = res.kept
+        thresholds[m.name] = res.threshold
+    return SanitizedPartition(ph.mode, ph.date, released, kept, thresholds)
+
+
+def release_tables(sanitized: list[SanitizedPartition], ks: KeySpace, vocab: dict[str, tuple[str, ...]],
+                   bin_minutes: int) -> dict[str, pd.DataFrame]:
+    """The three published tables, sorted by (mode, date, tap, key)."""
+    pieces: dict[str, list[pd.DataFrame]] = {k: [] for k in OUTPUT_COLUMNS}
+    for sp in sorted(sanitized, key=lambda s: (s.mode, s.date)):
+        for tap in ("on", "off"):
+            for m in MARGINALS:
+                if m.tap != tap:
+                    continue
+                h = sp.released[m.name]
+                tb, lc = ks.decode(m, h.keys)
+                cols = {"mode": sp.mode, "date": sp.date, "tap": tap}
+                if m.has_time:
+                    cols["time"] = time_label(tb, bin_minutes)
+                if m.has_loc:
+                    cols["loc"] = location_label(lc, vocab[sp.mode])
+                cols["count"] = h.counts.astype(np.int64)
+                pieces[m.output].append(pd.DataFrame(cols, index=pd.RangeIndex(len(h.keys))))
+    tables = {}
+    for name, cols in OUTPUT_COLUMNS.items():
+        df = pd.concat(pieces[name], ignore_index=True) if pieces[name] else pd.DataFrame(columns=cols)
+        df = df[cols]
+        for c in cols[:-1]:
+            df[c] = df[c].astype(str)
+        df["count"] = df["count"].astype(np.int64)
+        tables[name] = df
+    return tables
+
+
+def privacy_statement(config: ReleaseConfig) -> dict:
+    """What the whole release guarantees, for the manifest and the data card."""
+    return {
+        "unit_of_privacy": config.unit_of_privacy,
+        "neighbouring_relation": "replace one trip (row) by another",
+        "epsilon": config.partition_epsilon,
+        "delta": config.partition_delta,
+        "add_remove_epsilon": config.partition_epsilon / 2,
+        "add_remove_delta": config.partition_delta / 2,
+        "composition": ("basic (sequential) composition of the six marginals within each (mode, date) "
+                        "partition; parallel composition across the disjoint partitions"),
+        "mechanism": "stability-based histogram with discrete Laplace noise (Asghar, Tyler & Kaafar 2018, Alg. 1)",
+        "marginals": {m.name: {"j": m.j, "epsilon": config.budgets[m.name].epsilon,
+                               "delta": config.budgets[m.name].delta,
+                               "noise_scale": str(sbh_scale(config.budgets[m.name].epsilon)),
+                               "threshold": sbh_threshold(config.budgets[m.name].epsilon,
+                                                          config.budgets[m.name].delta),
+                               "file": m.output}
+                      for m in MARGINALS},
+    }
+
+
+__all__ = ["plan_spends", "sanitize_partition", "release_tables", "privacy_statement", "SanitizedPartition",
+           "MARGINAL_BY_NAME", "OUTPUT_COLUMNS", "NEIGHBOURING"]

@@ -1,0 +1,215 @@
+"""Preprocessing of the Opal release (paper §4.1, steps 1–6). No noise here.
+
+1. the card id is dropped (it never leaves :func:`encode_trips`);
+2. tap-on and tap-off times are binned to ``bin_minutes`` windows, ``-1`` when
+   unknown (missing tap-off);
+3. bus stops collapse to postcodes through the stop table, other modes' stops
+   to their names; a stop without a location, or not in the table, is ``-1``;
+4. trips are partitioned by mode × date (date of the tap-on);
+5./6. each partition yields six histograms, one per column combination.
+
+These steps only fix the domain, so they cost no privacy (paper, Theorem 7).
+The location vocabulary comes from the stop table, not from the trips, so the
+set of possible keys does not depend on the data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from transit_release.config import MARGINALS, Marginal
+
+UNKNOWN = "-1"
+
+
+@dataclass(frozen=True)
+class LocationIndex:
+    """Stop id → (mode, location code) lookup, built from the stop table."""
+
+    vocab: dict[str, tuple[str, ...]]
+    stop_ids: np.ndarray  # sorted int64
+    stop_mode: np.ndarray  # int8 index into ``modes``
+    stop_code: np.ndarray  # int32 code into vocab[mode], -1 for no location
+    modes: tuple[str, ...]
+
+    @property
+    def max_locations(self) -> int:
+        return max((len(v) for v in self.vocab.values()), default=0)
+
+
+def build_location_index(stops: pd.DataFrame, modes: tuple[str, ...]) -> LocationIndex:
+    stops = stops[stops["mode"].isin(modes)].sort_values("stop_id", kind="stable")
+    is_bus = stops["mode"].to_numpy() == "bus"
+    postcode = stops["postcode"]
+    label = np.where(is_bus,
+                     postcode.astype("string").fillna(UNKNOWN).to_numpy(dtype=object),
+                     stops["name"].astype("string").fillna(UNKNOWN).to_numpy(dtype=object))
+    label = np.where(pd.Series(label).str.strip().eq("").to_numpy(), UNKNOWN, label)
+    mode_arr = stops["mode"].to_numpy(dtype=object)
+    vocab = {m: tuple(sorted(set(label[(mode_arr == m) & (label != UNKNOWN)]))) for m in modes}
+    code = np.full(len(stops), -1, dtype=np.int32)
+    for m in modes:
+        sel = (mode_arr == m) & (label != UNKNOWN)
+        lookup = {loc: i for i, loc in enumerate(vocab[m])}
+        code[sel] = [lookup[x] for x in label[sel]]
+    mode_index = {m: i for i, m in enumerate(modes)}
+    return LocationIndex(
+        vocab=vocab,
+        stop_ids=stops["stop_id"].to_numpy(dtype=np.int64),
+        stop_mode=np.array([mode_index[m] for m in mode_arr], dtype=np.int8),
+        stop_code=code,
+        modes=tuple(modes),
+    )
+
+
+@dataclass(frozen=True)
+class EncodedTrips:
+    """Trips reduced to what the release needs: no identifier, no minute times."""
+
+    partitions: tuple[tuple[str, str], ...]  # (mode, YYYYMMDD), sorted
+    frame: pd.DataFrame  # part, on_bin, off_bin, on_loc, off_loc
+    vocab: dict[str, tuple[str, ...]]
+    bin_minutes: int
+
+    @property
+    def n_bins(self) -> int:
+        return 1440 // self.bin_minutes
+
+
+def _lookup(index: LocationIndex, stop: np.ndarray, present: np.ndarray, mode_code: np.ndarray) -> np.ndarray:
+    out = np.full(stop.size, -1, dtype=np.int32)
+    if index.stop_ids.size == 0:
+        return out
+    pos = np.searchsorted(index.stop_ids, stop).clip(0, index.stop_ids.size - 1)
+    ok = present & (index.stop_ids[pos] == stop) & (index.stop_mode[pos] == mode_code)
+    out[ok] = index.stop_code[pos[ok]]
+    return out
+
+
+def encode_trips(trips: pd.DataFrame, index: LocationIndex, bin_minutes: int) -> EncodedTrips:
+    """Steps 1–4: drop the card id, bin times, map stops to locations, partition."""
+    modes = index.modes
+    mode_code = pd.Categorical(trips["mode"], categories=list(modes)).codes.astype(np.int8)
+    keep = mode_code >= 0
+    on_t = trips["tap_on_time"].to_numpy(dtype="datetime64[m]")
+    day = on_t.astype("datetime64[D]")
+    days, day_idx = np.unique(day[keep], return_inverse=True)
+    on_min = (on_t[keep] - day[keep]).astype(np.int64)
+    off_t = trips["tap_off_time"].to_numpy(dtype="datetime64[m]")[keep]
+    off_known = ~np.isnat(off_t)
+    off_min = np.where(off_known, (off_t - off_t.astype("datetime64[D]")).astype(np.int64), -1)
+    mc = mode_code[keep]
+    raw_part = mc.astype(np.int64) * max(len(days), 1) + day_idx
+    present_parts, part = np.unique(raw_part, return_inverse=True)
+    partitions = tuple((modes[p // len(days)], pd.Timestamp(days[p % len(days)]).strftime("%Y%m%d"))
+                       for p in present_parts)
+    off_stop_series = trips["tap_off_stop"][keep]
+    off_stop = off_stop_series.fillna(-1).to_numpy(dtype=np.int64)
+    frame = pd.DataFrame({
+        "part": part.astype(np.int32),
+        "on_bin": (on_min // bin_minutes).astype(np.int16),
+        "off_bin": np.where(off_known, off_min // bin_minutes, -1).astype(np.int16),
+        "on_loc": _lookup(index, trips["tap_on_stop"].to_numpy(dtype=np.int64)[keep],
+                          np.ones(int(keep.sum()), bool), mc),
+        "off_loc": _lookup(index, off_stop, off_known & (off_stop >= 0), mc),
+    })
+    return EncodedTrips(partitions=partitions, frame=frame, vocab=index.vocab, bin_minutes=bin_minutes)
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Counts of the points present in one (partition, marginal), keys ascending."""
+
+    keys: np.ndarray  # int64 local keys
+    counts: np.ndarray  # int64, all >= 1
+
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum())
+
+
+@dataclass(frozen=True)
+class PartitionHistograms:
+    mode: str
+    date: str
+    n_trips: int
+    histograms: dict[str, Histogram]
+
+    @property
+    def partition(self) -> str:
+        return f"{self.mode}/{self.date}"
+
+
+@dataclass(frozen=True)
+class KeySpace:
+    """How a marginal's (time bin, location code) pairs map to integer keys."""
+
+    n_bins: int
+    n_locations: int  # the largest vocabulary; codes are per mode
+
+    def size(self, m: Marginal) -> int:
+        t = self.n_bins + 1 if m.has_time else 1
+        loc = self.n_locations + 1 if m.has_loc else 1
+        return t * loc
+
+    def encode(self, m: Marginal, time_bin: np.ndarray | None, loc: np.ndarray | None) -> np.ndarray:
+        key = np.zeros(len(time_bin) if time_bin is not None else len(loc), dtype=np.int64)
+        if m.has_time:
+            key += time_bin.astype(np.int64) + 1
+        if m.has_loc:
+            key = key * (self.n_locations + 1) + loc.astype(np.int64) + 1
+        return key
+
+    def decode(self, m: Marginal, keys: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """(time bin or -1, location code or -1) arrays."""
+        keys = np.asarray(keys, dtype=np.int64)
+        if m.has_loc:
+            loc = keys % (self.n_locations + 1) - 1
+            rest = keys // (self.n_locations + 1)
+        else:
+            loc, rest = None, keys
+        return (rest - 1 if m.has_time else None), loc
+
+
+def key_space(encoded: EncodedTrips) -> KeySpace:
+    return KeySpace(encoded.n_bins, max((len(v) for v in encoded.vocab.values()), default=0))
+
+
+def partition_histograms(encoded: EncodedTrips) -> list[PartitionHistograms]:
+    """Steps 5–6: the six histograms of every partition, present points only."""
+    f = encoded.frame
+    ks = key_space(encoded)
+    n_parts = len(encoded.partitions)
+    part = f["part"].to_numpy(dtype=np.int64)
+    trips_per_part = np.bincount(part, minlength=n_parts)
+    per_part: list[dict[str, Histogram]] = [dict() for _ in range(n_parts)]
+    for m in MARGINALS:
+        tb = f["on_bin" if m.tap == "on" else "off_bin"].to_numpy() if m.has_time else None
+        lc = f["on_loc" if m.tap == "on" else "off_loc"].to_numpy() if m.has_loc else None
+        size = ks.size(m)
+        counts = np.bincount(part * size + ks.encode(m, tb, lc), minlength=n_parts * size)
+        nz = np.flatnonzero(counts)
+        bounds = np.searchsorted(nz, np.arange(n_parts + 1) * size)
+        for p in range(n_parts):
+            sel = nz[bounds[p]:bounds[p + 1]]
+            per_part[p][m.name] = Histogram(keys=sel - p * size, counts=counts[sel].astype(np.int64))
+    return [PartitionHistograms(mode, date, int(trips_per_part[p]), per_part[p])
+            for p, (mode, date) in enumerate(encoded.partitions)]
+
+
+def time_label(bins: np.ndarray, bin_minutes: int) -> np.ndarray:
+    """``HH:MM`` of the window start, ``-1`` for unknown."""
+    bins = np.asarray(bins, dtype=np.int64)
+    minutes = bins * bin_minutes
+    labels = np.char.add(np.char.add(np.char.zfill((minutes // 60).astype(str), 2), ":"),
+                         np.char.zfill((minutes % 60).astype(str), 2))
+    return np.where(bins < 0, UNKNOWN, labels).astype(object)
+
+
+def location_label(codes: np.ndarray, vocab: tuple[str, ...]) -> np.ndarray:
+    codes = np.asarray(codes, dtype=np.int64)
+    table = np.array(list(vocab) + [UNKNOWN], dtype=object)
+    return table[np.where(codes < 0, len(vocab), codes)]

@@ -1,0 +1,102 @@
+"""The internal release report: ``release_reports/<release-id>/report.html``.
+
+Internal: it shows true counts next to released ones, so it lives outside
+``releases/`` and is never published.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from transit_release.config import MARGINALS  # noqa: E402
+
+_CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}
+table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}img{max-width:100%}
+.note{color:#555;font-size:.9em}"""
+
+
+def _scatter(points: dict[str, tuple[np.ndarray, np.ndarray]], thresholds: dict[str, int], path: Path) -> None:
+    fig, axes = plt.subplots(2, 3, figsize=(13, 8))
+    for ax, m in zip(axes.ravel(), MARGINALS):
+        true, rel = points.get(m.name, (np.zeros(0), np.zeros(0)))
+        ax.scatter(true, rel, s=4, alpha=0.35)
+        hi = max(float(true.max()) if true.size else 10.0, 10.0)
+        ax.plot([1, hi], [1, hi], color="k", lw=0.8)
+        if m.name in thresholds:
+            ax.axhline(thresholds[m.name], color="r", lw=0.8, ls="--", label=f"threshold {thresholds[m.name]}")
+            ax.legend(loc="lower right", fontsize=8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(f"j={m.j} {m.name}", fontsize=10)
+        ax.set_xlabel("true count")
+        ax.set_ylabel("released count")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def _bars(df: pd.DataFrame, title: str, ylabel: str, path: Path, stacked: bool = False) -> None:
+    fig, ax = plt.subplots(figsize=(13, 4.5))
+    df.plot.bar(ax=ax, stacked=stacked, width=0.85)
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8, ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def write_report(out_dir: Path, manifest: dict, utility: pd.DataFrame,
+                 points: dict[str, tuple[np.ndarray, np.ndarray]], links: dict[str, str] | None = None) -> Path:
+    """Render the report. ``utility`` has one row per (partition, marginal)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    thresholds = {k: v["threshold"] for k, v in manifest["privacy"]["marginals"].items()}
+    _scatter(points, thresholds, out_dir / "released_vs_true.png")
+    coverage = utility.pivot(index="partition", columns="marginal", values="trip_coverage")[[m.name for m in MARGINALS]]
+    _bars(coverage, "Share of trips on released points, per partition", "trip coverage", out_dir / "coverage.png")
+    budget = utility.pivot(index="partition", columns="marginal", values="epsilon")[[m.name for m in MARGINALS]]
+    _bars(budget, "Privacy budget ε per partition (stacked over the six marginals)", "ε",
+          out_dir / "budget.png", stacked=True)
+
+    per_marginal = utility.groupby("marginal", sort=False).agg(
+        points=("points", "sum"), released=("points_released", "sum"),
+        kept_share=("kept_point_share", "mean"), trip_coverage=("trip_coverage", "mean"),
+        mean_abs_error=("mean_abs_error", "mean"), max_abs_error=("max_abs_error", "max"),
+        total_variation=("total_variation", "mean")).reset_index()
+    p = manifest["privacy"]
+    links_html = "".join(f'<li><a href="{html.escape(href)}">{html.escape(text)}</a></li>'
+                         for text, href in (links or {}).items())
+    body = f"""<!doctype html><html><head><meta charset="utf-8"><title>Report {html.escape(manifest['release_id'])}</title>
+<style>{_CSS}</style></head><body>
+<h1>Release report: {html.escape(manifest['release_id'])}</h1>
+<p class="note">Internal document: it compares released counts with the true ones. Do not publish.</p>
+<h2>What was released</h2>
+<p>Period {manifest['period']['start']} to {manifest['period']['end']}; modes {', '.join(manifest['modes'])};
+{manifest['input']['partitions']} partitions (mode × day) from {manifest['input']['trips']:,} trips.
+Files: {', '.join(f"<code>{html.escape(k)}</code> ({v['rows']:,} rows)" for k, v in manifest['files'].items() if k.endswith('.csv'))}.</p>
+<p>Privacy: ({p['epsilon']:g}, {p['delta']:.3g})-DP per {html.escape(p['unit_of_privacy'])}
+({html.escape(p['neighbouring_relation'])}); {html.escape(p['composition'])}.</p>
+<ul>{links_html}</ul>
+<h2>Utility per marginal</h2>
+<p class="note">kept share: share of present points released; trip coverage: share of trips on released points
+(mean over partitions); errors: |released − true| on released points; total variation: between the true and
+released distributions.</p>
+{per_marginal.to_html(index=False, float_format=lambda x: f"{x:.4g}")}
+<h2>Released versus true counts</h2><img src="released_vs_true.png" alt="released vs true counts">
+<h2>Coverage per partition</h2><img src="coverage.png" alt="coverage per partition">
+<h2>Budget per partition</h2><img src="budget.png" alt="budget per partition">
+<h2>All partitions</h2>
+{utility.to_html(index=False, float_format=lambda x: f"{x:.4g}")}
+</body></html>"""
+    path = out_dir / "report.html"
+    path.write_text(body, encoding="utf-8")
+    return path
