@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from transit_release.errors import ConfigError
+from transit_release.noise import exact_fraction
 
 
 @dataclass(frozen=True)
@@ -77,11 +78,13 @@ class ReleaseConfig:
 
     @property
     def partition_epsilon(self) -> float:
-        return sum(b.epsilon for b in self.budgets.values())
+        """Basic composition of the six marginals, summed exactly (``1+1+1+1+2+2 = 8``)."""
+        return float(sum(exact_fraction(b.epsilon) for b in self.budgets.values()))
 
     @property
     def partition_delta(self) -> float:
-        return sum(b.delta for b in self.budgets.values())
+        """``6 × 1/8,000,000 = 7.5e-7`` exactly, not ``7.499999999999999e-07``."""
+        return float(sum(exact_fraction(b.delta) for b in self.budgets.values()))
 
     def with_overrides(self, epsilons: list[float] | None = None, delta: float | None = None) -> "ReleaseConfig":
         """Flags override the file: ``epsilons`` in marginal order j = 1..6, one δ for all."""

@@ -123,3 +123,73 @@ def privacy_statement(config: ReleaseConfig) -> dict:
 
 __all__ = ["plan_spends", "sanitize_partition", "release_tables", "privacy_statement", "SanitizedPartition",
            "MARGINAL_BY_NAME", "OUTPUT_COLUMNS", "NEIGHBOURING"]
+
+
+def default_release_id(partitions: list[PartitionHistograms]) -> str:
+    """``opal-<first date>-<last date>``: the same input period gives the same id."""
+    dates = sorted({p.date for p in partitions})
+    return f"opal-{dates[0]}-{dates[-1]}" if dates else "opal-empty"
+
+
+def check_charges(ph: PartitionHistograms, config: ReleaseConfig, charged_events: list) -> None:
+    """Refuse to draw noise for a partition unless each of its six spends is on the ledger."""
+    have = {(e.mode, e.date, e.marginal): e for e in charged_events}
+    for m in MARGINALS:
+        e = have.get((ph.mode, ph.date, m.name))
+        b = config.budgets[m.name]
+        if e is None or e.epsilon != b.epsilon or e.delta != b.delta:
+            raise RuntimeError(f"no ledger charge for {ph.partition} {m.name}: noise is never drawn before "
+                               "its spend is recorded")
+
+
+def utility_table(partitions: list[PartitionHistograms], sanitized: list[SanitizedPartition],
+                  config: ReleaseConfig) -> pd.DataFrame:
+    """One row per (partition, marginal) with the internal utility figures."""
+    from transit_release.utility.histogram import TOP_K, histogram_utility
+
+    by_part = {s.partition: s for s in sanitized}
+    rows = []
+    for ph in sorted(partitions, key=lambda p: (p.mode, p.date)):
+        sp = by_part[ph.partition]
+        for m in MARGINALS:
+            h = ph.histograms[m.name]
+            fig = histogram_utility(h.counts, sp.kept_positions[m.name], sp.released[m.name].counts,
+                                    rank_top_k=TOP_K if (m.has_loc and not m.has_time) else None)
+            rows.append({"partition": ph.partition, "mode": ph.mode, "date": ph.date, "marginal": m.name,
+                         "j": m.j, "trips": ph.n_trips, "epsilon": config.budgets[m.name].epsilon,
+                         "delta": config.budgets[m.name].delta, "threshold": sp.thresholds[m.name], **fig})
+    return pd.DataFrame(rows)
+
+
+def released_vs_true(partitions: list[PartitionHistograms], sanitized: list[SanitizedPartition],
+                     max_points: int = 20000) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(true, released) counts of released points per marginal, thinned evenly to ``max_points``."""
+    by_part = {s.partition: s for s in sanitized}
+    out = {}
+    for m in MARGINALS:
+        true = [ph.histograms[m.name].counts[by_part[ph.partition].kept_positions[m.name]] for ph in partitions]
+        rel = [by_part[ph.partition].released[m.name].counts for ph in partitions]
+        t = np.concatenate(true) if true else np.zeros(0, np.int64)
+        r = np.concatenate(rel) if rel else np.zeros(0, np.int64)
+        step = max(1, t.size // max_points)
+        out[m.name] = (t[::step], r[::step])
+    return out
+
+
+def build_manifest(release_id: str, partitions: list[PartitionHistograms], config: ReleaseConfig,
+                   noise_kind: str, code_version: str, created_at: str) -> dict:
+    """Everything public about the release except the file list (added when written)."""
+    dates = sorted({p.date for p in partitions})
+    fmt = lambda d: f"{d[:4]}-{d[4:6]}-{d[6:]}"  # noqa: E731
+    return {
+        "release_id": release_id,
+        "created_at": created_at,
+        "product": "Opal-style tap counts: time, location and time-location marginals per mode and day",
+        "period": {"start": fmt(dates[0]), "end": fmt(dates[-1])} if dates else {"start": None, "end": None},
+        "modes": list(config.modes),
+        "parameters": {"bin_minutes": config.bin_minutes, "date_format": "YYYYMMDD", "unknown": "-1"},
+        "privacy": privacy_statement(config),
+        "noise_source": noise_kind,
+        "code_version": code_version,
+        "licence": "CC BY 4.0",
+    }

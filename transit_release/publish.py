@@ -1,7 +1,8 @@
 """Publishing a release directory atomically, with its manifest and data card.
 
-Files are written into ``releases/.tmp-<id>-<random>/`` and the directory is
-renamed into place at the end, so a crash never leaves half a release under
+Files are written into ``releases/.tmp-<id>-<random>/`` (:func:`stage_release`)
+and the directory is renamed into place as the very last step
+(:func:`commit_release`), so a crash never leaves half a release under
 ``releases/<id>``; an existing release is never overwritten.
 """
 
@@ -13,6 +14,7 @@ import os
 import re
 import secrets
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -47,14 +49,26 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def write_release(releases_dir: Path, release_id: str, tables: dict[str, pd.DataFrame], manifest: dict,
-                  datacard: str) -> tuple[Path, str]:
-    """Write the release; returns its directory and the manifest's sha256."""
+@dataclass(frozen=True)
+class StagedRelease:
+    """A complete release in a temporary directory, not yet visible under its id."""
+
+    staging_dir: Path
+    final_dir: Path
+    manifest: dict
+    manifest_sha256: str
+
+
+def stage_release(releases_dir: Path, release_id: str, tables: dict[str, pd.DataFrame], manifest: dict,
+                  datacard: str) -> StagedRelease:
+    """Write every file of the release into ``releases/.tmp-<id>-<random>/``."""
     check_release_id(release_id)
     releases_dir.mkdir(parents=True, exist_ok=True)
     final = releases_dir / release_id
     if final.exists():
         raise ReleaseExistsError(f"release '{release_id}' already exists in {releases_dir}; it is never overwritten")
+    for stale in releases_dir.glob(f".tmp-{release_id}-*"):
+        shutil.rmtree(stale, ignore_errors=True)  # left by a crashed run; never visible as a release
     tmp = releases_dir / f".tmp-{release_id}-{secrets.token_hex(4)}"
     tmp.mkdir()
     try:
@@ -70,21 +84,26 @@ def write_release(releases_dir: Path, release_id: str, tables: dict[str, pd.Data
         (tmp / DATACARD).write_text(datacard, encoding="utf-8")
         files[DATACARD] = {"sha256": sha256_file(tmp / DATACARD), "bytes": (tmp / DATACARD).stat().st_size}
         manifest = {**manifest, "files": dict(sorted(files.items()))}
-        text = json.dumps(manifest, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+        text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
         (tmp / MANIFEST).write_text(text, encoding="utf-8")
         for p in tmp.iterdir():
             _fsync(p)
         _fsync(tmp)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            raise ReleaseExistsError(f"release '{release_id}' appeared in {releases_dir} while publishing; "
-                                     "it is never overwritten") from None
-        _fsync(releases_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return final, hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return StagedRelease(tmp, final, manifest, hashlib.sha256(text.encode("utf-8")).hexdigest())
+
+
+def commit_release(staged: StagedRelease) -> Path:
+    """Make the staged release visible under its id with one atomic rename."""
+    if staged.final_dir.exists():
+        shutil.rmtree(staged.staging_dir, ignore_errors=True)
+        raise ReleaseExistsError(f"release '{staged.final_dir.name}' appeared while publishing; "
+                                 "it is never overwritten")
+    os.rename(staged.staging_dir, staged.final_dir)
+    _fsync(staged.final_dir.parent)
+    return staged.final_dir
 
 
 def verify_release(release_dir: Path) -> list[str]:

@@ -47,9 +47,9 @@ def _scatter(points: dict[str, tuple[np.ndarray, np.ndarray]], thresholds: dict[
 def _bars(df: pd.DataFrame, title: str, ylabel: str, path: Path, stacked: bool = False) -> None:
     fig, ax = plt.subplots(figsize=(13, 4.5))
     df.plot.bar(ax=ax, stacked=stacked, width=0.85)
-    ax.set_title(title)
+    ax.set_title(title, pad=28)
     ax.set_ylabel(ylabel)
-    ax.legend(fontsize=8, ncol=3)
+    ax.legend(fontsize=8, ncol=6, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
@@ -81,7 +81,7 @@ def write_report(out_dir: Path, manifest: dict, utility: pd.DataFrame,
 <p class="note">Internal document: it compares released counts with the true ones. Do not publish.</p>
 <h2>What was released</h2>
 <p>Period {manifest['period']['start']} to {manifest['period']['end']}; modes {', '.join(manifest['modes'])};
-{manifest['input']['partitions']} partitions (mode × day) from {manifest['input']['trips']:,} trips.
+{utility['partition'].nunique()} partitions (mode × day) from {int(utility.groupby('partition')['trips'].first().sum()):,} trips.
 Files: {', '.join(f"<code>{html.escape(k)}</code> ({v['rows']:,} rows)" for k, v in manifest['files'].items() if k.endswith('.csv'))}.</p>
 <p>Privacy: ({p['epsilon']:g}, {p['delta']:.3g})-DP per {html.escape(p['unit_of_privacy'])}
 ({html.escape(p['neighbouring_relation'])}); {html.escape(p['composition'])}.</p>

@@ -16,18 +16,35 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from fractions import Fraction
+
+from transit_release.noise import exact_fraction
 
 
 @dataclass(frozen=True)
 class PrivacyLoss:
-    epsilon: float = 0.0
-    delta: float = 0.0
+    """An (ε, δ) pair kept as exact fractions of the decimals users wrote."""
+
+    epsilon_exact: Fraction = Fraction(0)
+    delta_exact: Fraction = Fraction(0)
+
+    @classmethod
+    def of(cls, epsilon: float, delta: float) -> "PrivacyLoss":
+        return cls(exact_fraction(epsilon), exact_fraction(delta))
+
+    @property
+    def epsilon(self) -> float:
+        return float(self.epsilon_exact)
+
+    @property
+    def delta(self) -> float:
+        return float(self.delta_exact)
 
     def __add__(self, other: "PrivacyLoss") -> "PrivacyLoss":
-        return PrivacyLoss(self.epsilon + other.epsilon, self.delta + other.delta)
+        return PrivacyLoss(self.epsilon_exact + other.epsilon_exact, self.delta_exact + other.delta_exact)
 
     def max(self, other: "PrivacyLoss") -> "PrivacyLoss":
-        return PrivacyLoss(max(self.epsilon, other.epsilon), max(self.delta, other.delta))
+        return PrivacyLoss(max(self.epsilon_exact, other.epsilon_exact), max(self.delta_exact, other.delta_exact))
 
 
 @dataclass(frozen=True)
@@ -59,7 +76,7 @@ def compose(events: Iterable) -> dict[tuple[str, str], AccountingReport]:
     sums: dict[tuple[str, str], dict[str, PrivacyLoss]] = defaultdict(lambda: defaultdict(PrivacyLoss))
     for e in events:
         key = (e.unit_of_privacy, e.neighbouring)
-        sums[key][e.partition] = sums[key][e.partition] + PrivacyLoss(e.epsilon, e.delta)
+        sums[key][e.partition] = sums[key][e.partition] + PrivacyLoss.of(e.epsilon, e.delta)
     return {key: AccountingReport(key[0], key[1], dict(sorted(parts.items()))) for key, parts in sorted(sums.items())}
 
 

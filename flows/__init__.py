@@ -1,0 +1,1 @@
+"""Prefect flows: each only sequences tasks."""

@@ -1,0 +1,15 @@
+"""Thin Prefect tasks: each wraps one library call or one I/O.
+
+Every task that touches data runs with ``cache_policy=NO_CACHE`` and
+``persist_result=False``: Prefect never hashes or stores a frame, so raw rows
+cannot land in Prefect's result storage. Tasks that draw noise or charge the
+ledger have ``retries=0``: a retry could otherwise redraw noise.
+"""
+
+from functools import partial
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+#: The decorator every task here uses.
+data_task = partial(task, cache_policy=NO_CACHE, persist_result=False, retries=0)

@@ -1,0 +1,54 @@
+"""Release identity and the privacy ledger: decide the id, then charge before any noise."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tasks import data_task
+from transit_release import opal
+from transit_release.accounting.events import StabilityHistogramEvent
+from transit_release.accounting.ledger import Ledger
+from transit_release.config import ReleaseConfig
+from transit_release.errors import ReleaseExistsError
+from transit_release.home import Home
+from transit_release.preprocessing import PartitionHistograms
+from transit_release.publish import check_release_id
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    release_id: str
+    events: list[StabilityHistogramEvent]
+    already_published: bool
+
+
+@data_task(name="plan-release")
+def plan_release(home: Home, requested_id: str | None, partitions: list[PartitionHistograms],
+                 config: ReleaseConfig, fingerprint: str, code_version: str) -> ReleasePlan:
+    """Name the release and describe its spends; detect an identical earlier publication.
+
+    Re-publishing an already published release id from the same input and
+    parameters draws no noise and spends nothing; any other reuse of an id is
+    refused.
+    """
+    release_id = check_release_id(requested_id or opal.default_release_id(partitions))
+    events = opal.plan_spends(partitions, config, release_id, fingerprint, code_version)
+    ledger = Ledger(home.ledger)
+    published = release_id in ledger.published()
+    exists = (home.releases / release_id).exists()
+    if published or exists:
+        earlier = {(e.partition, e.marginal, e.epsilon, e.delta, e.input_fingerprint)
+                   for e in (x.event() for x in ledger.spends(release_id))}
+        wanted = {(e.partition, e.marginal, e.epsilon, e.delta, e.input_fingerprint) for e in events}
+        if published and exists and wanted <= earlier:
+            return ReleasePlan(release_id, [], already_published=True)
+        raise ReleaseExistsError(
+            f"release '{release_id}' already exists and was made from other input or parameters; "
+            "it is never overwritten: choose another --release-id")
+    return ReleasePlan(release_id, events, already_published=False)
+
+
+@data_task(name="charge-budget")
+def charge_budget(home: Home, events: list[StabilityHistogramEvent]) -> list:
+    """Write every spend to the ledger (one transaction) before any noise is drawn."""
+    return Ledger(home.ledger).charge(events)

@@ -1,0 +1,11 @@
+"""Loading the release configuration (file plus flag overrides)."""
+
+from __future__ import annotations
+
+from tasks import data_task
+from transit_release.config import ReleaseConfig, load_release_config
+
+
+@data_task(name="load-release-config")
+def load_config(path: str | None, epsilons: list[float] | None, delta: float | None) -> ReleaseConfig:
+    return load_release_config(path).with_overrides(epsilons=epsilons, delta=delta)

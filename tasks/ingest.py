@@ -1,0 +1,23 @@
+"""Ingestion: read the custodian's files (CSV or Parquet)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tasks import data_task
+from transit_release import io
+
+
+@data_task(name="ingest-trips")
+def ingest_trips(path: str) -> pd.DataFrame:
+    return io.read_trips(path)
+
+
+@data_task(name="ingest-stops")
+def ingest_stops(path: str) -> pd.DataFrame:
+    return io.read_stops(path)
+
+
+@data_task(name="fingerprint-inputs")
+def fingerprint_inputs(trips_path: str, stops_path: str) -> str:
+    return io.fingerprint(trips_path, stops_path)

@@ -1,0 +1,44 @@
+"""Publication: assemble the tables, stage the release, commit it as the last step."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pandas as pd
+
+from tasks import data_task
+from transit_release import opal, publish
+from transit_release.accounting.ledger import Ledger
+from transit_release.config import ReleaseConfig
+from transit_release.home import Home
+from transit_release.noise import NoiseSource
+from transit_release.preprocessing import EncodedTrips, key_space
+
+
+@data_task(name="assemble-release-tables")
+def assemble_tables(sanitized: list, encoded: EncodedTrips) -> dict[str, pd.DataFrame]:
+    return opal.release_tables(sanitized, key_space(encoded), encoded.vocab, encoded.bin_minutes)
+
+
+@data_task(name="stage-release")
+def stage_release(home: Home, release_id: str, partitions: list, tables: dict[str, pd.DataFrame],
+                  config: ReleaseConfig, code_version: str) -> publish.StagedRelease:
+    """Write every public file into a hidden staging directory."""
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    manifest = opal.build_manifest(release_id, partitions, config, NoiseSource.from_environment().kind,
+                                   code_version, created)
+    return publish.stage_release(home.releases, release_id, tables, manifest, publish.render_datacard(manifest))
+
+
+@data_task(name="commit-release")
+def commit_release(home: Home, staged: publish.StagedRelease) -> str:
+    """Rename the staged release into place, then record the publication on the ledger."""
+    path = publish.commit_release(staged)
+    Ledger(home.ledger).record_publication(path.name, staged.manifest_sha256)
+    return str(path)
+
+
+@data_task(name="load-published-manifest")
+def load_manifest(home: Home, release_id: str) -> dict:
+    return json.loads((home.releases / release_id / publish.MANIFEST).read_text(encoding="utf-8"))

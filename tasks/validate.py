@@ -1,0 +1,30 @@
+"""Schema validation at the task boundaries (pandera, lazily, values never echoed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from schemas import RELEASE_MODELS, EncodedTrips, RawTrips, Stops, validate
+from tasks import data_task
+
+
+@data_task(name="validate-trips")
+def validate_trips(trips: pd.DataFrame, path: str) -> pd.DataFrame:
+    return validate(RawTrips, trips, f"trips file {Path(path).name}")
+
+
+@data_task(name="validate-stops")
+def validate_stops(stops: pd.DataFrame, path: str) -> pd.DataFrame:
+    return validate(Stops, stops, f"stops file {Path(path).name}")
+
+
+@data_task(name="validate-encoded-trips")
+def validate_encoded(frame: pd.DataFrame) -> pd.DataFrame:
+    return validate(EncodedTrips, frame, "encoded trips")
+
+
+@data_task(name="validate-release-tables")
+def validate_release_tables(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    return {name: validate(RELEASE_MODELS[name], df, f"release table {name}") for name, df in tables.items()}

@@ -1,0 +1,141 @@
+"""The ``transit-release`` command.
+
+    transit-release synth   --out DIR [--scale F] [--seed N] [--format csv|parquet]
+    transit-release release --trips FILE --stops FILE [--config YAML] [--epsilons ...] [--delta D]
+                            [--release-id ID] [--home DIR]
+    transit-release demo    [--home DIR] [--scale F]
+
+Flows run on Prefect's temporary local server, with all state (releases,
+reports, ledger, MLflow store, Prefect's database) under ``--home`` (default:
+the current directory). A failure exits non-zero with the reason on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from transit_release.errors import TransitReleaseError
+from transit_release.home import Home
+
+EXIT_INPUT = 2
+EXIT_BUDGET = 3
+EXIT_UNEXPECTED = 1
+
+
+def _prepare_environment(home: Home) -> None:
+    """Prefect settings must be in place before Prefect is imported."""
+    home.root.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("PREFECT_HOME", str(home.prefect_home))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, e.g. 1,1,1,1,2,2; got {text!r}") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="transit-release", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("synth", help="write a synthetic Opal-like week (trips.csv, stops.csv)")
+    s.add_argument("--out", required=True, help="output directory")
+    s.add_argument("--scale", type=float, default=1.0, help="1.0 ≈ 13.5 million trips (default 1.0)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (not of any privacy noise)")
+    s.add_argument("--format", choices=("csv", "parquet"), default="csv")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    for name, help_text in (("release", "run the Opal release flow on given files"),
+                            ("demo", "synthesise a week at scale 0.1 and release it with the defaults")):
+        r = sub.add_parser(name, help=help_text)
+        r.add_argument("--home", default=".", help="state directory (default: current directory)")
+        r.add_argument("--config", help="release config YAML (default: the built-in Opal defaults)")
+        r.add_argument("--epsilons", type=_floats, help="ε_1..ε_6 overriding the config, e.g. 1,1,1,1,2,2")
+        r.add_argument("--delta", type=float, help="δ_j for every marginal, overriding the config")
+        r.add_argument("--release-id", help="default: opal-<first date>-<last date>")
+        if name == "release":
+            r.add_argument("--trips", required=True, help="raw trips, CSV or Parquet")
+            r.add_argument("--stops", required=True, help="stop table, CSV or Parquet")
+        else:
+            r.add_argument("--scale", type=float, default=0.1)
+            r.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
+    return p
+
+
+def _print_summary(summary: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = Table(title=f"Release {summary['release_id']}: {summary['status']}", show_header=False)
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("period", summary["period"])
+    t.add_row("privacy", f"(ε={summary['epsilon']:g}, δ={summary['delta']:.3g})-DP per "
+                         f"{summary['unit_of_privacy']} (replace-one)")
+    for f, n in summary["rows"].items():
+        t.add_row(f, f"{n:,} rows")
+    t.add_row("thresholds", ", ".join(f"{k}={v}" for k, v in summary["thresholds"].items()))
+    t.add_row("release", summary["release_dir"])
+    t.add_row("report", summary["report"])
+    if summary.get("mlflow_run_id"):
+        t.add_row("MLflow run", summary["mlflow_run_id"])
+    console.print(t)
+    console.print(f"Open the MLflow UI on it:\n  {summary['mlflow_ui']}")
+
+
+def _synth(args) -> int:
+    from transit_release.synth.opal_week import write_synthetic_week
+
+    paths = write_synthetic_week(args.out, scale=args.scale, seed=args.seed, fmt=args.format,
+                                 show_progress=not args.quiet)
+    for name, path in paths.items():
+        print(f"{name}: {path}")
+    return 0
+
+
+def _release(args, trips: str, stops: str, home: Home) -> int:
+    from flows.opal_release import opal_release
+
+    summary = opal_release(trips=str(Path(trips).resolve()), stops=str(Path(stops).resolve()),
+                           home=str(home.root), config=args.config, epsilons=args.epsilons,
+                           delta=args.delta, release_id=args.release_id)
+    _print_summary(summary)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "synth":
+            return _synth(args)
+        home = Home.at(args.home)
+        _prepare_environment(home)
+        if args.command == "release":
+            return _release(args, args.trips, args.stops, home)
+        from transit_release.synth.opal_week import write_synthetic_week
+
+        data = home.private / "demo-input"
+        if not (data / "trips.csv").exists() or not (data / "stops.csv").exists():
+            write_synthetic_week(data, scale=args.scale, seed=args.seed)
+        return _release(args, str(data / "trips.csv"), str(data / "stops.csv"), home)
+    except TransitReleaseError as exc:
+        from transit_release.errors import BudgetExceededError
+
+        print(f"transit-release: error: {exc}", file=sys.stderr)
+        return EXIT_BUDGET if isinstance(exc, BudgetExceededError) else EXIT_INPUT
+    except KeyboardInterrupt:
+        print("transit-release: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

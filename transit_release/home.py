@@ -1,0 +1,54 @@
+"""Where a release's state lives under one home directory (default: the current one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Home:
+    root: Path
+
+    @classmethod
+    def at(cls, root: str | Path | None = None) -> "Home":
+        return cls(Path(root or ".").resolve())
+
+    @property
+    def releases(self) -> Path:
+        """Public files: ``releases/<release-id>/``."""
+        return self.root / "releases"
+
+    @property
+    def reports(self) -> Path:
+        """Internal reports: ``release_reports/<release-id>/``."""
+        return self.root / "release_reports"
+
+    @property
+    def private(self) -> Path:
+        """Anything holding raw rows (quarantine files, demo input)."""
+        return self.root / "private"
+
+    @property
+    def ledger(self) -> Path:
+        return self.root / "ledger.sqlite"
+
+    @property
+    def mlflow_db(self) -> Path:
+        return self.root / "mlflow.db"
+
+    @property
+    def mlflow_uri(self) -> str:
+        return f"sqlite:///{self.mlflow_db}"
+
+    @property
+    def mlflow_artifacts(self) -> Path:
+        return self.root / "mlartifacts"
+
+    @property
+    def prefect_home(self) -> Path:
+        return self.root / ".prefect"
+
+    def mlflow_ui_command(self) -> str:
+        return (f"mlflow ui --backend-store-uri {self.mlflow_uri} "
+                f"--default-artifact-root {self.mlflow_artifacts.as_uri()}")
