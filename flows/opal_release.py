@@ -26,9 +26,9 @@ def opal_release(trips: str, stops: str, home: str = ".", config: str | None = N
     """Publish an (ε, δ)-DP Opal-style release of one period's trips."""
     where = Home.at(home)
     cfg = load_config(config, epsilons, delta)
-    fingerprint = fingerprint_inputs(trips, stops)
     raw = validate_trips(ingest_trips(trips), trips)
     stop_table = validate_stops(ingest_stops(stops), stops)
+    fingerprint = fingerprint_inputs(trips, stops)
     encoded = encode_trips(raw, stop_table, cfg)
     del raw  # the card id goes no further than encode_trips
     validate_encoded(encoded.frame)

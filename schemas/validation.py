@@ -20,17 +20,21 @@ def validate(model: type[pa.DataFrameModel], df: pd.DataFrame, where: str) -> pd
         return model.validate(df, lazy=True)
     except pa.errors.SchemaErrors as exc:
         fc = exc.failure_cases
-        summary: dict[tuple[str, str], int] = {}
+        problems: dict[tuple[str, str], set[int]] = {}
+        for column, check, index, case in zip(fc["column"], fc["check"], fc["index"], fc["failure_case"]):
+            check = _describe_check(str(check))
+            if check in ("missing column", "unexpected column"):
+                column = case  # a header name, not a data value
+            key = (str(column) if column is not None and column == column else "<frame>", check)
+            rows = problems.setdefault(key, set())
+            if index is not None and index == index:
+                rows.add(int(index))
+        summary = {key: len(rows) for key, rows in sorted(problems.items())}
         lines = []
-        for (column, check), group in fc.groupby([fc["column"].fillna("<frame>").astype(str),
-                                                  fc["check"].astype(str)], sort=True, dropna=False):
-            check = _describe_check(check)
-            rows = pd.to_numeric(group["index"], errors="coerce").dropna().astype("int64")
-            n = int(rows.nunique()) if len(rows) else int(len(group))
-            summary[(column, check)] = n
-            if len(rows):
-                first = ", ".join(str(r + 1) for r in sorted(rows.unique())[:MAX_ROWS_NAMED])
-                lines.append(f"column '{column}': {check}: {n} row(s), first at row(s) {first}")
+        for (column, check), rows in sorted(problems.items()):
+            if rows:
+                first = ", ".join(str(r + 1) for r in sorted(rows)[:MAX_ROWS_NAMED])
+                lines.append(f"column '{column}': {check}: {len(rows)} row(s), first at row(s) {first}")
             else:
                 lines.append(f"column '{column}': {check}")
         raise SchemaViolationError(f"{where}: {len(summary)} problem(s): " + "; ".join(lines), summary) from None

@@ -81,7 +81,20 @@ def read_table(path: str | Path, column_types: dict[str, pa.DataType], what: str
         raise
     except (pa.ArrowInvalid, pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise InputDataError(f"{what} file {path.name}: cannot be read as {fmt} ({exc.__class__.__name__})") from None
-    return table.to_pandas()
+    df = table.to_pandas()
+    for name, typ in column_types.items():
+        if name in df.columns and pa.types.is_integer(typ) and pd.api.types.is_string_dtype(df[name]):
+            df[name] = _integral(df[name])
+    return df
+
+
+def _integral(text: pd.Series) -> pd.Series:
+    """Text like ``200782`` or ``200782.0`` (a float export) as integers; anything else stays text."""
+    num = pd.to_numeric(text, errors="coerce")
+    present = text.notna() & (text.astype("string").str.strip() != "")
+    if (num[present].notna() & (num[present] % 1 == 0)).all():
+        return num.astype("Int64")
+    return text
 
 
 def read_trips(path: str | Path) -> pd.DataFrame:
@@ -96,6 +109,8 @@ def fingerprint(*paths: str | Path) -> str:
     """SHA-256 over the input files' bytes (internal: ledger only, never published)."""
     h = hashlib.sha256()
     for p in paths:
+        if not Path(p).is_file():
+            raise InputDataError(f"input file {p}: not found")
         with open(p, "rb") as fh:
             while chunk := fh.read(1 << 22):
                 h.update(chunk)

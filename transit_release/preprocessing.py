@@ -203,6 +203,8 @@ def partition_histograms(encoded: EncodedTrips) -> list[PartitionHistograms]:
 def time_label(bins: np.ndarray, bin_minutes: int) -> np.ndarray:
     """``HH:MM`` of the window start, ``-1`` for unknown."""
     bins = np.asarray(bins, dtype=np.int64)
+    if bins.size == 0:
+        return np.zeros(0, dtype=object)
     minutes = bins * bin_minutes
     labels = np.char.add(np.char.add(np.char.zfill((minutes // 60).astype(str), 2), ":"),
                          np.char.zfill((minutes % 60).astype(str), 2))

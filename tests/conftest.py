@@ -1,0 +1,40 @@
+"""Shared fixtures: one Prefect test server per session, small synthetic inputs."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+
+import pytest  # noqa: E402
+
+from transit_release.noise import TEST_SEED_ENV  # noqa: E402
+
+SMALL_SCALE = 0.01
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """Prefect's own engine on a temporary server, started once per session."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture(scope="session")
+def small_week(tmp_path_factory):
+    """A synthetic week at scale 0.01 (about 135,000 trips) as CSV files."""
+    from transit_release.synth.opal_week import write_synthetic_week
+
+    out = tmp_path_factory.mktemp("small-week")
+    return write_synthetic_week(out, scale=SMALL_SCALE, seed=7, show_progress=False)
+
+
+@pytest.fixture
+def test_seed(monkeypatch):
+    """Deterministic noise for one test (never used outside tests)."""
+    monkeypatch.setenv(TEST_SEED_ENV, "20250101")
+    return 20250101

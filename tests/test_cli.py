@@ -1,0 +1,59 @@
+"""The transit-release command: demo, release failures, synth."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from transit_release.cli import main
+
+
+@pytest.mark.flow
+def test_demo_publishes_with_thresholds_respected(prefect_harness, tmp_path, capsys):
+    rc = main(["demo", "--home", str(tmp_path), "--scale", "0.02"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "Release opal-20160808-20160814: published" in out
+    assert f"mlflow ui --backend-store-uri sqlite:///{tmp_path}" in out.replace("\n", "")
+    d = tmp_path / "releases" / "opal-20160808-20160814"
+    assert pd.read_csv(d / "location.csv")["count"].min() >= 34
+    assert pd.read_csv(d / "time-loc.csv")["count"].min() >= 18
+    assert pd.read_csv(d / "time.csv")["count"].min() >= 34
+    # raw demo input lives under private/, never under releases/
+    assert (tmp_path / "private" / "demo-input" / "trips.csv").exists()
+    # a second demo run re-uses the published release: nothing drawn, nothing spent
+    assert main(["demo", "--home", str(tmp_path), "--scale", "0.02"]) == 0
+    assert "already published: nothing drawn or spent" in capsys.readouterr().out
+
+
+@pytest.mark.flow
+def test_missing_input_fails_with_the_reason_on_stderr(prefect_harness, tmp_path, capsys):
+    rc = main(["release", "--trips", str(tmp_path / "nope.csv"), "--stops", str(tmp_path / "stops.csv"),
+               "--home", str(tmp_path / "home")])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.strip() == f"transit-release: error: trips file {tmp_path / 'nope.csv'}: not found"
+    assert not (tmp_path / "home" / "releases").exists()
+
+
+def test_console_script_synth(tmp_path):
+    exe = Path(sys.executable).parent / "transit-release"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "transit_release.cli"]
+    res = subprocess.run(cmd + ["synth", "--out", str(tmp_path), "--scale", "0.002", "--seed", "1", "--quiet"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ})
+    assert res.returncode == 0, res.stderr
+    trips = pd.read_csv(tmp_path / "trips.csv")
+    assert list(trips.columns) == ["card_id", "mode", "tap_on_time", "tap_on_stop", "tap_off_time", "tap_off_stop"]
+    assert list(pd.read_csv(tmp_path / "stops.csv").columns) == ["stop_id", "mode", "name", "postcode"]
+
+
+def test_bad_epsilons_flag_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["release", "--trips", "a", "--stops", "b", "--epsilons", "1,x"])
+    assert info.value.code == 2
+    assert "expected comma-separated numbers" in capsys.readouterr().err

@@ -1,0 +1,189 @@
+"""End to end: the opal_release flow under Prefect's test harness, with a temporary MLflow store."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from transit_release.accounting.ledger import Ledger
+from transit_release.errors import ReleaseExistsError, SchemaViolationError
+from transit_release.home import Home
+
+pytestmark = pytest.mark.flow
+
+
+@pytest.fixture(scope="module")
+def released(prefect_harness, small_week, tmp_path_factory):
+    """One release of the small week, made once for the module."""
+    import os
+
+    from flows.opal_release import opal_release
+    from transit_release.noise import TEST_SEED_ENV
+
+    home = tmp_path_factory.mktemp("home")
+    os.environ[TEST_SEED_ENV] = "99"
+    try:
+        summary = opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(home))
+    finally:
+        os.environ.pop(TEST_SEED_ENV, None)
+    return Home.at(home), summary
+
+
+def all_bytes(root: Path):
+    for p in root.rglob("*"):
+        if p.is_file():
+            yield p, p.read_bytes()
+
+
+def test_files_and_columns(released):
+    home, summary = released
+    rid = summary["release_id"]
+    assert rid == "opal-20160808-20160814" and summary["status"] == "published"
+    d = home.releases / rid
+    expected = {"time": "mode,date,tap,time,count", "location": "mode,date,tap,loc,count",
+                "time-loc": "mode,date,tap,time,loc,count"}
+    for name, header in expected.items():
+        text = (d / f"{name}.csv").read_text()
+        assert text.splitlines()[0] == header
+        csv = pd.read_csv(d / f"{name}.csv", dtype=str)
+        pq = pd.read_parquet(d / f"{name}.parquet")
+        assert len(csv) == len(pq) > 0
+        assert set(csv["mode"]) <= {"bus", "ferry", "lightrail", "train"}
+        sorted_csv = csv.sort_values(list(csv.columns[:-1]), kind="stable")
+        assert len(sorted_csv) == len(csv)
+    loc = pd.read_csv(d / "location.csv", dtype={"loc": str})
+    tl = pd.read_csv(d / "time-loc.csv", dtype={"loc": str, "time": str})
+    assert loc["count"].min() >= 34
+    assert tl["count"].min() >= 18
+    assert "-1" in set(loc["loc"])  # missing tap-offs and unmapped stops stay visible as -1
+
+
+def test_manifest_hashes_and_privacy_statement(released):
+    home, summary = released
+    d = home.releases / summary["release_id"]
+    m = json.loads((d / "manifest.json").read_text())
+    for name, meta in m["files"].items():
+        assert hashlib.sha256((d / name).read_bytes()).hexdigest() == meta["sha256"]
+    assert m["privacy"]["epsilon"] == 8.0 and m["privacy"]["delta"] == 7.5e-7
+    assert m["privacy"]["unit_of_privacy"] == "trip"
+    assert "replace one trip" in m["privacy"]["neighbouring_relation"]
+    assert m["noise_source"] == "test-seed"
+    assert m["code_version"]
+    assert (d / "DATACARD.md").read_text().startswith(f"# {summary['release_id']}")
+    assert not list(home.releases.glob(".tmp-*"))
+
+
+def test_ledger_records_every_spend_and_the_publication(released):
+    home, summary = released
+    ledger = Ledger(home.ledger)
+    assert ledger.verify() == 28 * 6 + 1
+    spends = ledger.spends(summary["release_id"])
+    assert len(spends) == 168
+    assert {s.event().partition for s in spends} == {f"{m}/201608{d:02d}" for m in
+                                                     ("bus", "ferry", "lightrail", "train") for d in range(8, 15)}
+    assert summary["release_id"] in ledger.published()
+
+
+def test_mlflow_run_has_params_metrics_and_artifacts(released):
+    from mlflow.tracking import MlflowClient
+
+    home, summary = released
+    client = MlflowClient(tracking_uri=home.mlflow_uri)
+    exp = client.get_experiment_by_name("transit-release")
+    runs = client.search_runs([exp.experiment_id], filter_string=f"tags.release_id = '{summary['release_id']}'")
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 28
+    p = parents[0]
+    assert p.info.run_name == summary["release_id"] and p.info.status == "FINISHED"
+    assert p.data.tags["published"] == "true" and p.data.tags["unit_of_privacy"] == "trip"
+    assert p.data.params["tap_on_time.epsilon"] == "1.0"
+    assert p.data.params["tap_on_time_location.threshold"] == "18"
+    assert p.data.params["ledger.spends"] == "168"
+    assert p.data.metrics["privacy.epsilon"] == 8.0
+    assert 0 < p.data.metrics["tap_on_location.trip_coverage"] <= 1
+    assert "tap_on_location.top_rank_correlation" in p.data.metrics
+    c = next(r for r in children if r.data.tags["partition"] == "bus/20160808")
+    assert c.data.params["tap_off_location.delta"] == "1.25e-07"
+    assert c.data.metrics["privacy.epsilon"] == 8.0
+    for k in ("kept_point_share", "trip_coverage", "mean_abs_error", "max_abs_error", "total_variation"):
+        assert f"tap_on_time.{k}" in c.data.metrics
+    arts = {a.path for a in client.list_artifacts(p.info.run_id)}
+    assert {"manifest.json", "ledger_spends.json", "report"} <= arts
+    report_files = {a.path for a in client.list_artifacts(p.info.run_id, "report")}
+    assert "report/report.html" in report_files
+
+
+def test_no_card_id_anywhere(released, small_week):
+    home, summary = released
+    trips = pd.read_csv(small_week["trips"], usecols=["card_id"])
+    sample = np.random.default_rng(0).choice(trips["card_id"].unique(), 300, replace=False)
+    needles = [str(c).encode() for c in sample]
+    roots = [home.releases, home.reports, home.mlflow_artifacts]
+    for root in roots:
+        for path, data in all_bytes(root):
+            assert b"card_id" not in data, path
+            for n in needles:
+                assert n not in data, path
+    con = sqlite3.connect(home.mlflow_db)
+    dump = "\n".join(con.iterdump()).encode()
+    con.close()
+    assert b"card_id" not in dump
+    for n in needles:
+        assert n not in dump
+
+
+def test_report_is_readable(released):
+    home, summary = released
+    html = (home.reports / summary["release_id"] / "report.html").read_text()
+    assert "Do not publish" in html and "Released versus true counts" in html
+    for png in ("released_vs_true.png", "coverage.png", "budget.png"):
+        assert (home.reports / summary["release_id"] / png).stat().st_size > 10_000
+
+
+def test_republishing_the_same_release_draws_and_spends_nothing(released, small_week):
+    from flows.opal_release import opal_release
+
+    home, summary = released
+    before = Ledger(home.ledger).entries()
+    again = opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(home.root))
+    assert again["status"] == "already published: nothing drawn or spent"
+    assert Ledger(home.ledger).entries() == before
+
+
+def test_same_id_from_other_input_is_refused_and_spends_nothing(released, small_week, tmp_path):
+    from flows.opal_release import opal_release
+
+    home, summary = released
+    trips = pd.read_csv(small_week["trips"])
+    other = tmp_path / "trips.csv"
+    trips.iloc[:-10].to_csv(other, index=False)
+    before = Ledger(home.ledger).entries()
+    files_before = {p: d for p, d in all_bytes(home.releases)}
+    with pytest.raises(ReleaseExistsError, match="already exists and was made from other input or parameters"):
+        opal_release(trips=str(other), stops=str(small_week["stops"]), home=str(home.root))
+    assert Ledger(home.ledger).entries() == before
+    assert {p: d for p, d in all_bytes(home.releases)} == files_before
+
+
+def test_bad_input_publishes_and_spends_nothing(prefect_harness, small_week, tmp_path):
+    from flows.opal_release import opal_release
+
+    trips = pd.read_csv(small_week["trips"], nrows=500)
+    trips.loc[[3, 7], "mode"] = "hovercraft"
+    bad = tmp_path / "bad.csv"
+    trips.to_csv(bad, index=False)
+    home = tmp_path / "home"
+    with pytest.raises(SchemaViolationError) as info:
+        opal_release(trips=str(bad), stops=str(small_week["stops"]), home=str(home))
+    assert str(info.value) == ("trips file bad.csv: 1 problem(s): column 'mode': value not in the allowed set: "
+                               "2 row(s), first at row(s) 4, 8")
+    assert "hovercraft" not in str(info.value)
+    assert not (home / "releases").exists()
+    assert not Ledger(home / "ledger.sqlite").entries()
