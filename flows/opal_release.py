@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prefect import flow
 
-from tasks.budget import charge_budget, plan_release
+from tasks.budget import charge_budget, load_policy, plan_release
 from tasks.config import load_config
 from tasks.evaluate import evaluate_utility
 from tasks.ingest import fingerprint_inputs, ingest_stops, ingest_trips
@@ -22,10 +22,11 @@ from transit_release.version import code_version
 @flow(name="opal-release")
 def opal_release(trips: str, stops: str, home: str = ".", config: str | None = None,
                  epsilons: list[float] | None = None, delta: float | None = None,
-                 release_id: str | None = None) -> dict:
+                 release_id: str | None = None, policy: str | None = None, ledger: str | None = None) -> dict:
     """Publish an (ε, δ)-DP Opal-style release of one period's trips."""
-    where = Home.at(home)
+    where = Home.at(home, ledger)
     cfg = load_config(config, epsilons, delta)
+    budget_policy = load_policy(policy)
     raw = validate_trips(ingest_trips(trips), trips)
     stop_table = validate_stops(ingest_stops(stops), stops)
     fingerprint = fingerprint_inputs(trips, stops)
@@ -36,7 +37,7 @@ def opal_release(trips: str, stops: str, home: str = ".", config: str | None = N
     plan = plan_release(where, release_id, partitions, cfg, fingerprint, code_version())
     if plan.already_published:
         return summarize(where, load_manifest(where, plan.release_id), "already published: nothing drawn or spent")
-    charged = charge_budget(where, plan.events)
+    charged = charge_budget(where, plan.events, budget_policy)
     sanitized = [sanitize_partition(p, cfg, charged) for p in partitions]
     tables = validate_release_tables(assemble_tables(sanitized, encoded))
     utility = evaluate_utility(partitions, sanitized, cfg)

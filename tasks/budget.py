@@ -8,6 +8,7 @@ from tasks import data_task
 from transit_release import opal
 from transit_release.accounting.events import StabilityHistogramEvent
 from transit_release.accounting.ledger import Ledger
+from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
 from transit_release.config import ReleaseConfig
 from transit_release.errors import ReleaseExistsError
 from transit_release.home import Home
@@ -49,6 +50,12 @@ def plan_release(home: Home, requested_id: str | None, partitions: list[Partitio
 
 
 @data_task(name="charge-budget")
-def charge_budget(home: Home, events: list[StabilityHistogramEvent]) -> list:
-    """Write every spend to the ledger (one transaction) before any noise is drawn."""
-    return Ledger(home.ledger).charge(events)
+def charge_budget(home: Home, events: list[StabilityHistogramEvent], policy: BudgetPolicy) -> list:
+    """Check the budget policy and write every spend to the ledger, in one transaction,
+    before any noise is drawn. A refusal writes nothing."""
+    return Ledger(home.ledger).charge(events, check=policy.check)
+
+
+@data_task(name="load-budget-policy")
+def load_policy(path: str | None) -> BudgetPolicy:
+    return load_budget_policy(path)

@@ -20,6 +20,7 @@ from transit_release.config import MARGINALS
 from transit_release.home import Home
 
 EXPERIMENT = "transit-release"
+AUDIT_EXPERIMENT = "transit-release-audit"
 METRICS = ("kept_point_share", "trip_coverage", "mean_abs_error", "max_abs_error", "total_variation",
            "top_rank_correlation", "points", "points_released")
 
@@ -131,3 +132,72 @@ def mark_published(home: Home, run_id: str) -> None:
 
 
 __all__ = ["track_release", "experiment_id", "EXPERIMENT", "MARGINALS"]
+
+
+@data_task(name="read-mlflow-mirror")
+def read_mirror(home: Home) -> list:
+    """Every run of the release experiment, deleted ones included, as the audit needs them."""
+    from mlflow.entities import ViewType
+
+    from transit_release.audit import MirrorRun
+
+    if not home.mlflow_db.exists():
+        return []
+    client = _client(home)
+    exp = client.get_experiment_by_name(EXPERIMENT)
+    if exp is None:
+        return []
+    runs, token = [], None
+    while True:
+        page = client.search_runs([exp.experiment_id], run_view_type=ViewType.ALL, max_results=1000,
+                                  page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            break
+    out = []
+    for r in runs:
+        tags, params = r.data.tags, r.data.params
+        if "release_id" not in tags:
+            continue
+        seqs = {}
+        for k, v in params.items():
+            if k.endswith(".ledger_seq"):
+                marginal = k[: -len(".ledger_seq")]
+                seqs[int(v)] = (marginal, float(params[f"{marginal}.epsilon"]), float(params[f"{marginal}.delta"]))
+        out.append(MirrorRun(run_id=r.info.run_id, release_id=tags["release_id"],
+                             parent="mlflow.parentRunId" not in tags,
+                             deleted=r.info.lifecycle_stage == "deleted",
+                             published_tag=tags.get("published"), ledger_seqs=seqs,
+                             partition=tags.get("partition")))
+    return out
+
+
+@data_task(name="track-audit-in-mlflow")
+def track_audit(home: Home, result: dict, report_path: str) -> str:
+    """One run per audit in the ``transit-release-audit`` experiment."""
+    client = _client(home)
+    exp = client.get_experiment_by_name(AUDIT_EXPERIMENT)
+    exp_id = exp.experiment_id if exp else client.create_experiment(
+        AUDIT_EXPERIMENT, artifact_location=(home.mlflow_artifacts / "audit").as_uri())
+    tags = {"kind": "audit", "status": "passed" if result["ok"] else "failed"}
+    run = client.create_run(exp_id, run_name=Path(report_path).parent.name, tags=tags).info.run_id
+    metrics = {"entries": result["entries"], "releases_published": len(result["releases_published"]),
+               "releases_charged_not_published": len(result["charged_not_published"]),
+               "discrepancies": len(result["discrepancies"])}
+    params = {}
+    for unit, loss in result["loss"].items():
+        metrics[f"{unit}.epsilon"] = loss["basic"]["epsilon"]
+        metrics[f"{unit}.delta"] = loss["basic"]["delta"]
+        metrics[f"{unit}.advanced_epsilon"] = loss["advanced"]["epsilon"]
+        params[f"{unit}.advanced_delta_prime"] = loss["advanced"]["delta_prime"]
+        for mode, x in loss["per_mode"].items():
+            metrics[f"{unit}.{mode}.epsilon"] = x["epsilon"]
+    _log(client, run, params, metrics)
+    with tempfile.TemporaryDirectory() as tmp:
+        p = Path(tmp) / "audit.json"
+        p.write_text(json.dumps(result, indent=2), encoding="utf-8")
+        client.log_artifact(run, str(p))
+    client.log_artifacts(run, str(Path(report_path).parent), artifact_path="report")
+    client.set_terminated(run, "FINISHED")
+    return run

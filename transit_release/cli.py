@@ -4,6 +4,7 @@
     transit-release release --trips FILE --stops FILE [--config YAML] [--epsilons ...] [--delta D]
                             [--release-id ID] [--home DIR]
     transit-release demo    [--home DIR] [--scale F]
+    transit-release audit   [--home DIR] [--ledger FILE] [--json]
 
 Flows run on Prefect's temporary local server, with all state (releases,
 reports, ledger, MLflow store, Prefect's database) under ``--home`` (default:
@@ -23,6 +24,7 @@ from transit_release.home import Home
 EXIT_INPUT = 2
 EXIT_BUDGET = 3
 EXIT_UNEXPECTED = 1
+EXIT_AUDIT_FAILED = 4
 
 
 def _prepare_environment(home: Home) -> None:
@@ -61,13 +63,49 @@ def _parser() -> argparse.ArgumentParser:
         r.add_argument("--epsilons", type=_floats, help="ε_1..ε_6 overriding the config, e.g. 1,1,1,1,2,2")
         r.add_argument("--delta", type=float, help="δ_j for every marginal, overriding the config")
         r.add_argument("--release-id", help="default: opal-<first date>-<last date>")
+        r.add_argument("--policy", help="budget policy YAML (default: the built-in policy, ε ≤ 8 and "
+                                        "δ ≤ 1e-6 per trip-partition, all time)")
+        r.add_argument("--ledger", help="privacy ledger file (default: <home>/ledger.sqlite)")
         if name == "release":
             r.add_argument("--trips", required=True, help="raw trips, CSV or Parquet")
             r.add_argument("--stops", required=True, help="stop table, CSV or Parquet")
         else:
             r.add_argument("--scale", type=float, default=0.1)
             r.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
+    a = sub.add_parser("audit", help="verify the ledger, releases and MLflow; report the cumulative privacy loss")
+    a.add_argument("--home", default=".", help="state directory (default: current directory)")
+    a.add_argument("--ledger", help="privacy ledger file (default: <home>/ledger.sqlite)")
+    a.add_argument("--json", action="store_true", help="print the result as JSON")
+    a.add_argument("--delta-prime", type=float, default=1e-7, help="slack δ' of the advanced-composition bound")
     return p
+
+
+def _print_audit(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    status = "[green]PASSED[/green]" if result["ok"] else "[red]FAILED[/red]"
+    console.print(f"Privacy audit {status}: {result['entries']} ledger entries, "
+                  f"{len(result['releases_published'])} published release(s)")
+    for d in result["discrepancies"]:
+        console.print(f"  [red]discrepancy[/red] {d}")
+    for rid, n in result["charged_not_published"].items():
+        console.print(f"  charged, not published: {rid} ({n} spends, counted)")
+    for unit, loss in result["loss"].items():
+        t = Table(title=f"Cumulative privacy loss per {unit} ({loss['neighbouring']})")
+        for col in ("scope", "ε (basic)", "δ (basic)", "ε (advanced)", "δ (advanced)", "spends"):
+            t.add_column(col, no_wrap=col == "scope")
+        t.add_row("overall", f"{loss['basic']['epsilon']:g}", f"{loss['basic']['delta']:.3g}",
+                  f"{loss['advanced']['epsilon']:.4g}", f"{loss['advanced']['delta']:.3g}", "")
+        for mode, x in loss["per_mode"].items():
+            t.add_row(f"mode {mode}", f"{x['epsilon']:g}", f"{x['delta']:.3g}", "", "", "")
+        for part, x in loss["per_partition"].items():
+            t.add_row(part, f"{x['epsilon']:g}", f"{x['delta']:.3g}", f"{x['advanced_epsilon']:.4g}",
+                      f"{x['advanced_delta']:.3g}", str(x["spends"]))
+        console.print(t)
+        console.print(f"Advanced composition: {loss['advanced']['theorem']}")
+    console.print(f"report: {result['report']}")
 
 
 def _print_summary(summary: dict) -> None:
@@ -107,7 +145,8 @@ def _release(args, trips: str, stops: str, home: Home) -> int:
 
     summary = opal_release(trips=str(Path(trips).resolve()), stops=str(Path(stops).resolve()),
                            home=str(home.root), config=args.config, epsilons=args.epsilons,
-                           delta=args.delta, release_id=args.release_id)
+                           delta=args.delta, release_id=args.release_id, policy=args.policy,
+                           ledger=args.ledger)
     _print_summary(summary)
     return 0
 
@@ -117,10 +156,24 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "synth":
             return _synth(args)
-        home = Home.at(args.home)
+        home = Home.at(args.home, getattr(args, "ledger", None))
         _prepare_environment(home)
         if args.command == "release":
             return _release(args, args.trips, args.stops, home)
+        if args.command == "audit":
+            from flows.audit import privacy_audit
+
+            result = privacy_audit(home=str(home.root), ledger=args.ledger, delta_prime=args.delta_prime)
+            if args.json:
+                import json
+
+                print(json.dumps(result, indent=2, ensure_ascii=False))
+            else:
+                _print_audit(result)
+            if not result["ok"]:
+                print("transit-release: audit failed: " + "; ".join(result["discrepancies"]), file=sys.stderr)
+                return EXIT_AUDIT_FAILED
+            return 0
         from transit_release.synth.opal_week import write_synthetic_week
 
         data = home.private / "demo-input"

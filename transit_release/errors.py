@@ -39,7 +39,8 @@ class BudgetExceededError(TransitReleaseError):
     """
 
     def __init__(self, scope: str, requested_epsilon: float, remaining_epsilon: float,
-                 requested_delta: float | None = None, remaining_delta: float | None = None):
+                 requested_delta: float | None = None, remaining_delta: float | None = None,
+                 detail: str | None = None):
         self.scope = scope
         self.requested_epsilon = requested_epsilon
         self.remaining_epsilon = remaining_epsilon
@@ -53,6 +54,9 @@ class BudgetExceededError(TransitReleaseError):
             msg += f". Requested: δ={requested_delta:.3g}; remaining: δ={remaining_delta:.3g}"
             if requested_delta > remaining_delta:
                 msg += f"; short by δ={requested_delta - remaining_delta:.3g}"
+        if detail:
+            msg += f" ({detail})"
+        self.detail = detail
         super().__init__(msg)
 
 

@@ -9,10 +9,11 @@ from pathlib import Path
 @dataclass(frozen=True)
 class Home:
     root: Path
+    ledger_path: Path | None = None
 
     @classmethod
-    def at(cls, root: str | Path | None = None) -> "Home":
-        return cls(Path(root or ".").resolve())
+    def at(cls, root: str | Path | None = None, ledger: str | Path | None = None) -> "Home":
+        return cls(Path(root or ".").resolve(), Path(ledger).resolve() if ledger else None)
 
     @property
     def releases(self) -> Path:
@@ -31,7 +32,8 @@ class Home:
 
     @property
     def ledger(self) -> Path:
-        return self.root / "ledger.sqlite"
+        """The privacy ledger (``--ledger`` overrides ``<home>/ledger.sqlite``)."""
+        return self.ledger_path or self.root / "ledger.sqlite"
 
     @property
     def mlflow_db(self) -> Path:

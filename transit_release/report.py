@@ -100,3 +100,63 @@ released distributions.</p>
     path = out_dir / "report.html"
     path.write_text(body, encoding="utf-8")
     return path
+
+
+def write_audit_report(out_dir: Path, result: dict) -> Path:
+    """``audit.html``: integrity findings, cumulative loss per unit, mode and partition, with plots."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sections = []
+    for unit, loss in result["loss"].items():
+        tl = pd.DataFrame(loss["timeline"])
+        img_time = img_heat = ""
+        if not tl.empty:
+            tl["recorded_at"] = pd.to_datetime(tl["recorded_at"], format="ISO8601")
+            fig, ax = plt.subplots(figsize=(11, 4))
+            for mode, g in tl.groupby("mode"):
+                g = g.sort_values("recorded_at")
+                ax.step(g["recorded_at"], g["cumulative_epsilon"].cummax(), where="post", label=mode)
+            ax.set_title(f"Cumulative ε per {unit} over time (largest partition of each mode)")
+            ax.set_ylabel("ε (basic composition)")
+            ax.legend()
+            fig.autofmt_xdate()
+            fig.tight_layout()
+            fig.savefig(out_dir / f"cumulative_{unit}.png", dpi=80)
+            plt.close(fig)
+            img_time = f'<img src="cumulative_{unit}.png" alt="cumulative epsilon over time">'
+            heat = pd.DataFrame(loss["per_partition_marginal"]).T.fillna(0.0).sort_index()
+            heat = heat[[m.name for m in MARGINALS if m.name in heat.columns]]
+            fig, ax = plt.subplots(figsize=(9, max(3.0, 0.22 * len(heat) + 1.5)))
+            im = ax.imshow(heat.to_numpy(), aspect="auto", cmap="viridis")
+            ax.set_xticks(range(heat.shape[1]), heat.columns, rotation=30, ha="right", fontsize=8)
+            ax.set_yticks(range(heat.shape[0]), heat.index, fontsize=7)
+            fig.colorbar(im, ax=ax, label="ε spent")
+            ax.set_title(f"ε per partition × marginal ({unit})")
+            fig.tight_layout()
+            fig.savefig(out_dir / f"heatmap_{unit}.png", dpi=80)
+            plt.close(fig)
+            img_heat = f'<img src="heatmap_{unit}.png" alt="partition by marginal heatmap">'
+        per_mode = pd.DataFrame(loss["per_mode"]).T
+        per_part = pd.DataFrame(loss["per_partition"]).T
+        sections.append(f"""<h2>Unit of privacy: {html.escape(unit)} ({html.escape(loss['neighbouring'])})</h2>
+<p>Basic composition: <b>ε = {loss['basic']['epsilon']:g}, δ = {loss['basic']['delta']:.3g}</b> for one {html.escape(unit)}
+(the largest over partitions). Advanced composition: ε = {loss['advanced']['epsilon']:.4g},
+δ = {loss['advanced']['delta']:.3g} ({html.escape(loss['advanced']['theorem'])}, δ' = {loss['advanced']['delta_prime']:g}).</p>
+{img_time}
+<h3>Per mode</h3>{per_mode.to_html(float_format=lambda x: f"{x:.4g}")}
+{img_heat}
+<h3>Per partition</h3>{per_part.to_html(float_format=lambda x: f"{x:.4g}")}""")
+    disc = "".join(f"<li>{html.escape(d)}</li>" for d in result["discrepancies"])
+    charged = "".join(f"<li>{html.escape(r)}: {n} spend(s)</li>" for r, n in result["charged_not_published"].items())
+    status = "PASSED" if result["ok"] else "FAILED"
+    body = f"""<!doctype html><html><head><meta charset="utf-8"><title>Privacy audit {status}</title>
+<style>{_CSS}</style></head><body>
+<h1>Privacy audit: {status}</h1>
+<p>{result['entries']} ledger entries; {len(result['releases_published'])} published release(s).</p>
+<h2>Discrepancies</h2>{f"<ul>{disc}</ul>" if disc else "<p>None: the ledger's hash chain is intact, every published file matches its manifest, and MLflow mirrors every spend.</p>"}
+<h2>Charged, not published</h2>{f"<ul>{charged}</ul>" if charged else "<p>None.</p>"}
+<p class="note">These spends count: noise may have been drawn before the run stopped.</p>
+{''.join(sections)}
+</body></html>"""
+    path = out_dir / "audit.html"
+    path.write_text(body, encoding="utf-8")
+    return path

@@ -1,0 +1,99 @@
+"""Budget policy: caps, exact refusal messages, and concurrent charges."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from datetime import datetime, timezone
+
+import pytest
+
+from transit_release.accounting.ledger import Ledger
+from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
+from transit_release.errors import BudgetExceededError, ConfigError
+from tests.test_accounting import partition_events
+
+
+def policy(eps=8.0, delta=1e-6, period="all-time", modes=None):
+    cap = {"name": "trip-partition", "unit_of_privacy": "trip", "per": "partition", "period": period,
+           "epsilon": eps, "delta": delta}
+    if modes:
+        cap["modes"] = modes
+    return BudgetPolicy.from_dict({"policy": {"caps": [cap]}})
+
+
+def test_default_policy_caps_a_partition_at_one_opal_release():
+    p = load_budget_policy()
+    assert p.caps[0].epsilon == 8.0 and p.caps[0].delta == 1e-6 and p.caps[0].period == "all-time"
+
+
+def test_a_release_that_fits_is_charged(tmp_path):
+    ledger = Ledger(tmp_path / "l.sqlite")
+    assert len(ledger.charge(partition_events("r1"), check=policy().check)) == 6
+
+
+def test_refusal_names_partition_request_remaining_and_difference(tmp_path):
+    ledger = Ledger(tmp_path / "l.sqlite")
+    ledger.charge(partition_events("r1"), check=policy(eps=10).check)
+    with pytest.raises(BudgetExceededError) as info:
+        ledger.charge(partition_events("r2"), check=policy(eps=10).check)
+    assert str(info.value) == (
+        "Cannot release 'bus/20160808' without exceeding the budget. Requested: ε=8.000; remaining: ε=2.000; "
+        "short by ε=6.000. Requested: δ=7.5e-07; remaining: δ=2.5e-07; short by δ=5e-07 "
+        "(cap 'trip-partition': ε ≤ 10, δ ≤ 1e-06 per partition, all time)")
+    assert info.value.requested_epsilon == 8.0 and info.value.remaining_epsilon == 2.0
+    assert len(ledger.entries()) == 6  # nothing of r2 was written
+
+
+def test_several_partitions_over_the_cap_are_counted(tmp_path):
+    ledger = Ledger(tmp_path / "l.sqlite")
+    events = partition_events("r1", date="20160808") + partition_events("r1", date="20160809")
+    ledger.charge(events, check=policy().check)
+    again = partition_events("r2", date="20160808") + partition_events("r2", date="20160809")
+    with pytest.raises(BudgetExceededError, match=r"; 1 more partition\(s\) also exceed it\)$"):
+        ledger.charge(again, check=policy().check)
+
+
+def test_mode_specific_cap(tmp_path):
+    ledger = Ledger(tmp_path / "l.sqlite")
+    ferry_only = policy(eps=4.0, modes=["ferry"])
+    ledger.charge(partition_events("r1", mode="bus"), check=ferry_only.check)
+    with pytest.raises(BudgetExceededError, match="Cannot release 'ferry/20160808'"):
+        ledger.charge(partition_events("r2", mode="ferry"), check=ferry_only.check)
+
+
+def test_calendar_year_period_counts_only_this_years_spends(tmp_path):
+    ledger = Ledger(tmp_path / "l.sqlite")
+    yearly = policy(period="calendar-year")
+    ledger.charge(partition_events("r1"), check=yearly.check)
+    existing = ledger.entries()
+    next_year = datetime(datetime.now(timezone.utc).year + 1, 1, 1, tzinfo=timezone.utc)
+    yearly.check(existing, partition_events("r2"), now=next_year)  # renewed: fits
+    with pytest.raises(BudgetExceededError, match="calendar year"):
+        yearly.check(existing, partition_events("r2"))
+
+
+def test_policy_file_errors(tmp_path):
+    p = tmp_path / "p.yaml"
+    p.write_text("policy:\n  caps:\n    - {epsilon: 1, delta: 0, period: weekly}\n")
+    with pytest.raises(ConfigError, match=r"caps\[0\]: period must be one of \['all-time', 'calendar-year'\]"):
+        load_budget_policy(p)
+
+
+def _charge(args):
+    path, release = args
+    try:
+        Ledger(path).charge(partition_events(release), check=policy(eps=16.0, delta=1e-5).check)
+        return "ok"
+    except BudgetExceededError:
+        return "refused"
+
+
+def test_four_concurrent_charges_against_a_cap_that_fits_two(tmp_path):
+    path = tmp_path / "l.sqlite"
+    Ledger(path)
+    with mp.get_context("spawn").Pool(4) as pool:
+        outcomes = pool.map(_charge, [(path, f"r{i}") for i in range(4)])
+    assert sorted(outcomes) == ["ok", "ok", "refused", "refused"]
+    ledger = Ledger(path)
+    assert ledger.verify() == 12
+    assert len({e.release_id for e in ledger.entries()}) == 2
