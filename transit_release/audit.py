@@ -98,7 +98,7 @@ def check_releases(releases_dir: Path, published: dict[str, LedgerEntry]) -> tup
         if sha256_file(manifest) != entry.data()["manifest_sha256"]:
             problems.append(Discrepancy("release", rid, f"{MANIFEST} differs from the one recorded at publication"))
         for p in verify_release(d):
-            problems.append(Discrepancy("release", rid, p.split(": ", 1)[1] if ": " in p else p))
+            problems.append(Discrepancy("release", rid, p.removeprefix(f"{rid}/").removeprefix(f"{rid}: ")))
     for rid in sorted(set(on_disk) - set(published)):
         problems.append(Discrepancy("release", rid, "in releases/ but never recorded as published on the ledger"))
     return problems, leftovers

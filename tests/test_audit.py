@@ -1,0 +1,109 @@
+"""The compliance audit: clean record passes; every kind of tampering is named and fails."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+
+import pytest
+
+from transit_release.cli import EXIT_AUDIT_FAILED, main
+
+pytestmark = pytest.mark.flow
+
+
+@pytest.fixture(scope="module")
+def released_home(prefect_harness, small_week, tmp_path_factory):
+    from flows.opal_release import opal_release
+
+    home = tmp_path_factory.mktemp("audited")
+    opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(home))
+    return home
+
+
+@pytest.fixture
+def home(released_home, tmp_path):
+    """A private copy of the released home, free to be tampered with."""
+    copy = tmp_path / "home"
+    shutil.copytree(released_home, copy)
+    # the copied MLflow store still points at the original artifacts: fine for the audit,
+    # which reads runs, tags and params
+    return copy
+
+
+def audit(home, capsys):
+    rc = main(["audit", "--home", str(home), "--json"])
+    out, err = capsys.readouterr()
+    return rc, json.loads(out[out.index("{"):]), err
+
+
+def test_clean_record_passes_and_reports_the_loss(home, capsys):
+    rc, result, _ = audit(home, capsys)
+    assert rc == 0 and result["ok"] and result["discrepancies"] == []
+    trip = result["loss"]["trip"]
+    assert trip["basic"] == {"epsilon": 8.0, "delta": 7.5e-7}
+    assert trip["per_mode"]["ferry"]["epsilon"] == 8.0
+    assert len(trip["per_partition"]) == 28
+    assert trip["per_partition_marginal"]["bus/20160808"]["tap_on_time_location"] == 2.0
+    assert "Theorem 3.20" in trip["advanced"]["theorem"]
+    assert result["charged_not_published"] == {}
+    report = result["report"]
+    assert report.endswith("audit.html") and "/release_reports/audit-" in report
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    run = client.get_run(result["mlflow_run_id"])
+    assert run.data.tags["status"] == "passed" and run.data.metrics["trip.epsilon"] == 8.0
+
+
+def test_ledger_row_edited_behind_the_triggers(home, capsys):
+    con = sqlite3.connect(home / "ledger.sqlite")
+    con.execute("DROP TRIGGER entries_no_update")
+    con.execute("UPDATE entries SET payload = replace(payload, '\"epsilon\":2.0', '\"epsilon\":0.2') WHERE seq = 6")
+    con.commit()
+    con.close()
+    rc, result, err = audit(home, capsys)
+    assert rc == EXIT_AUDIT_FAILED
+    assert any("entry 6 was modified after it was recorded" in d for d in result["discrepancies"])
+    assert "audit failed" in err and "entry 6 was modified" in err
+
+
+def test_deleted_ledger_row(home, capsys):
+    con = sqlite3.connect(home / "ledger.sqlite")
+    con.execute("DROP TRIGGER entries_no_delete")
+    con.execute("DELETE FROM entries WHERE seq = 40")
+    con.commit()
+    con.close()
+    rc, result, _ = audit(home, capsys)
+    assert rc == EXIT_AUDIT_FAILED
+    assert any("entry 40 is missing" in d for d in result["discrepancies"])
+    assert any("ledger spends" not in d and "mlflow" in d and "40" in d for d in result["discrepancies"])
+
+
+def test_deleted_mlflow_run(home, capsys):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("transit-release")
+    child = client.search_runs([exp.experiment_id], filter_string="tags.partition = 'train/20160810'")[0]
+    client.delete_run(child.info.run_id)
+    rc, result, _ = audit(home, capsys)
+    assert rc == EXIT_AUDIT_FAILED
+    assert f"mlflow: opal-20160808-20160814: run {child.info.run_id} was deleted" in result["discrepancies"]
+    assert any("are not in MLflow" in d for d in result["discrepancies"])
+
+
+def test_modified_published_file(home, capsys):
+    f = home / "releases" / "opal-20160808-20160814" / "time.csv"
+    f.write_text(f.read_text().replace(",on,", ",off,", 1))
+    rc, result, _ = audit(home, capsys)
+    assert rc == EXIT_AUDIT_FAILED
+    assert result["discrepancies"] == ["release: opal-20160808-20160814: time.csv: sha256 differs from the manifest"]
+
+
+def test_release_directory_not_on_the_ledger(home, capsys):
+    shutil.copytree(home / "releases" / "opal-20160808-20160814", home / "releases" / "forged")
+    rc, result, _ = audit(home, capsys)
+    assert rc == EXIT_AUDIT_FAILED
+    assert result["discrepancies"] == ["release: forged: in releases/ but never recorded as published on the ledger"]
