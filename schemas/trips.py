@@ -10,8 +10,25 @@ from pandera.typing import Series
 from transit_release.config import KNOWN_MODES
 
 
+class TripsFile(pa.DataFrameModel):
+    """File-level contract: exactly these columns, each coercible to its type (values may be missing;
+    missing or wrong values are row-level problems for the screen)."""
+
+    card_id: Series[pd.Int64Dtype] = pa.Field(nullable=True)
+    mode: Series[pd.StringDtype] = pa.Field(nullable=True)
+    tap_on_time: Series[pa.DateTime] = pa.Field(nullable=True)
+    tap_on_stop: Series[pd.Int64Dtype] = pa.Field(nullable=True)
+    tap_off_time: Series[pa.DateTime] = pa.Field(nullable=True)
+    tap_off_stop: Series[pd.Int64Dtype] = pa.Field(nullable=True)
+
+    class Config:
+        strict = True
+        coerce = True
+        ordered = False
+
+
 class RawTrips(pa.DataFrameModel):
-    """One row = one trip of one card (the unit of privacy)."""
+    """Clean trips (after the screen): one row = one trip of one card, the unit of privacy."""
 
     card_id: Series[np.int64] = pa.Field(ge=0)
     mode: Series[str] = pa.Field(isin=list(KNOWN_MODES))
@@ -40,6 +57,24 @@ class Stops(pa.DataFrameModel):
     mode: Series[str] = pa.Field(isin=list(KNOWN_MODES))
     name: Series[str] = pa.Field(nullable=True)
     postcode: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0, le=9999)
+
+    class Config:
+        strict = True
+        coerce = True
+
+
+class PartitionMarginals(pa.DataFrameModel):
+    """The histograms of all partitions in long form: only present points, positive counts."""
+
+    partition: Series[str] = pa.Field(str_matches=r"^(bus|ferry|lightrail|train)/\d{8}$")
+    marginal: Series[str] = pa.Field(isin=["tap_on_time", "tap_on_location", "tap_off_time", "tap_off_location",
+                                            "tap_on_time_location", "tap_off_time_location"])
+    key: Series[np.int64] = pa.Field(ge=0)
+    count: Series[np.int64] = pa.Field(ge=1)
+
+    @pa.dataframe_check(error="a key appears twice in one histogram")
+    def keys_unique(cls, df: pd.DataFrame) -> Series[bool]:
+        return ~df.duplicated(["partition", "marginal", "key"], keep=False)
 
     class Config:
         strict = True

@@ -14,39 +14,45 @@ from transit_release.errors import ReleaseExistsError
 from transit_release.home import Home
 from transit_release.preprocessing import PartitionHistograms
 from transit_release.publish import check_release_id
+from transit_release.screening import Period
 
 
 @dataclass(frozen=True)
-class ReleasePlan:
+class ReleaseTarget:
     release_id: str
-    events: list[StabilityHistogramEvent]
     already_published: bool
 
 
-@data_task(name="plan-release")
-def plan_release(home: Home, requested_id: str | None, partitions: list[PartitionHistograms],
-                 config: ReleaseConfig, fingerprint: str, code_version: str) -> ReleasePlan:
-    """Name the release and describe its spends; detect an identical earlier publication.
+@data_task(name="resolve-release")
+def resolve_release(home: Home, requested_id: str | None, period: Period, config: ReleaseConfig,
+                    fingerprint: str) -> ReleaseTarget:
+    """Name the release; detect an identical earlier publication before anything is written.
 
     Re-publishing an already published release id from the same input and
     parameters draws no noise and spends nothing; any other reuse of an id is
-    refused.
+    refused, so no earlier release, report or record is touched.
     """
-    release_id = check_release_id(requested_id or opal.default_release_id(partitions))
-    events = opal.plan_spends(partitions, config, release_id, fingerprint, code_version)
+    release_id = check_release_id(requested_id or opal.release_id_for(period.start, period.end))
     ledger = Ledger(home.ledger)
     published = release_id in ledger.published()
     exists = (home.releases / release_id).exists()
     if published or exists:
-        earlier = {(e.partition, e.marginal, e.epsilon, e.delta, e.input_fingerprint)
+        earlier = {(e.marginal, e.epsilon, e.delta, e.input_fingerprint)
                    for e in (x.event() for x in ledger.spends(release_id))}
-        wanted = {(e.partition, e.marginal, e.epsilon, e.delta, e.input_fingerprint) for e in events}
+        wanted = {(name, b.epsilon, b.delta, fingerprint) for name, b in config.budgets.items()}
         if published and exists and wanted <= earlier:
-            return ReleasePlan(release_id, [], already_published=True)
+            return ReleaseTarget(release_id, already_published=True)
         raise ReleaseExistsError(
             f"release '{release_id}' already exists and was made from other input or parameters; "
             "it is never overwritten: choose another --release-id")
-    return ReleasePlan(release_id, events, already_published=False)
+    return ReleaseTarget(release_id, already_published=False)
+
+
+@data_task(name="plan-spends")
+def plan_spends(release_id: str, partitions: list[PartitionHistograms], config: ReleaseConfig, fingerprint: str,
+                code_version: str) -> list[StabilityHistogramEvent]:
+    """Describe every mechanism run as an event (one per partition and marginal)."""
+    return opal.plan_spends(partitions, config, release_id, fingerprint, code_version)
 
 
 @data_task(name="charge-budget")

@@ -14,6 +14,7 @@ from transit_release.config import ReleaseConfig
 from transit_release.home import Home
 from transit_release.noise import NoiseSource
 from transit_release.preprocessing import EncodedTrips, key_space
+from transit_release.screening import Period
 
 
 @data_task(name="assemble-release-tables")
@@ -22,11 +23,11 @@ def assemble_tables(sanitized: list, encoded: EncodedTrips) -> dict[str, pd.Data
 
 
 @data_task(name="stage-release")
-def stage_release(home: Home, release_id: str, partitions: list, tables: dict[str, pd.DataFrame],
+def stage_release(home: Home, release_id: str, period: Period, tables: dict[str, pd.DataFrame],
                   config: ReleaseConfig, code_version: str) -> publish.StagedRelease:
     """Write every public file into a hidden staging directory."""
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    manifest = opal.build_manifest(release_id, partitions, config, NoiseSource.from_environment().kind,
+    manifest = opal.build_manifest(release_id, period, config, NoiseSource.from_environment().kind,
                                    code_version, created)
     return publish.stage_release(home.releases, release_id, tables, manifest, publish.render_datacard(manifest))
 

@@ -12,10 +12,14 @@ from transit_release.home import Home
 
 
 @data_task(name="write-report")
-def write_report(home: Home, manifest: dict, utility: pd.DataFrame, partitions: list, sanitized: list) -> str:
+def write_report(home: Home, manifest: dict, utility: pd.DataFrame, partitions: list, sanitized: list,
+                 quarantine: dict) -> str:
     out = home.reports / manifest["release_id"]
     release_dir = home.releases / manifest["release_id"]
     links = {"Public data card (DATACARD.md)": os.path.relpath(release_dir / "DATACARD.md", out),
-             "Manifest (manifest.json)": os.path.relpath(release_dir / "manifest.json", out)}
-    path = report.write_report(out, manifest, utility, opal.released_vs_true(partitions, sanitized), links)
+             "Manifest (manifest.json)": os.path.relpath(release_dir / "manifest.json", out),
+             "Data Docs: raw-data quality (Great Expectations)": "data_docs/raw/index.html",
+             "Data Docs: release checks (Great Expectations)": "data_docs/release/index.html"}
+    path = report.write_report(out, manifest, utility, opal.released_vs_true(partitions, sanitized), links,
+                               quarantine)
     return str(path)

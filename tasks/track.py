@@ -60,7 +60,8 @@ def _marginal_params(privacy: dict) -> dict:
 
 
 @data_task(name="track-in-mlflow")
-def track_release(home: Home, manifest: dict, utility: pd.DataFrame, charged: list, report_path: str) -> str:
+def track_release(home: Home, manifest: dict, utility: pd.DataFrame, charged: list, report_path: str,
+                  quarantine: dict, validations: dict) -> str:
     """Log the release; returns the parent run id."""
     client = _client(home)
     exp = experiment_id(client, home)
@@ -87,6 +88,13 @@ def track_release(home: Home, manifest: dict, utility: pd.DataFrame, charged: li
         for k in METRICS:
             metrics[f"{name}.{k}"] = agg.loc[name, k]
     metrics["trip_coverage"] = utility["trip_coverage"].mean()
+    metrics["input.rows"] = quarantine["rows"]
+    metrics["input.quarantined"] = quarantine["quarantined"]
+    metrics["input.quarantined_share"] = quarantine["quarantined_share"]
+    for reason, count in quarantine["by_reason"].items():
+        metrics[f"input.quarantined.{reason}"] = count
+    for name, result in validations.items():
+        metrics[f"validation.{name}.success"] = float(result["success"])
     _log(client, parent, params, metrics)
 
     by_part = {}
@@ -120,6 +128,10 @@ def track_release(home: Home, manifest: dict, utility: pd.DataFrame, charged: li
         manifest_json.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
         client.log_artifact(parent, str(ledger_json))
         client.log_artifact(parent, str(manifest_json))
+        quality_json = Path(tmp) / "input_quality.json"
+        quality_json.write_text(json.dumps({"screen": quarantine, "validations": validations}, indent=2),
+                                encoding="utf-8")
+        client.log_artifact(parent, str(quality_json))
     client.log_artifacts(parent, str(Path(report_path).parent), artifact_path="report")
     client.set_terminated(parent, "FINISHED")
     return parent

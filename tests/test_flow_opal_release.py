@@ -175,14 +175,14 @@ def test_same_id_from_other_input_is_refused_and_spends_nothing(released, small_
 def test_bad_input_publishes_and_spends_nothing(prefect_harness, small_week, tmp_path):
     from flows.opal_release import opal_release
 
-    trips = pd.read_csv(small_week["trips"], nrows=500)
-    trips.loc[[3, 7], "mode"] = "hovercraft"
+    trips = pd.read_csv(small_week["trips"], nrows=500, dtype=str)
+    trips.loc[[3, 7], "card_id"] = "hovercraft"
     bad = tmp_path / "bad.csv"
     trips.to_csv(bad, index=False)
     home = tmp_path / "home"
     with pytest.raises(SchemaViolationError) as info:
         opal_release(trips=str(bad), stops=str(small_week["stops"]), home=str(home))
-    assert str(info.value) == ("trips file bad.csv: 1 problem(s): column 'mode': value not in the allowed set: "
+    assert str(info.value) == ("trips file bad.csv: 1 problem(s): column 'card_id': wrong type (Int64): "
                                "2 row(s), first at row(s) 4, 8")
     assert "hovercraft" not in str(info.value)
     assert not (home / "releases").exists()

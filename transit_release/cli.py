@@ -66,6 +66,11 @@ def _parser() -> argparse.ArgumentParser:
         r.add_argument("--policy", help="budget policy YAML (default: the built-in policy, ε ≤ 8 and "
                                         "δ ≤ 1e-6 per trip-partition, all time)")
         r.add_argument("--ledger", help="privacy ledger file (default: <home>/ledger.sqlite)")
+        r.add_argument("--period-start", help="first day of the release period, YYYY-MM-DD "
+                                              "(default: inferred from the tap-on dates)")
+        r.add_argument("--period-end", help="last day of the release period, YYYY-MM-DD")
+        r.add_argument("--quarantine-limit", type=float,
+                       help="largest share of quarantined rows that still allows a release (default 0.01)")
         if name == "release":
             r.add_argument("--trips", required=True, help="raw trips, CSV or Parquet")
             r.add_argument("--stops", required=True, help="stop table, CSV or Parquet")
@@ -146,7 +151,8 @@ def _release(args, trips: str, stops: str, home: Home) -> int:
     summary = opal_release(trips=str(Path(trips).resolve()), stops=str(Path(stops).resolve()),
                            home=str(home.root), config=args.config, epsilons=args.epsilons,
                            delta=args.delta, release_id=args.release_id, policy=args.policy,
-                           ledger=args.ledger)
+                           ledger=args.ledger, period_start=args.period_start, period_end=args.period_end,
+                           quarantine_limit=args.quarantine_limit)
     _print_summary(summary)
     return 0
 

@@ -51,11 +51,31 @@ class MarginalBudget:
 
 
 @dataclass(frozen=True)
+class QualityPolicy:
+    """What the validation gate tolerates (``quality:`` in the release config)."""
+
+    quarantine_limit: float = 0.01  # largest share of quarantined rows that still allows a release
+    max_trip_minutes: int = 300  # a longer trip is an "absurd duration"
+    min_rows: int = 1
+    max_rows: int = 200_000_000
+
+    def __post_init__(self):
+        if not 0 <= self.quarantine_limit < 1:
+            raise ConfigError(f"quality.quarantine_limit must be in [0, 1). Found {self.quarantine_limit}.")
+        if self.max_trip_minutes <= 0:
+            raise ConfigError(f"quality.max_trip_minutes must be positive. Found {self.max_trip_minutes}.")
+        if not 0 < self.min_rows <= self.max_rows:
+            raise ConfigError(f"quality.min_rows and max_rows must satisfy 0 < min_rows <= max_rows. "
+                              f"Found {self.min_rows}, {self.max_rows}.")
+
+
+@dataclass(frozen=True)
 class ReleaseConfig:
     budgets: dict[str, MarginalBudget]
     bin_minutes: int = 15
     unit_of_privacy: str = "trip"
     modes: tuple[str, ...] = KNOWN_MODES
+    quality: QualityPolicy = QualityPolicy()
 
     def __post_init__(self):
         if set(self.budgets) != set(MARGINAL_BY_NAME):
@@ -86,7 +106,8 @@ class ReleaseConfig:
         """``6 × 1/8,000,000 = 7.5e-7`` exactly, not ``7.499999999999999e-07``."""
         return float(sum(exact_fraction(b.delta) for b in self.budgets.values()))
 
-    def with_overrides(self, epsilons: list[float] | None = None, delta: float | None = None) -> "ReleaseConfig":
+    def with_overrides(self, epsilons: list[float] | None = None, delta: float | None = None,
+                       quarantine_limit: float | None = None) -> "ReleaseConfig":
         """Flags override the file: ``epsilons`` in marginal order j = 1..6, one δ for all."""
         budgets = dict(self.budgets)
         if epsilons is not None:
@@ -95,7 +116,8 @@ class ReleaseConfig:
             budgets = {m.name: MarginalBudget(float(e), budgets[m.name].delta) for m, e in zip(MARGINALS, epsilons)}
         if delta is not None:
             budgets = {k: MarginalBudget(b.epsilon, float(delta)) for k, b in budgets.items()}
-        return replace(self, budgets=budgets)
+        quality = self.quality if quarantine_limit is None else replace(self.quality, quarantine_limit=quarantine_limit)
+        return replace(self, budgets=budgets, quality=quality)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -104,6 +126,9 @@ class ReleaseConfig:
             "modes": list(self.modes),
             "marginals": {m.name: {"epsilon": self.budgets[m.name].epsilon, "delta": self.budgets[m.name].delta}
                           for m in MARGINALS},
+            "quality": {"quarantine_limit": self.quality.quarantine_limit,
+                        "max_trip_minutes": self.quality.max_trip_minutes,
+                        "min_rows": self.quality.min_rows, "max_rows": self.quality.max_rows},
         }
 
     @classmethod
@@ -111,7 +136,7 @@ class ReleaseConfig:
         if not isinstance(data, dict) or not isinstance(data.get("release"), dict):
             raise ConfigError(f"{source}: expected a top-level 'release:' mapping")
         r = data["release"]
-        known = {"bin_minutes", "unit_of_privacy", "modes", "marginals"}
+        known = {"bin_minutes", "unit_of_privacy", "modes", "marginals", "quality"}
         if set(r) - known:
             raise ConfigError(f"{source}: unknown keys {sorted(set(r) - known)}")
         try:
@@ -119,8 +144,17 @@ class ReleaseConfig:
                        for name, v in (r.get("marginals") or {}).items()}
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{source}: every marginal needs numeric 'epsilon' and 'delta' ({exc})") from None
+        q = r.get("quality") or {}
+        if set(q) - {"quarantine_limit", "max_trip_minutes", "min_rows", "max_rows"}:
+            raise ConfigError(f"{source}: unknown quality keys {sorted(set(q) - set(QualityPolicy.__dataclass_fields__))}")
         try:
-            return cls(budgets=budgets,
+            quality = QualityPolicy(**{k: (float(v) if k == "quarantine_limit" else int(v)) for k, v in q.items()})
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{source}: quality values must be numbers ({exc.__class__.__name__})") from None
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+        try:
+            return cls(budgets=budgets, quality=quality,
                        bin_minutes=int(r.get("bin_minutes", 15)),
                        unit_of_privacy=str(r.get("unit_of_privacy", "trip")),
                        modes=tuple(r.get("modes", KNOWN_MODES)))

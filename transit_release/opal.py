@@ -125,10 +125,9 @@ __all__ = ["plan_spends", "sanitize_partition", "release_tables", "privacy_state
            "MARGINAL_BY_NAME", "OUTPUT_COLUMNS", "NEIGHBOURING"]
 
 
-def default_release_id(partitions: list[PartitionHistograms]) -> str:
-    """``opal-<first date>-<last date>``: the same input period gives the same id."""
-    dates = sorted({p.date for p in partitions})
-    return f"opal-{dates[0]}-{dates[-1]}" if dates else "opal-empty"
+def release_id_for(start, end) -> str:
+    """``opal-<first date>-<last date>``: the same period gives the same id."""
+    return f"opal-{start:%Y%m%d}-{end:%Y%m%d}"
 
 
 def check_charges(ph: PartitionHistograms, config: ReleaseConfig, charged_events: list) -> None:
@@ -176,16 +175,14 @@ def released_vs_true(partitions: list[PartitionHistograms], sanitized: list[Sani
     return out
 
 
-def build_manifest(release_id: str, partitions: list[PartitionHistograms], config: ReleaseConfig,
+def build_manifest(release_id: str, period, config: ReleaseConfig,
                    noise_kind: str, code_version: str, created_at: str) -> dict:
     """Everything public about the release except the file list (added when written)."""
-    dates = sorted({p.date for p in partitions})
-    fmt = lambda d: f"{d[:4]}-{d[4:6]}-{d[6:]}"  # noqa: E731
     return {
         "release_id": release_id,
         "created_at": created_at,
         "product": "Opal-style tap counts: time, location and time-location marginals per mode and day",
-        "period": {"start": fmt(dates[0]), "end": fmt(dates[-1])} if dates else {"start": None, "end": None},
+        "period": {"start": period.start.isoformat(), "end": period.end.isoformat()},
         "modes": list(config.modes),
         "parameters": {"bin_minutes": config.bin_minutes, "date_format": "YYYYMMDD", "unknown": "-1"},
         "privacy": privacy_statement(config),

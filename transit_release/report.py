@@ -55,8 +55,18 @@ def _bars(df: pd.DataFrame, title: str, ylabel: str, path: Path, stacked: bool =
     plt.close(fig)
 
 
+def _quarantine_html(q: dict | None) -> str:
+    if not q:
+        return "<p>No screening summary.</p>"
+    rows = "".join(f"<tr><td>{html.escape(r)}</td><td>{c:,}</td></tr>" for r, c in q["by_reason"].items())
+    return (f"<p>{q['rows']:,} rows read; {q['quarantined']:,} quarantined ({100 * q['quarantined_share']:.3f}%). "
+            "Quarantined rows are kept privately under <code>private/quarantine/</code>.</p>"
+            + (f"<table><tr><th>reason</th><th>rows</th></tr>{rows}</table>" if rows else ""))
+
+
 def write_report(out_dir: Path, manifest: dict, utility: pd.DataFrame,
-                 points: dict[str, tuple[np.ndarray, np.ndarray]], links: dict[str, str] | None = None) -> Path:
+                 points: dict[str, tuple[np.ndarray, np.ndarray]], links: dict[str, str] | None = None,
+                 quarantine: dict | None = None) -> Path:
     """Render the report. ``utility`` has one row per (partition, marginal)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     thresholds = {k: v["threshold"] for k, v in manifest["privacy"]["marginals"].items()}
@@ -86,6 +96,8 @@ Files: {', '.join(f"<code>{html.escape(k)}</code> ({v['rows']:,} rows)" for k, v
 <p>Privacy: ({p['epsilon']:g}, {p['delta']:.3g})-DP per {html.escape(p['unit_of_privacy'])}
 ({html.escape(p['neighbouring_relation'])}); {html.escape(p['composition'])}.</p>
 <ul>{links_html}</ul>
+<h2>Input quality</h2>
+{_quarantine_html(quarantine)}
 <h2>Utility per marginal</h2>
 <p class="note">kept share: share of present points released; trip coverage: share of trips on released points
 (mean over partitions); errors: |released − true| on released points; total variation: between the true and

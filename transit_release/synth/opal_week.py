@@ -40,6 +40,7 @@ RARE_LOCATIONS = {"bus": 10, "ferry": 2, "lightrail": 1, "train": 4}
 # log-normal trip durations in minutes: (median, sigma)
 DURATION = {"bus": (16.0, 0.6), "train": (24.0, 0.5), "ferry": (20.0, 0.4), "lightrail": (11.0, 0.5)}
 TRIPS_PER_CARD_EXTRA = 1.4
+MAX_DURATION = 240  # minutes: synthetic data stays inside the validation gate's limits
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ def synthesize_week(scale: float = 1.0, seed: int = 0, progress=None) -> Synthet
             off_stop = stops_for(off_lab)
             on_min = _tap_on_minutes(rng, n, weekend)
             med, sig = DURATION[mode]
-            dur = np.maximum(1, np.rint(rng.lognormal(np.log(med), sig, n))).astype(np.int64)
+            dur = np.clip(np.rint(rng.lognormal(np.log(med), sig, n)), 1, MAX_DURATION).astype(np.int64)
             off_min = np.minimum(on_min + dur, 1439)
             parts.append(pd.DataFrame({
                 "mode": mode,

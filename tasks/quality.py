@@ -1,0 +1,79 @@
+"""Great Expectations gates: raw-data quality before any spend, release checks before publication."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+
+import pandas as pd
+
+from schemas import expectations
+from tasks import data_task
+from transit_release.config import MARGINALS, ReleaseConfig
+from transit_release.errors import InputDataError, TransitReleaseError
+from transit_release.home import Home
+from transit_release.opal import OUTPUT_COLUMNS
+from transit_release.preprocessing import EncodedTrips, key_space, location_label, time_label
+from transit_release.screening import Period
+
+
+class RawQualityError(InputDataError):
+    """The raw-data quality suite failed."""
+
+
+class ReleaseCheckError(TransitReleaseError):
+    """A release table failed its expectations: nothing is published."""
+
+
+def _failures(result: dict) -> str:
+    bad = [f"{suite}: {e['expectation']}({e['column'] or ''}) unexpected {e['unexpected_count']}"
+           for suite, r in result["suites"].items() for e in r["expectations"] if not e["success"]]
+    return "; ".join(bad[:8])
+
+
+@data_task(name="check-raw-quality")
+def check_raw_quality(home: Home, release_id: str, trips: pd.DataFrame, stops: pd.DataFrame, period: Period,
+                      config: ReleaseConfig) -> dict:
+    out = home.reports / release_id
+    result = expectations.validate_frames(out / "data_docs" / "raw", {
+        "raw_trips": (expectations.raw_view(trips),
+                      partial(expectations.raw_suite, period, config.quality, config.modes,
+                              sorted(int(x) for x in stops["stop_id"])))})
+    (out / "validation-raw.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    if not result["success"]:
+        raise RawQualityError(f"raw-data quality suite failed ({_failures(result)}); "
+                              f"see {out / 'data_docs' / 'raw' / 'index.html'}")
+    return result
+
+
+@data_task(name="check-release-tables")
+def check_release_tables(home: Home, release_id: str, tables: dict[str, pd.DataFrame], partitions: list,
+                         encoded: EncodedTrips, config: ReleaseConfig) -> dict:
+    """Exact columns, counts ≥ each marginal's threshold, and only time bins and locations of the input."""
+    from transit_release.mechanisms.stability_histogram import sbh_threshold
+
+    ks = key_space(encoded)
+    times: set[str] = set()
+    locs: dict[str, set[str]] = {}
+    for ph in partitions:
+        for m in MARGINALS:
+            tb, lc = ks.decode(m, ph.histograms[m.name].keys)
+            if tb is not None:
+                times.update(time_label(tb, encoded.bin_minutes))
+            if lc is not None:
+                locs.setdefault(ph.mode, set()).update(location_label(lc, encoded.vocab[ph.mode]))
+    frames = {}
+    for name, df in tables.items():
+        ms = [m for m in MARGINALS if m.output == name]
+        thresholds = {m.tap: sbh_threshold(config.budgets[m.name].epsilon, config.budgets[m.name].delta) for m in ms}
+        has_time, has_loc = ms[0].has_time, ms[0].has_loc
+        frames[f"release_{name.replace('-', '_')}"] = (df, partial(
+            expectations.release_suite, name, OUTPUT_COLUMNS[name], thresholds, config.modes,
+            sorted(times) if has_time else None,
+            {m: sorted(v) for m, v in locs.items()} if has_loc else None))
+    out = home.reports / release_id
+    result = expectations.validate_frames(out / "data_docs" / "release", frames)
+    (out / "validation-release.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    if not result["success"]:
+        raise ReleaseCheckError(f"release tables failed their expectations ({_failures(result)}); nothing published")
+    return result

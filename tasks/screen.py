@@ -1,0 +1,68 @@
+"""The validation gate: file contract, release period, row screening and quarantine."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+from prefect import get_run_logger
+
+from schemas import TripsFile, validate
+from tasks import data_task
+from transit_release import screening
+from transit_release.config import ReleaseConfig
+from transit_release.errors import InputDataError
+from transit_release.home import Home
+
+
+@data_task(name="validate-trips-file")
+def validate_trips_file(trips: pd.DataFrame, path: str) -> pd.DataFrame:
+    """Columns and types (file-level: any failure aborts, naming column and rows)."""
+    if len(trips) == 0:
+        raise InputDataError(f"trips file {Path(path).name}: no data rows (header only)")
+    return validate(TripsFile, trips, f"trips file {Path(path).name}")
+
+
+@data_task(name="release-period")
+def release_period(trips: pd.DataFrame, start: str | None, end: str | None) -> screening.Period:
+    """The declared period, or the one the tap-on dates show (stray dates ignored)."""
+    if start is None and end is None:
+        return screening.infer_period(trips)
+    if start is None or end is None:
+        raise InputDataError("give both --period-start and --period-end, or neither")
+    try:
+        return screening.Period(date.fromisoformat(start), date.fromisoformat(end))
+    except ValueError:
+        raise InputDataError("--period-start and --period-end must be dates as YYYY-MM-DD") from None
+
+
+@data_task(name="screen-trips")
+def screen_trips(home: Home, release_id: str, trips: pd.DataFrame, stops: pd.DataFrame,
+                 period: screening.Period, config: ReleaseConfig, path: str) -> screening.ScreenResult:
+    """Quarantine row-level problems (raw rows to ``private/``; counts only in logs) or abort the file."""
+    logger = get_run_logger()
+    name = Path(path).name
+    result = screening.screen_trips(trips, stops, period, config.quality, config.modes)
+    where = _write_quarantine(home, release_id, result.quarantined)
+    if where:
+        logger.warning("quarantined %d of %d rows (%.3f%%), by reason %s; raw rows kept privately in %s",
+                       result.quarantined_rows, result.total_rows, 100 * result.share, result.counts, where)
+    else:
+        logger.info("screened %d rows: none quarantined", result.total_rows)
+    try:
+        screening.check_gate(result, config.quality)
+    except InputDataError as exc:
+        raise type(exc)(f"trips file {name}: {exc}" + (f" (quarantined rows: {where})" if where else "")) from None
+    return result
+
+
+def _write_quarantine(home: Home, release_id: str, rows: pd.DataFrame) -> str | None:
+    """Raw quarantined rows with their row number and reason, under ``private/`` only."""
+    if not len(rows):
+        return None
+    folder = home.private / "quarantine" / release_id
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"quarantine-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%fZ')}.parquet"
+    rows.to_parquet(path, index=False)
+    return str(path)

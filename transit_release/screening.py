@@ -1,0 +1,244 @@
+"""The validation gate's row screening: reason codes, quarantine, file-level aborts.
+
+Row-level problems are quarantined with a reason code (the first that applies,
+in the order of :data:`REASONS`); the release goes on only if the quarantined
+share is at most ``quality.quarantine_limit``. Problems that mean the *file* is
+wrong abort with a message naming the file, what is wrong and the first row
+numbers (1 = first data row), never a value.
+
+Why this protects privacy and not only quality: the SBH's sensitivity
+argument assumes one row = one trip of one card (duplicates break it), times
+inside the day being released, and known modes and stops. The gate makes those
+assumptions true of every row that reaches preprocessing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, timedelta
+
+import numpy as np
+import pandas as pd
+
+from transit_release.config import QualityPolicy
+from transit_release.errors import InputDataError
+
+#: Row-level reason codes, in the order they are tested.
+REASONS = (
+    "unknown_mode",
+    "missing_card_id",
+    "missing_tap_on",
+    "unknown_stop",
+    "tap_off_incomplete",
+    "tap_off_before_tap_on",
+    "absurd_duration",
+    "outside_period",
+    "duplicate",
+)
+MAX_ROWS_NAMED = 5
+#: A date holding fewer rows than this share of the median day is not part of an inferred period.
+STRAY_DAY_SHARE = 0.05
+
+
+class QuarantineLimitError(InputDataError):
+    """Too many rows had to be quarantined: the file is probably not what it should be."""
+
+
+class StopTableCoverageError(InputDataError):
+    """The stop table does not cover the stops the trips use."""
+
+
+class PeriodMismatchError(InputDataError):
+    """The trips do not cover the release period."""
+
+
+@dataclass(frozen=True)
+class Period:
+    start: date
+    end: date  # inclusive
+
+    def __post_init__(self):
+        if self.end < self.start:
+            raise InputDataError(f"release period ends ({self.end}) before it starts ({self.start})")
+
+    @property
+    def days(self) -> list[date]:
+        return [self.start + timedelta(days=i) for i in range((self.end - self.start).days + 1)]
+
+    def __str__(self) -> str:
+        return f"{self.start.isoformat()}..{self.end.isoformat()}"
+
+
+def _first_rows(mask: np.ndarray) -> str:
+    rows = np.flatnonzero(mask)[:MAX_ROWS_NAMED] + 1
+    return ", ".join(str(r) for r in rows)
+
+
+def infer_period(trips: pd.DataFrame) -> Period:
+    """Dates of the tap-ons, ignoring stray dates (fewer than 5% of the median day's rows)."""
+    days = trips["tap_on_time"].dropna().dt.normalize().value_counts()
+    if days.empty:
+        raise InputDataError("trips: no row has a tap-on time, so the release period cannot be inferred")
+    kept = days[days >= max(1.0, STRAY_DAY_SHARE * float(days.median()))]
+    return Period(kept.index.min().date(), kept.index.max().date())
+
+
+@dataclass(frozen=True)
+class ScreenResult:
+    clean: pd.DataFrame
+    quarantined: pd.DataFrame  # raw rows: private, never logged or published
+    counts: dict[str, int]
+    total_rows: int
+    reason: np.ndarray  # per input row: 0 clean, k = REASONS[k - 1]
+    unknown_stop: np.ndarray  # per input row (also where another reason came first)
+    unknown_stop_ids: int  # distinct stop ids missing from the table
+    clean_per_day: np.ndarray  # clean rows per day of the period
+    period: Period
+
+    @property
+    def quarantined_rows(self) -> int:
+        return int(sum(self.counts.values()))
+
+    @property
+    def share(self) -> float:
+        return self.quarantined_rows / self.total_rows if self.total_rows else 0.0
+
+    def summary(self) -> dict:
+        """Counts only: safe for logs, MLflow and reports."""
+        return {"rows": self.total_rows, "quarantined": self.quarantined_rows,
+                "quarantined_share": self.share, "by_reason": dict(self.counts)}
+
+
+_NS_PER_MIN = 60_000_000_000
+_NS_PER_DAY = 1440 * _NS_PER_MIN
+_NAT = np.iinfo(np.int64).min
+
+
+def _ints(s: pd.Series) -> np.ndarray:
+    """A column as int64, -1 for missing (ids are non-negative)."""
+    if s.dtype == np.int64:
+        return s.to_numpy()
+    return s.astype("Int64").to_numpy(dtype=np.int64, na_value=-1)
+
+
+def _ns(s: pd.Series) -> np.ndarray:
+    """Timestamps as int64 nanoseconds, NaT as the int64 minimum."""
+    return s.to_numpy(dtype="datetime64[ns]").view(np.int64)
+
+
+def _row_hash(*columns: np.ndarray) -> np.ndarray:
+    """A 64-bit polynomial hash of int64 columns (wrapping arithmetic); collisions only cost time."""
+    h = np.zeros(columns[0].size, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for c in columns:
+            h = h * np.uint64(0x100000001B3) + c.view(np.uint64)
+    return h
+
+
+def _exact_duplicates(df: pd.DataFrame, columns: list[np.ndarray]) -> np.ndarray:
+    """Rows equal in every column to an earlier row: hash and sort first, then compare the candidates exactly."""
+    h = _row_hash(*columns)
+    hs = np.sort(h)
+    repeated = hs[1:][hs[1:] == hs[:-1]]
+    out = np.zeros(len(df), dtype=bool)
+    if repeated.size:
+        candidates = np.isin(h, repeated)
+        out[candidates] = df.loc[candidates].duplicated(keep="first").to_numpy()
+    return out
+
+
+def screen_trips(trips: pd.DataFrame, stops: pd.DataFrame, period: Period, quality: QualityPolicy,
+                 modes: tuple[str, ...]) -> ScreenResult:
+    """Give every row its first failing reason; return the clean rows and the quarantine."""
+    n = len(trips)
+    reason = np.zeros(n, dtype=np.int8)  # 0 = clean, k = REASONS[k - 1]
+
+    def mark(code: str, bad: np.ndarray) -> None:
+        reason[(reason == 0) & bad] = REASONS.index(code) + 1
+
+    raw_codes, uniques = pd.factorize(trips["mode"], use_na_sentinel=True)
+    lookup = np.array([modes.index(u) if u in modes else -1 for u in uniques] + [-1], dtype=np.int64)
+    mode_code = lookup[raw_codes]  # raw_codes == -1 (missing) picks the trailing -1
+    mark("unknown_mode", mode_code < 0)
+    card = _ints(trips["card_id"])
+    mark("missing_card_id", card < 0)
+    on_ns, off_ns = _ns(trips["tap_on_time"]), _ns(trips["tap_off_time"])
+    on_stop, off_stop = _ints(trips["tap_on_stop"]), _ints(trips["tap_off_stop"])
+    mark("missing_tap_on", (on_ns == _NAT) | (on_stop < 0))
+
+    # a stop is known for a trip if (stop id, mode) is in the stop table
+    stop_mode = np.array([modes.index(m) if m in modes else -1 for m in stops["mode"]], dtype=np.int64)
+    table = np.sort(stops["stop_id"].to_numpy(dtype=np.int64) * 8 + stop_mode)
+    dense = None
+    if table.size and 0 <= table[0] and table[-1] < 64_000_000:  # small ids: a direct lookup table
+        dense = np.zeros(int(table[-1]) + 1, dtype=bool)
+        dense[table] = True
+
+    def known(ids: np.ndarray) -> np.ndarray:
+        if table.size == 0:
+            return np.zeros(ids.size, dtype=bool)
+        key = ids * 8 + mode_code
+        valid = (ids >= 0) & (mode_code >= 0)
+        if dense is not None:
+            inside = valid & (key < dense.size)
+            out = np.zeros(ids.size, dtype=bool)
+            out[inside] = dense[key[inside]]
+            return out
+        pos = np.searchsorted(table, key).clip(0, table.size - 1)
+        return (table[pos] == key) & valid
+
+    off_present = off_stop >= 0
+    unknown_stop = ~known(on_stop) | (off_present & ~known(off_stop))
+    mark("unknown_stop", unknown_stop)
+    off_time_present = off_ns != _NAT
+    mark("tap_off_incomplete", off_time_present != off_present)
+    both = off_time_present & (on_ns != _NAT)
+    duration = np.where(both, off_ns - on_ns, 0)
+    mark("tap_off_before_tap_on", both & (duration < 0))
+    mark("absurd_duration", both & (duration > quality.max_trip_minutes * _NS_PER_MIN))
+    start_ns = pd.Timestamp(period.start).value
+    day = np.where(on_ns == _NAT, -1, (on_ns - start_ns) // _NS_PER_DAY)
+    n_days = len(period.days)
+    mark("outside_period", (day < 0) | (day >= n_days))
+    mark("duplicate", _exact_duplicates(trips, [card, raw_codes.astype(np.int64), on_ns, on_stop, off_ns, off_stop]))
+
+    bad = reason > 0
+    counts = {r: int(c) for r, c in zip(REASONS, np.bincount(reason, minlength=len(REASONS) + 1)[1:]) if c}
+    quarantined = trips.loc[bad].copy()
+    quarantined.insert(0, "reason", np.array(REASONS, dtype=object)[reason[bad] - 1])
+    quarantined.insert(0, "row", np.flatnonzero(bad) + 1)
+    clean = trips.loc[~bad].reset_index(drop=True) if bad.any() else trips.reset_index(drop=True)
+    clean_days = np.bincount(day[~bad], minlength=n_days)[:n_days] if n_days else np.zeros(0, np.int64)
+    ids = np.concatenate([on_stop[unknown_stop & ~known(on_stop)], off_stop[unknown_stop & off_present]])
+    return ScreenResult(clean=clean, quarantined=quarantined.reset_index(drop=True), counts=counts, total_rows=n,
+                        reason=reason, unknown_stop=unknown_stop, unknown_stop_ids=int(np.unique(ids).size),
+                        clean_per_day=clean_days, period=period)
+
+
+def check_gate(result: ScreenResult, quality: QualityPolicy) -> None:
+    """Problems that mean the file (not a few rows) is wrong: raise, naming what and where."""
+    n = result.total_rows
+    limit = quality.quarantine_limit
+    period = result.period
+    if n < quality.min_rows or n > quality.max_rows:
+        raise InputDataError(f"{n:,} data rows, outside the allowed {quality.min_rows:,}..{quality.max_rows:,}")
+    unknown_stop = result.unknown_stop
+    if unknown_stop.sum() > limit * n:
+        raise StopTableCoverageError(
+            f"the stop table does not cover the trips: {int(unknown_stop.sum()):,} rows "
+            f"({unknown_stop.mean():.1%}) use stops missing from it for their mode "
+            f"({result.unknown_stop_ids:,} distinct stop ids), first at row(s) {_first_rows(unknown_stop)}")
+    outside = result.reason == REASONS.index("outside_period") + 1
+    if outside.sum() > limit * n:
+        raise PeriodMismatchError(
+            f"the trips do not match the release period {period}: {int(outside.sum()):,} rows ({outside.mean():.1%}) "
+            f"fall outside it, first at row(s) {_first_rows(outside)}")
+    if result.share > limit:
+        parts = ", ".join(f"{r} {c:,}" for r, c in result.counts.items())
+        raise QuarantineLimitError(
+            f"{result.quarantined_rows:,} of {n:,} rows ({result.share:.2%}) would be quarantined, more than the "
+            f"limit of {limit:.2%}: {parts}")
+    missing = [d for d, c in zip(period.days, result.clean_per_day) if c == 0]
+    if missing:
+        listed = ", ".join(d.isoformat() for d in missing[:5]) + (" ..." if len(missing) > 5 else "")
+        raise PeriodMismatchError(f"the trips do not cover the release period {period}: no trips on {listed}")
