@@ -65,4 +65,4 @@ def opal_release(trips: str, stops: str, home: str = ".", config: str | None = N
                            {"raw": raw_quality, "release": release_quality})
     commit_release(where, staged)  # the release becomes visible here, and only here
     mark_published(where, run_id)
-    return summarize(where, staged.manifest, "published", run_id, report)
+    return summarize(where, staged.manifest, "published", run_id, report, quarantine)

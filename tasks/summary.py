@@ -8,7 +8,7 @@ from transit_release.home import Home
 
 @data_task(name="summarize-release")
 def summarize(home: Home, manifest: dict, status: str, mlflow_run_id: str | None = None,
-              report: str | None = None) -> dict:
+              report: str | None = None, quarantine: dict | None = None) -> dict:
     rid = manifest["release_id"]
     files = {k: v["rows"] for k, v in manifest["files"].items() if k.endswith(".csv")}
     return {
@@ -24,4 +24,5 @@ def summarize(home: Home, manifest: dict, status: str, mlflow_run_id: str | None
         "report": report or str(home.reports / rid / "report.html"),
         "mlflow_run_id": mlflow_run_id,
         "mlflow_ui": home.mlflow_ui_command(),
+        "quarantine": quarantine,
     }

@@ -6,8 +6,10 @@ Error messages name the file and the problem, never a value from the file.
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -40,12 +42,17 @@ def file_format(path: Path) -> str:
     raise InputDataError(f"{path.name}: unsupported file type {suffix!r}; use .csv or .parquet")
 
 
+#: Local wall-clock times only: a time zone offset would silently shift a tap to another bin.
+TIME_FORMATS = ["%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"]
+_LOCAL_TIME = r"^\d{4}-\d{2}-\d{2}[ T]([01]\d|2[0-3]):[0-5]\d(:[0-5]\d)?$"
+
+
 def _read_csv(path: Path, column_types: dict[str, pa.DataType] | None) -> pa.Table:
     convert = pacsv.ConvertOptions(
         column_types=column_types or {},
         strings_can_be_null=True,
         null_values=[""],
-        timestamp_parsers=[pacsv.ISO8601] if column_types else None,
+        timestamp_parsers=TIME_FORMATS if column_types else None,
     )
     if not column_types:
         # everything as text: the schema's coercion reports what does not parse
@@ -80,12 +87,45 @@ def read_table(path: str | Path, column_types: dict[str, pa.DataType], what: str
     except InputDataError:
         raise
     except (pa.ArrowInvalid, pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-        raise InputDataError(f"{what} file {path.name}: cannot be read as {fmt} ({exc.__class__.__name__})") from None
+        raise InputDataError(f"{what} file {path.name}: cannot be read as {fmt}: {_explain(exc)}") from None
     df = table.to_pandas()
+    _check_time_text(df, column_types, f"{what} file {path.name}")
     for name, typ in column_types.items():
         if name in df.columns and pa.types.is_integer(typ) and pd.api.types.is_string_dtype(df[name]):
             df[name] = _integral(df[name])
     return df
+
+
+def _explain(exc: Exception) -> str:
+    """What went wrong, without Arrow's quotation of the offending row."""
+    text = str(exc)
+    m = re.search(r"Expected (\d+) columns, got (\d+)", text)
+    if m:
+        return (f"a row has {m.group(2)} fields where the header has {m.group(1)} "
+                "(a truncated file, a wrong delimiter or an unquoted comma?)")
+    if "UTF8" in text or "UTF-8" in text or isinstance(exc, UnicodeDecodeError):
+        return "the text is not valid UTF-8 (export the file as UTF-8)"
+    if "Parquet" in text or "magic" in text.lower():
+        return "not a readable Parquet file (truncated or corrupt?)"
+    return exc.__class__.__name__
+
+
+def _check_time_text(df: pd.DataFrame, column_types: dict[str, pa.DataType], where: str) -> None:
+    """Times read as text (the slow path) must be local times; name the rows that are not."""
+    from transit_release.errors import SchemaViolationError
+
+    problems, summary = [], {}
+    for name, typ in column_types.items():
+        if name in df.columns and pa.types.is_timestamp(typ) and pd.api.types.is_string_dtype(df[name]):
+            col = df[name]
+            bad = (col.notna() & ~col.astype("string").str.strip().str.fullmatch(_LOCAL_TIME).fillna(False)).to_numpy()
+            if bad.any():
+                rows = ", ".join(str(r + 1) for r in np.flatnonzero(bad)[:5])
+                check = "not a local time YYYY-MM-DD HH:MM[:SS] (text, hour 24 or a time zone offset?)"
+                summary[(name, check)] = int(bad.sum())
+                problems.append(f"column '{name}': {check}: {int(bad.sum())} row(s), first at row(s) {rows}")
+    if problems:
+        raise SchemaViolationError(f"{where}: {len(problems)} problem(s): " + "; ".join(problems), summary)
 
 
 def _integral(text: pd.Series) -> pd.Series:

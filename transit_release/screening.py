@@ -26,7 +26,7 @@ from transit_release.errors import InputDataError
 #: Row-level reason codes, in the order they are tested.
 REASONS = (
     "unknown_mode",
-    "missing_card_id",
+    "invalid_card_id",
     "missing_tap_on",
     "unknown_stop",
     "tap_off_incomplete",
@@ -161,7 +161,7 @@ def screen_trips(trips: pd.DataFrame, stops: pd.DataFrame, period: Period, quali
     mode_code = lookup[raw_codes]  # raw_codes == -1 (missing) picks the trailing -1
     mark("unknown_mode", mode_code < 0)
     card = _ints(trips["card_id"])
-    mark("missing_card_id", card < 0)
+    mark("invalid_card_id", card < 0)
     on_ns, off_ns = _ns(trips["tap_on_time"]), _ns(trips["tap_off_time"])
     on_stop, off_stop = _ints(trips["tap_on_stop"]), _ints(trips["tap_off_stop"])
     mark("missing_tap_on", (on_ns == _NAT) | (on_stop < 0))
@@ -188,7 +188,8 @@ def screen_trips(trips: pd.DataFrame, stops: pd.DataFrame, period: Period, quali
         return (table[pos] == key) & valid
 
     off_present = off_stop >= 0
-    unknown_stop = ~known(on_stop) | (off_present & ~known(off_stop))
+    # rows of an unknown mode are "unknown_mode", not evidence against the stop table
+    unknown_stop = (mode_code >= 0) & (~known(on_stop) | (off_present & ~known(off_stop)))
     mark("unknown_stop", unknown_stop)
     off_time_present = off_ns != _NAT
     mark("tap_off_incomplete", off_time_present != off_present)
