@@ -6,8 +6,10 @@ Prints, and writes to ``<work>/results.json``:
 
 1. end to end: ``transit-release release`` as a subprocess (Prefect's temporary
    server, MLflow, report, everything): wall time and peak resident memory;
-2. stage by stage, in-process without Prefect: read, validate, encode,
-   group-count, sanitize, assemble;
+2. stage by stage, in-process without Prefect: read; the validation gate
+   (pandera file contract, row screen, GE raw-data suite, pandera clean
+   contract; in the flow the GE suite runs concurrently with the screen and
+   preprocessing); encode, group-count, sanitize, assemble;
 3. the sanitization step on the same histograms three ways: a bare NumPy
    group-count (``np.bincount`` of the six marginals), our SBH (noise and
    threshold only), and OpenDP's ``make_laplace_threshold`` on the same
@@ -52,9 +54,11 @@ def end_to_end(trips: Path, stops: Path, home: Path) -> dict:
     return {"wall_s": round(wall, 2), "peak_rss_gib": round(peak_kib / 2**20, 2)}
 
 
-def stages(trips: Path, stops: Path) -> tuple[dict, object, list]:
-    from schemas import RawTrips, Stops, validate
-    from transit_release import opal, preprocessing
+def stages(trips: Path, stops: Path, work: Path) -> tuple[dict, object, list]:
+    from functools import partial
+
+    from schemas import RawTrips, Stops, TripsFile, expectations, validate
+    from transit_release import opal, preprocessing, screening
     from transit_release.config import load_release_config
     from transit_release.io import read_stops, read_trips
     from transit_release.noise import NoiseSource
@@ -62,13 +66,26 @@ def stages(trips: Path, stops: Path) -> tuple[dict, object, list]:
     cfg = load_release_config()
     out = {}
     t_df, out["read_s"] = timed(read_trips, trips)
-    s_df = read_stops(stops)
-    t_df, out["validate_s"] = timed(validate, RawTrips, t_df, "trips")
-    s_df = validate(Stops, s_df, "stops")
+    s_df = validate(Stops, read_stops(stops), "stops")
+    # the validation gate, stage by stage
+    t_df, out["validate_file_s"] = timed(validate, TripsFile, t_df, "trips")
+    period = screening.infer_period(t_df)
+    screened, out["screen_s"] = timed(screening.screen_trips, t_df, s_df, period, cfg.quality, cfg.modes)
+    screening.check_gate(screened, cfg.quality)
+    view, out["ge_view_s"] = timed(expectations.raw_view, t_df)
+    ge, out["ge_raw_suite_s"] = timed(expectations.validate_frames, work / "data_docs", {
+        "raw_trips": (view, partial(expectations.raw_suite, period, cfg.quality, cfg.modes,
+                                    sorted(int(x) for x in s_df["stop_id"])))})
+    assert ge["success"]
+    del view, t_df
+    clean, out["validate_clean_s"] = timed(validate, RawTrips, screened.clean, "clean trips")
+    out["validation_total_s"] = sum(out[k] for k in ("validate_file_s", "screen_s", "ge_view_s", "ge_raw_suite_s",
+                                                    "validate_clean_s"))
+    out["quarantined"] = screened.quarantined_rows
     enc, out["encode_s"] = timed(lambda: preprocessing.encode_trips(
-        t_df, preprocessing.build_location_index(s_df, cfg.modes), cfg.bin_minutes))
-    out["trips"] = len(t_df)
-    del t_df
+        clean, preprocessing.build_location_index(s_df, cfg.modes), cfg.bin_minutes))
+    out["trips"] = len(clean)
+    del clean, screened
     parts, out["group_count_s"] = timed(preprocessing.partition_histograms, enc)
     noise = NoiseSource()
     sanitized, out["sanitize_s"] = timed(lambda: [opal.sanitize_partition(p, cfg, noise) for p in parts])
@@ -130,7 +147,7 @@ def main() -> None:
         results["end_to_end"] = end_to_end(trips, stops, work / "home")
         print("end to end:", results["end_to_end"], flush=True)
 
-    st, enc, parts = stages(trips, stops)
+    st, enc, parts = stages(trips, stops, work)
     results["stages"] = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in st.items()}
     print("stages:", results["stages"], flush=True)
     # repeat the two fast measurements for stable figures
