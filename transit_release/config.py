@@ -162,16 +162,25 @@ class ReleaseConfig:
             raise ConfigError(str(exc).replace("release config", source, 1)) from None
 
 
+def default_file(name: str) -> Path:
+    """A file shipped in ``transit_release/defaults/``."""
+    return Path(str(resources.files("transit_release") / "defaults" / name))
+
+
+def read_yaml(path: Path, what: str):
+    """Parse a YAML file, or raise :class:`ConfigError` naming ``what`` and the file."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {path}: file not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} {path}: not valid YAML ({exc.__class__.__name__})") from None
+
+
 def default_config_path() -> Path:
-    return Path(str(resources.files("transit_release") / "defaults" / "opal_release.yaml"))
+    return default_file("opal_release.yaml")
 
 
 def load_release_config(path: str | Path | None = None) -> ReleaseConfig:
     path = Path(path) if path is not None else default_config_path()
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"release config {path}: file not found") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"release config {path}: not valid YAML ({exc.__class__.__name__})") from None
-    return ReleaseConfig.from_dict(data, source=f"release config {path}")
+    return ReleaseConfig.from_dict(read_yaml(path, "release config"), source=f"release config {path}")

@@ -5,13 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from importlib import resources
 from pathlib import Path
-
-import yaml
 
 from transit_release.accounting.accountant import PrivacyLoss, compose
 from transit_release.accounting.ledger import LedgerEntry
+from transit_release.config import default_file, read_yaml
 from transit_release.errors import BudgetExceededError, ConfigError
 from transit_release.noise import exact_fraction
 
@@ -102,15 +100,9 @@ class BudgetPolicy:
 
 
 def default_policy_path() -> Path:
-    return Path(str(resources.files("transit_release") / "defaults" / "budget_policy.yaml"))
+    return default_file("budget_policy.yaml")
 
 
 def load_budget_policy(path: str | Path | None = None) -> BudgetPolicy:
     path = Path(path) if path is not None else default_policy_path()
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"budget policy {path}: file not found") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"budget policy {path}: not valid YAML ({exc.__class__.__name__})") from None
-    return BudgetPolicy.from_dict(data, source=f"budget policy {path}")
+    return BudgetPolicy.from_dict(read_yaml(path, "budget policy"), source=f"budget policy {path}")
