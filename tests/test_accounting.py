@@ -148,3 +148,21 @@ def test_budget_error_message_is_exact():
     assert str(err) == ("Cannot release 'bus/2016-08-09' without exceeding the budget. "
                         "Requested: ε=2.000; remaining: ε=1.000; short by ε=1.000")
     assert err.requested_epsilon == 2.0 and err.remaining_epsilon == 1.0
+
+
+def test_advanced_composition_is_reported_and_tighter_over_many_small_spends():
+    import math
+
+    from transit_release.accounting.accountant import ADVANCED_COMPOSITION, PrivacyLoss, advanced_composition
+
+    losses = [PrivacyLoss.of(0.1, 1e-9)] * 100
+    adv = advanced_composition(losses, delta_prime=1e-6)
+    expected = math.sqrt(2 * math.log(1e6) * 100 * 0.01) + 100 * 0.1 * math.expm1(0.1)
+    assert adv.epsilon == pytest.approx(expected, rel=1e-12)
+    assert adv.delta == pytest.approx(100 * 1e-9 + 1e-6, rel=1e-12)
+    assert adv.epsilon < 10.0  # basic composition: 100 × 0.1
+    assert "Dwork, Rothblum & Vadhan" in ADVANCED_COMPOSITION
+    events = [event(release=f"r{i}", eps=0.1, delta=1e-9) for i in range(100)]
+    report = compose_one(events)
+    assert report.overall.epsilon == pytest.approx(10.0)
+    assert report.advanced_overall(1e-6).epsilon == pytest.approx(expected, rel=1e-12)

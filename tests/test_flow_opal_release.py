@@ -117,7 +117,10 @@ def test_mlflow_run_has_params_metrics_and_artifacts(released):
     arts = {a.path for a in client.list_artifacts(p.info.run_id)}
     assert {"manifest.json", "ledger_spends.json", "report"} <= arts
     report_files = {a.path for a in client.list_artifacts(p.info.run_id, "report")}
-    assert "report/report.html" in report_files
+    assert {"report/report.html", "report/data_docs", "report/validation-raw.json",
+            "report/validation-release.json"} <= report_files
+    assert {"input_quality.json"} <= arts
+    assert p.data.metrics["validation.raw.success"] == 1.0 and p.data.metrics["input.quarantined"] == 0
 
 
 def test_no_card_id_anywhere(released, small_week):

@@ -294,12 +294,17 @@ def test_duplicated_file(base, tmp_path):
 
 # ---- tolerated on purpose ---------------------------------------------------------------------------
 
-def test_a_few_bad_rows_under_the_limit_are_quarantined_and_the_release_goes_on(base, tmp_path):
+def test_a_few_bad_rows_under_the_limit_are_quarantined_and_the_release_goes_on(base, tmp_path, caplog):
     df = base["trips"].copy()
     df.loc[[5, 6], "tap_on_stop"] = "999999"
     df.loc[[7], "mode"] = "hovercraft"
     f = write_csv(df, tmp_path / "trips.csv")
+    caplog.set_level("DEBUG")
     home, summary, exc = run(tmp_path, f, base["stops_path"])
+    logged = caplog.text
+    assert "quarantined 3 of" in logged
+    for raw in ("hovercraft", "999999", df.loc[5, "card_id"], df.loc[7, "card_id"]):
+        assert raw not in logged
     assert exc is None and summary["status"] == "published"
     assert summary["quarantine"]["by_reason"] == {"unknown_mode": 1, "unknown_stop": 2}
     q = pd.read_parquet(next((home / "private" / "quarantine").rglob("*.parquet")))
