@@ -7,8 +7,10 @@ is for review; the ledger stays the source of truth.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
+from contextlib import contextmanager
 import tempfile
 import time
 from pathlib import Path
@@ -25,17 +27,38 @@ METRICS = ("kept_point_share", "trip_coverage", "mean_abs_error", "max_abs_error
            "top_rank_correlation", "points", "points_released")
 
 
+@contextmanager
+def _store_lock(home: Home):
+    """Serialise the creation of the MLflow store and experiments across processes: MLflow's
+    SQLite migrations and ``create_experiment`` race when several releases start at once."""
+    home.root.mkdir(parents=True, exist_ok=True)
+    with open(home.root / ".mlflow.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def _client(home: Home):
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=home.mlflow_uri)
+    with _store_lock(home):
+        client = MlflowClient(tracking_uri=home.mlflow_uri)
+        client.search_experiments(max_results=1)  # creates and migrates the store under the lock
+    return client
+
+
+def _experiment(client, home: Home, name: str, artifacts: Path) -> str:
+    with _store_lock(home):
+        exp = client.get_experiment_by_name(name)
+        if exp is not None:
+            return exp.experiment_id
+        return client.create_experiment(name, artifact_location=artifacts.as_uri())
 
 
 def experiment_id(client, home: Home) -> str:
-    exp = client.get_experiment_by_name(EXPERIMENT)
-    if exp is not None:
-        return exp.experiment_id
-    return client.create_experiment(EXPERIMENT, artifact_location=home.mlflow_artifacts.as_uri())
+    return _experiment(client, home, EXPERIMENT, home.mlflow_artifacts)
 
 
 def _log(client, run_id: str, params: dict, metrics: dict, tags: dict | None = None) -> None:
@@ -189,9 +212,7 @@ def read_mirror(home: Home) -> list:
 def track_audit(home: Home, result: dict, report_path: str) -> str:
     """One run per audit in the ``transit-release-audit`` experiment."""
     client = _client(home)
-    exp = client.get_experiment_by_name(AUDIT_EXPERIMENT)
-    exp_id = exp.experiment_id if exp else client.create_experiment(
-        AUDIT_EXPERIMENT, artifact_location=(home.mlflow_artifacts / "audit").as_uri())
+    exp_id = _experiment(client, home, AUDIT_EXPERIMENT, home.mlflow_artifacts / "audit")
     tags = {"kind": "audit", "status": "passed" if result["ok"] else "failed"}
     run = client.create_run(exp_id, run_name=Path(report_path).parent.name, tags=tags).info.run_id
     metrics = {"entries": result["entries"], "releases_published": len(result["releases_published"]),
