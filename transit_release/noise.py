@@ -135,6 +135,41 @@ def discrete_laplace_table(scale: Fraction) -> DiscreteLaplaceTable:
     )
 
 
+@dataclass(frozen=True)
+class GeometricTable:
+    """Integer inverse-CDF table of ``P(G = k) = (1 - a) a^k``, ``k ≥ 0``, ``a = e^{-1/t}``.
+
+    This is the upper tail of the discrete Laplace at scale ``t`` past any
+    threshold (memorylessness: ``Z - T | Z ≥ T`` is this ``G``), which the
+    empty-node sampling of the prefix tree needs.
+    """
+
+    scale: Fraction
+    cuts: np.ndarray
+    total_variation: float
+
+    def sample(self, generator: np.random.Generator, size: int) -> np.ndarray:
+        words = generator.bit_generator.random_raw(size)
+        return np.searchsorted(self.cuts, np.asarray(words, dtype=np.uint64), side="right").astype(np.int64)
+
+
+@lru_cache(maxsize=64)
+def geometric_table(scale: Fraction) -> GeometricTable:
+    if scale <= 0:
+        raise ValueError(f"scale must be positive. Found {scale}.")
+    with localcontext() as ctx:
+        ctx.prec = _DECIMAL_DIGITS
+        a = (-Decimal(scale.denominator) / Decimal(scale.numerator)).exp()
+        m = int(math.ceil(float(scale) * _TAIL_BITS * math.log(2))) + 1
+        two64 = Decimal(_TWO_64)
+        cuts = [min(int(((1 - a ** (k + 1)) * two64).to_integral_value(rounding=ROUND_HALF_EVEN)), _TWO_64 - 1)
+                for k in range(m)]
+        bounds = [0, *cuts, _TWO_64]
+        tv = sum(abs(Decimal(bounds[k + 1] - bounds[k]) / two64 - (1 - a) * a ** k) for k in range(m + 1))
+        tv = (tv + a ** (m + 1)) / 2
+    return GeometricTable(scale, np.array(cuts, dtype=np.uint64), math.nextafter(float(tv), math.inf))
+
+
 def discrete_laplace(generator: np.random.Generator, scale: Fraction | float, size: int) -> np.ndarray:
     """``size`` draws of integer noise with ``P(Z = z) ∝ exp(-|z|/scale)``."""
     return discrete_laplace_table(exact_fraction(scale)).sample(generator, size)

@@ -1,0 +1,165 @@
+"""The noisy hybrid-granularity prefix tree (plain library; issue 5, first part)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from transit_release.mechanisms.prefix_tree import (Level, NoisyPrefixTree, Sequences, Taxonomy, TreeBudget,
+                                                    _isotonic_paths, _sample_empty, constrained_inference,
+                                                    release_sequences, sanitize_sequences)
+from transit_release.noise import NoiseSource, discrete_laplace, discrete_laplace_table
+
+
+# ---- budget: exact ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("eps,h,f", [(1.0, 12, 17), (0.5, 6, 4), (1.5, 20, 3), (0.1, 16, 10)])
+def test_spends_along_every_root_to_leaf_path_sum_to_epsilon(eps, h, f):
+    tax = Taxonomy.from_fanout(f * 5, f)
+    hybrid = TreeBudget.of(eps, h, "hybrid", tax)
+    assert hybrid.path_spend() == Fraction(str(eps))
+    assert hybrid.generalized_epsilon == 2 * Fraction(str(eps)) / h / f
+    assert hybrid.station_epsilon == (f - 2) * Fraction(str(eps)) / h / f
+    simple = TreeBudget.of(eps, h, "simple")
+    assert simple.path_spend() == Fraction(str(eps)) and simple.generalized_epsilon == 0
+
+
+def test_thresholds_of_the_paper():
+    b = TreeBudget.of(1.0, 12, "hybrid", Taxonomy.from_fanout(68, 17))
+    assert b.generalized_threshold == int(np.ceil(4 * np.sqrt(2) / (2 / 12 / 17)))
+    assert b.station_threshold == int(np.ceil(2 * np.sqrt(2) / (15 / 12 / 17)))
+
+
+def test_budget_errors():
+    with pytest.raises(ValueError, match="fan-out must be greater than 2. Found 2"):
+        Taxonomy.from_fanout(10, 2)
+    with pytest.raises(ValueError, match="needs a taxonomy"):
+        TreeBudget.of(1.0, 12, "hybrid")
+    with pytest.raises(ValueError, match="variant must be one of"):
+        TreeBudget.of(1.0, 12, "fancy")
+
+
+# ---- empty-node sampling equals explicit testing -------------------------------------------------
+
+@pytest.mark.slow
+def test_empty_node_sampling_equals_explicit_per_candidate_testing():
+    from scipy import stats
+
+    scale, threshold, m, trials = Fraction(4), 6, 60, 20_000
+    gen = NoiseSource(seed=3).stream("explicit")
+    z = discrete_laplace(gen, scale, m * trials).reshape(trials, m)
+    explicit_k = (z >= threshold).sum(axis=1)
+    explicit_counts = z[z >= threshold]
+    gen2 = NoiseSource(seed=3).stream("sampled")
+    parents = np.arange(trials, dtype=np.int64)
+    p, x, c = _sample_empty(gen2, parents, np.full(trials, m), lambda q: np.arange(m), lambda q: np.zeros(0, int),
+                            threshold, scale, universe_size=m, taken_keys=np.zeros(0, dtype=np.int64))
+    sampled_k = np.bincount(p, minlength=trials)
+    # the number passing: same binomial
+    assert abs(explicit_k.mean() - sampled_k.mean()) < 4 * np.sqrt(m * 0.1 / trials) + 0.01
+    assert stats.ks_2samp(explicit_k, sampled_k).pvalue > 1e-3
+    # their counts: same tail
+    assert c.min() >= threshold
+    assert stats.ks_2samp(explicit_counts, c).pvalue > 1e-3
+    # the chosen candidates are uniform and distinct within a parent
+    assert len(set(zip(p.tolist(), x.tolist()))) == p.size
+    assert stats.chisquare(np.bincount(x, minlength=m)).pvalue > 1e-3
+    assert discrete_laplace_table(scale).upper_tail(threshold) == pytest.approx(explicit_k.mean() / m, rel=0.05)
+
+
+def test_rejection_never_picks_a_non_empty_candidate():
+    gen = NoiseSource(seed=4).stream("rej")
+    taken = np.array([0 * 10 + 1, 0 * 10 + 2, 1 * 10 + 5])
+    p, x, _ = _sample_empty(gen, np.array([0, 1]), np.array([8, 9]), None, None, 1, Fraction(50),
+                            universe_size=10, taken_keys=taken)
+    keys = set((p * 10 + x).tolist())
+    assert not keys & set(taken.tolist())
+    assert len(keys) == p.size
+
+
+# ---- constrained inference -----------------------------------------------------------------------
+
+def brute_isotonic_nonincreasing(y):
+    """Exhaustive check via the textbook pool-adjacent-violators algorithm."""
+    blocks = []
+    for v in map(float, y):
+        blocks.append([v, 1])
+        while len(blocks) > 1 and blocks[-2][0] < blocks[-1][0]:
+            v2, n2 = blocks.pop()
+            v1, n1 = blocks.pop()
+            blocks.append([(v1 * n1 + v2 * n2) / (n1 + n2), n1 + n2])
+    return np.concatenate([[v] * n for v, n in blocks])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-50, 500), min_size=1, max_size=14))
+def test_path_fit_equals_brute_force_isotonic(values):
+    got = _isotonic_paths(np.array([values]))[0]
+    assert np.allclose(got, brute_isotonic_nonincreasing(values))
+    assert np.all(np.diff(got) <= 1e-9)
+
+
+@st.composite
+def noisy_trees(draw):
+    levels = []
+    n_prev = 1
+    for _ in range(draw(st.integers(1, 5))):
+        n = draw(st.integers(1, 12))
+        parent = np.sort(np.array(draw(st.lists(st.integers(0, n_prev - 1), min_size=n, max_size=n)), dtype=np.int64))
+        count = np.array(draw(st.lists(st.integers(0, 400), min_size=n, max_size=n)), dtype=np.int64)
+        levels.append(Level(parent, np.arange(n, dtype=np.int64), count))
+        n_prev = n
+    return NoisyPrefixTree(levels, TreeBudget.of(1.0, len(levels), "simple"), 12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(noisy_trees())
+def test_both_consistency_constraints_hold_on_random_noisy_trees(tree):
+    bar = constrained_inference(tree)
+    for d in range(1, len(tree.levels)):
+        parent = tree.levels[d].parent
+        assert np.all(bar[d] >= 0)
+        # a node's count is at least the sum of its children's ...
+        sums = np.bincount(parent, weights=bar[d], minlength=bar[d - 1].size)
+        assert np.all(sums <= bar[d - 1] + 1e-6)
+        # ... and counts never increase going down a path
+        assert np.all(bar[d] <= bar[d - 1][parent] + 1e-6)
+    release = release_sequences(tree, bar)
+    assert all(c > 0 and 1 <= len(p) <= len(tree.levels) for p, c in release)
+    # every released copy ends at a node: at most round(c̄) copies per level-1 subtree plus rounding
+    assert sum(c for _, c in release) <= bar[0].sum() + sum(lv.count.size for lv in tree.levels)
+
+
+# ---- end to end on small data --------------------------------------------------------------------
+
+def test_released_sequences_have_length_at_most_h_and_use_known_locations():
+    rng = np.random.default_rng(1)
+    seqs = [list(rng.integers(0, 12, rng.integers(1, 9))) for _ in range(20_000)]
+    data = Sequences.from_lists(seqs, 12)
+    tax = Taxonomy.from_fanout(12, 4)
+    for variant in ("simple", "hybrid"):
+        tree, release = sanitize_sequences(data, 2.0, 4, variant, tax, NoiseSource(seed=5).stream(variant))
+        assert release, variant
+        assert all(1 <= len(p) <= 4 and all(0 <= x < 12 for x in p) and c > 0 for p, c in release)
+        assert release == sorted(release)
+
+
+def test_same_seed_same_release_regardless_of_input_order():
+    rng = np.random.default_rng(2)
+    seqs = [tuple(rng.integers(0, 8, rng.integers(1, 6)).tolist()) for _ in range(5_000)]
+    a = sanitize_sequences(Sequences.from_lists(seqs, 8), 1.0, 3, "simple", None, NoiseSource(seed=7).stream("x"))[1]
+    shuffled = [seqs[i] for i in rng.permutation(len(seqs))]
+    b = sanitize_sequences(Sequences.from_lists(shuffled, 8), 1.0, 3, "simple", None,
+                           NoiseSource(seed=7).stream("x"))[1]
+    assert a == b
+
+
+def test_sequences_round_trip_and_bounds():
+    s = Sequences.from_lists([(1, 2, 3), (0,), (4, 4)], 5)
+    assert s.to_lists() == [(1, 2, 3), (0,), (4, 4)]
+    with pytest.raises(ValueError, match="locations must be in 0..4"):
+        Sequences.from_lists([(5,)], 5)
