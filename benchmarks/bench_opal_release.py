@@ -82,8 +82,8 @@ def stages(trips: Path, stops: Path, work: Path) -> tuple[dict, object, list]:
     out["validation_total_s"] = sum(out[k] for k in ("validate_file_s", "screen_s", "ge_view_s", "ge_raw_suite_s",
                                                     "validate_clean_s"))
     out["quarantined"] = screened.quarantined_rows
-    enc, out["encode_s"] = timed(lambda: preprocessing.encode_trips(
-        clean, preprocessing.build_location_index(s_df, cfg.modes), cfg.bin_minutes))
+    enc, out["encode_s"] = timed(preprocessing.encode_trips, clean,
+                                 preprocessing.build_location_index(s_df, cfg.modes), cfg.bin_minutes)
     out["trips"] = len(clean)
     del clean, screened
     parts, out["group_count_s"] = timed(preprocessing.partition_histograms, enc)
