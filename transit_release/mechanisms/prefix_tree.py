@@ -374,23 +374,32 @@ def constrained_inference(tree: NoisyPrefixTree) -> list[np.ndarray]:
         out = np.maximum(tilde[d], 0.0)
         parent = levels[d].parent
         child_sum = np.bincount(parent, weights=out, minlength=levels[d - 1].count.size)
-        bounds = np.searchsorted(parent, np.arange(levels[d - 1].count.size + 1))
-        for i in np.flatnonzero(child_sum > bar[d - 1] + 1e-9):
-            kids = slice(bounds[i], bounds[i + 1])
-            out[kids] = _water_fill(out[kids], bar[d - 1][i])
+        over = child_sum > bar[d - 1] + 1e-9
+        kids = np.flatnonzero(over[parent])
+        if kids.size:
+            out[kids] = _water_fill_groups(out[kids], parent[kids], bar[d - 1])
         bar.append(out)
     return bar
 
 
-def _water_fill(x: np.ndarray, total: float) -> np.ndarray:
-    """``max(0, x − λ)`` with ``λ ≥ 0`` such that the result sums to ``total`` (``x`` sums to more)."""
-    s = np.sort(x)[::-1]
-    csum = np.cumsum(s)
-    k = np.arange(1, s.size + 1)
-    lam = (csum - total) / k
-    valid = s - lam > 0
-    j = np.flatnonzero(valid)[-1] if valid.any() else 0
-    return np.maximum(x - max(lam[j], 0.0), 0.0)
+def _water_fill_groups(x: np.ndarray, group: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """``max(0, x − λ_g)`` per sibling group ``g``, with ``λ_g ≥ 0`` such that the group sums to ``total[g]``
+    (called only for groups whose children sum to more than their parent)."""
+    order = np.lexsort((-x, group))
+    g, v = group[order], x[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    size = np.diff(np.r_[starts, g.size])
+    first = np.repeat(starts, size)
+    rank = np.arange(g.size) - first + 1
+    csum = np.cumsum(v)
+    before = np.repeat(np.r_[0.0, csum][starts], size)
+    lam = (csum - before - total[g]) / rank
+    valid_rank = np.where(v - lam > 0, rank, 0)
+    last = np.maximum.reduceat(valid_rank, starts)  # the last valid rank of each group (0 if none)
+    lam_group = lam[starts + np.maximum(last, 1) - 1]
+    out = np.empty_like(x)
+    out[order] = np.maximum(v - np.maximum(np.repeat(lam_group, size), 0.0), 0.0)
+    return out
 
 
 def release_sequences(tree: NoisyPrefixTree, bar: list[np.ndarray]) -> list[tuple[tuple[int, ...], int]]:
