@@ -225,21 +225,32 @@ def _choose_by_rejection(generator, parents, k, m, size: int, taken_keys: np.nda
         out_p.append(np.full(chosen.size, parents[i], dtype=np.int64))
         out_x.append(chosen.astype(np.int64))
     sparse = ~dense
+    taken_sorted = np.sort(taken_keys)
     need_p = np.repeat(parents[sparse], k[sparse])
-    accepted = np.zeros(0, dtype=np.int64)
+    rounds: list[np.ndarray] = []  # accepted keys, one sorted array per round
     while need_p.size:
         keys = need_p * size + generator.integers(0, size, need_p.size)
-        ok = ~np.isin(keys, taken_keys) & ~np.isin(keys, accepted)
-        keys = keys[ok]
-        # among this round's draws, a repeated key is kept once (the first), the rest retried
-        uniq, first = np.unique(keys, return_index=True)
-        keep = np.zeros(keys.size, dtype=bool)
-        keep[first] = True
-        accepted = np.union1d(accepted, uniq)
-        need_p = np.concatenate([need_p[~ok], (keys[~keep] // size)])
-    out_p.append(accepted // size)
-    out_x.append(accepted % size)
+        bad = _in_sorted(keys, taken_sorted)
+        for accepted in rounds:
+            bad |= _in_sorted(keys, accepted)
+        # a key drawn twice in this round is accepted once; the other slot draws again
+        order = np.argsort(keys, kind="stable")
+        repeat = np.r_[False, keys[order][1:] == keys[order][:-1]]
+        bad[order[repeat]] = True
+        rounds.append(np.sort(keys[~bad]))
+        need_p = need_p[bad]
+    if rounds:
+        accepted = np.concatenate(rounds)
+        out_p.append(accepted // size)
+        out_x.append(accepted % size)
     return np.concatenate(out_p), np.concatenate(out_x)
+
+
+def _in_sorted(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
+    if sorted_keys.size == 0:
+        return np.zeros(keys.size, dtype=bool)
+    pos = np.searchsorted(sorted_keys, keys).clip(0, sorted_keys.size - 1)
+    return sorted_keys[pos] == keys
 
 
 def _group_by_parent(parent: np.ndarray, item: np.ndarray):
@@ -335,14 +346,13 @@ def _isotonic_paths(paths: np.ndarray) -> np.ndarray:
     y = paths[:, ::-1].astype(float)
     n, d = y.shape
     c = np.concatenate([np.zeros((n, 1)), np.cumsum(y, axis=1)], axis=1)
-    # mean[i, j] for all i <= j, then max over i <= m and min over j >= m
-    i, j = np.triu_indices(d)
-    means = np.full((n, d, d), np.nan)
-    means[:, i, j] = (c[:, j + 1] - c[:, i]) / (j + 1 - i)
+    j = np.arange(d)
+    run_max = np.full((n, d), -np.inf)  # run_max[:, j] = max over i <= m of mean(y[i..j]), for j >= m
     out = np.empty_like(y)
     for m in range(d):
-        inner = np.nanmax(means[:, : m + 1, m:], axis=1)  # max over i <= m, for each j >= m
-        out[:, m] = inner.min(axis=1)
+        mean_mj = (c[:, m + 1:] - c[:, [m]]) / (j[m:] + 1 - m)
+        run_max[:, m:] = np.maximum(run_max[:, m:], mean_mj)
+        out[:, m] = run_max[:, m:].min(axis=1)
     return out[:, ::-1]
 
 
