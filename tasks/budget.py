@@ -37,7 +37,7 @@ def resolve_release(home: Home, requested_id: str | None, period: Period, config
     published = release_id in ledger.published()
     exists = (home.releases / release_id).exists()
     if published or exists:
-        earlier = {(e.marginal, e.epsilon, e.delta, e.input_fingerprint)
+        earlier = {(e.component, e.epsilon, e.delta, e.input_fingerprint)
                    for e in (x.event() for x in ledger.spends(release_id))}
         wanted = {(name, b.epsilon, b.delta, fingerprint) for name, b in config.budgets.items()}
         if published and exists and wanted <= earlier:

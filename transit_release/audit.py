@@ -111,7 +111,7 @@ def check_mirror(spends: list[LedgerEntry], published: dict[str, LedgerEntry],
     by_release: dict[str, dict[int, tuple[str, float, float]]] = {}
     for e in spends:
         ev = e.event()
-        by_release.setdefault(e.release_id, {})[e.seq] = (ev.marginal, ev.epsilon, ev.delta)
+        by_release.setdefault(e.release_id, {})[e.seq] = (ev.component, ev.epsilon, ev.delta)
     runs_by_release: dict[str, list[MirrorRun]] = {}
     for r in runs:
         runs_by_release.setdefault(r.release_id, []).append(r)
@@ -175,7 +175,7 @@ def cumulative_loss(entries: list[LedgerEntry], delta_prime: float = DEFAULT_DEL
             if (ev.unit_of_privacy, ev.neighbouring) != (unit, relation):
                 continue
             cell = marginal.setdefault(ev.partition, {})
-            cell[ev.marginal] = cell.get(ev.marginal, 0.0) + ev.epsilon
+            cell[ev.component] = cell.get(ev.component, 0.0) + ev.epsilon
             running[ev.partition] = running.get(ev.partition, 0.0) + ev.epsilon
             timeline.append({"recorded_at": e.recorded_at, "mode": ev.mode, "partition": ev.partition,
                              "cumulative_epsilon": running[ev.partition]})

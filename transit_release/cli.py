@@ -77,6 +77,25 @@ def _parser() -> argparse.ArgumentParser:
         else:
             r.add_argument("--scale", type=float, default=0.1)
             r.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
+    q = sub.add_parser("sequences", help="release passenger sequences with the noisy prefix tree")
+    q.add_argument("--input", required=True, help="one sequence per line (location ids separated by spaces)")
+    q.add_argument("--epsilon", type=float, required=True)
+    q.add_argument("--height", type=int, required=True)
+    q.add_argument("--variant", choices=("simple", "hybrid"), default="hybrid")
+    q.add_argument("--taxonomy", help="CSV location,group (e.g. station,line)")
+    q.add_argument("--fanout", type=int, help="build the taxonomy by grouping F locations per parent")
+    q.add_argument("--home", default=".", help="state directory (default: current directory)")
+    q.add_argument("--release-id", help="default: sequences-<input file name>")
+    q.add_argument("--scope", help="what the data set covers, for the accountant (default: the input's name)")
+    q.add_argument("--policy", help="budget policy YAML")
+    q.add_argument("--ledger", help="privacy ledger file (default: <home>/ledger.sqlite)")
+    q.add_argument("--queries", type=int, default=40_000, help="count queries of the utility workload")
+
+    m = sub.add_parser("synth-metro", help="write a synthetic Montréal-shaped metro: sequences and taxonomy")
+    m.add_argument("--out", required=True, help="output directory (sequences.txt, taxonomy.csv)")
+    m.add_argument("--passengers", type=int, default=850_000)
+    m.add_argument("--seed", type=int, default=0)
+
     a = sub.add_parser("audit", help="verify the ledger, releases and MLflow; report the cumulative privacy loss")
     a.add_argument("--home", default=".", help="state directory (default: current directory)")
     a.add_argument("--ledger", help="privacy ledger file (default: <home>/ledger.sqlite)")
@@ -145,6 +164,28 @@ def _synth(args) -> int:
     return 0
 
 
+def _synth_metro(args) -> int:
+    import pandas as pd
+
+    from transit_release.sequence_io import format_sequences
+    from transit_release.synth.metro import synthesize_metro
+
+    seqs, metro = synthesize_metro(args.passengers, seed=args.seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    counts: dict[tuple[int, ...], int] = {}
+    for s in seqs.to_lists():
+        counts[s] = counts.get(s, 0) + 1
+    ids = tuple(str(i) for i in range(metro.n_stations))
+    (out / "sequences.txt").write_text(format_sequences(sorted(counts.items()), ids,
+                                                        header="synthetic metro: station ids, one passenger a line"),
+                                       encoding="utf-8")
+    pd.DataFrame({"location": ids, "group": [metro.lines[g] for g in metro.line_of],
+                  "name": metro.names}).to_csv(out / "taxonomy.csv", index=False)
+    print(f"sequences: {out / 'sequences.txt'}\ntaxonomy: {out / 'taxonomy.csv'}")
+    return 0
+
+
 def _release(args, trips: str, stops: str, home: Home) -> int:
     from flows.opal_release import opal_release
 
@@ -162,10 +203,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "synth":
             return _synth(args)
-        home = Home.at(args.home, getattr(args, "ledger", None))
+        if args.command == "synth-metro":
+            return _synth_metro(args)
+        home = Home.at(args.home, getattr(args, "ledger", None))  # every other command has a home
         _prepare_environment(home)
         if args.command == "release":
             return _release(args, args.trips, args.stops, home)
+        if args.command == "sequences":
+            from flows.sequence_release import sequence_release
+
+            result = sequence_release(input=str(Path(args.input).resolve()), epsilon=args.epsilon, height=args.height,
+                                      variant=args.variant, taxonomy=args.taxonomy, fanout=args.fanout,
+                                      home=str(home.root), release_id=args.release_id, scope=args.scope,
+                                      policy=args.policy, ledger=args.ledger, queries=args.queries)
+            for k, v in result.items():
+                print(f"{k}: {v}")
+            return 0
         if args.command == "audit":
             from flows.audit import privacy_audit
 

@@ -60,7 +60,7 @@ class StagedRelease:
 
 
 def stage_release(releases_dir: Path, release_id: str, tables: dict[str, pd.DataFrame], manifest: dict,
-                  datacard: str) -> StagedRelease:
+                  datacard: str, texts: dict[str, str] | None = None) -> StagedRelease:
     """Write every file of the release into ``releases/.tmp-<id>-<random>/``."""
     check_release_id(release_id)
     releases_dir.mkdir(parents=True, exist_ok=True)
@@ -81,6 +81,10 @@ def stage_release(releases_dir: Path, release_id: str, tables: dict[str, pd.Data
                 else:
                     df.to_parquet(path, index=False)
                 files[path.name] = {"sha256": sha256_file(path), "rows": int(len(df)), "bytes": path.stat().st_size}
+        for name, text in (texts or {}).items():
+            (tmp / name).write_text(text, encoding="utf-8", newline="\n")
+            files[name] = {"sha256": sha256_file(tmp / name), "rows": text.count("\n"),
+                           "bytes": (tmp / name).stat().st_size}
         (tmp / DATACARD).write_text(datacard, encoding="utf-8")
         files[DATACARD] = {"sha256": sha256_file(tmp / DATACARD), "bytes": (tmp / DATACARD).stat().st_size}
         manifest = {**manifest, "files": dict(sorted(files.items()))}

@@ -136,7 +136,8 @@ def write_audit_report(out_dir: Path, result: dict) -> Path:
             plt.close(fig)
             img_time = f'<img src="cumulative_{unit}.png" alt="cumulative epsilon over time">'
             heat = pd.DataFrame(loss["per_partition_marginal"]).T.fillna(0.0).sort_index()
-            heat = heat[[m.name for m in MARGINALS if m.name in heat.columns]]
+            known = [m.name for m in MARGINALS if m.name in heat.columns]
+            heat = heat[known + sorted(set(heat.columns) - set(known))]
             fig, ax = plt.subplots(figsize=(9, max(3.0, 0.22 * len(heat) + 1.5)))
             im = ax.imshow(heat.to_numpy(), aspect="auto", cmap="viridis")
             ax.set_xticks(range(heat.shape[1]), heat.columns, rotation=30, ha="right", fontsize=8)

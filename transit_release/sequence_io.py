@@ -81,15 +81,18 @@ def read_sequence_file(path: str | Path, vocabulary: tuple[str, ...] | None = No
                          {r: v for r, v in quarantined.items() if v}, n_lines)
 
 
+def format_sequences(release: list[tuple[tuple[int, ...], int]], vocabulary: tuple[str, ...],
+                     header: str = "") -> str:
+    """One line per released sequence (``copies`` lines for each prefix), in the release's sorted order."""
+    parts = [f"# {line}\n" for line in header.splitlines()]
+    for prefix, copies in release:
+        parts.append((" ".join(vocabulary[i] for i in prefix) + "\n") * copies)
+    return "".join(parts)
+
+
 def write_sequence_file(path: str | Path, release: list[tuple[tuple[int, ...], int]],
                         vocabulary: tuple[str, ...], header: str = "") -> None:
-    """One line per released sequence (``copies`` lines for each prefix), in sorted order."""
-    with open(path, "w", encoding="utf-8", newline="\n") as fh:
-        for line in header.splitlines():
-            fh.write(f"# {line}\n")
-        for prefix, copies in release:
-            text = " ".join(vocabulary[i] for i in prefix) + "\n"
-            fh.write(text * copies)
+    Path(path).write_text(format_sequences(release, vocabulary, header), encoding="utf-8", newline="\n")
 
 
 def sequences_from_trips(trips: pd.DataFrame, stops: pd.DataFrame, mode: str = "train") -> SequenceInput:

@@ -45,6 +45,11 @@ class StabilityHistogramEvent:
         """The disjoint slice of the data this spend touches, e.g. ``bus/20160808``."""
         return f"{self.mode}/{self.date}"
 
+    @property
+    def component(self) -> str:
+        """Which part of the release the spend paid for (the marginal)."""
+        return self.marginal
+
     def to_dict(self) -> dict[str, Any]:
         """Flat JSON-ready mapping, ``kind`` first."""
         return {"kind": self.kind, **asdict(self)}
@@ -54,7 +59,54 @@ class StabilityHistogramEvent:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-EVENT_TYPES: dict[str, type] = {StabilityHistogramEvent.kind: StabilityHistogramEvent}
+@dataclass(frozen=True)
+class PrefixTreeEvent:
+    """One noisy (hybrid-granularity) prefix tree over a data set of passenger sequences.
+
+    Noise: discrete Laplace on every node count, scale ``h/ε`` split between the
+    generalized and station sub-levels (``variant``, ``fanout``); ε-DP, with
+    ``delta`` the sampler's exact total-variation slack.
+    Neighbouring relation: ``add-remove-one`` passenger sequence.
+    ``scope`` names the data set (e.g. ``metro/20160808-20160814``): releases of
+    the same scope compose sequentially.
+    """
+
+    kind: ClassVar[str] = "prefix_tree"
+
+    release_id: str
+    scope: str
+    epsilon: float
+    delta: float
+    height: int
+    variant: str
+    fanout: str
+    sensitivity: int
+    unit_of_privacy: str
+    neighbouring: str
+    input_fingerprint: str
+    code_version: str
+
+    @property
+    def partition(self) -> str:
+        return self.scope
+
+    @property
+    def mode(self) -> str:
+        return self.scope.split("/", 1)[0]
+
+    @property
+    def component(self) -> str:
+        return "prefix_tree"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **asdict(self)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+EVENT_TYPES: dict[str, type] = {StabilityHistogramEvent.kind: StabilityHistogramEvent,
+                                PrefixTreeEvent.kind: PrefixTreeEvent}
 
 
 def event_from_dict(data: dict[str, Any]):
