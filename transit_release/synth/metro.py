@@ -2,8 +2,9 @@
 
 68 stations on 4 lines (green 27, orange 31, yellow 3, blue 12 station slots;
 Berri-UQAM is on three lines, Lionel-Groulx, Snowdon and Jean-Talon on two).
-Each passenger has a home and a work station (popularity ∝ a Zipf weight, the
-central stations heavier) and a number of taps over the period drawn from a
+Each passenger has a home and a work station, drawn from Zipf weights over the
+stations ranked by centrality (exponent 0.9 for homes, over a shuffled ranking;
+1.3 for work places, the central stations first) and a number of taps over the period drawn from a
 long-tailed distribution (mean ≈ 4.2, a few heavy users up to 90). Taps
 alternate home → work → home; one trip in ten goes elsewhere; a trip whose
 origin and destination lie on different lines taps again, with probability
@@ -34,6 +35,8 @@ MAX_LENGTH = 90
 TRANSFER_TAP = 0.3
 ELSEWHERE = 0.1
 HEAVY_USERS = 0.002
+HOME_ZIPF = 0.9
+WORK_ZIPF = 1.3
 
 
 @dataclass(frozen=True)
@@ -88,16 +91,20 @@ def synthesize_metro(n_passengers: int = 850_000, seed: int = 0) -> tuple[Sequen
     metro = build_metro()
     rng = np.random.default_rng(seed)
     n = metro.n_stations
-    # popularity: stations near the centre of each line are busier
-    weight = np.zeros(n)
+    # popularity: stations near the centre of each line are busier; demand is concentrated as in a
+    # real metro (Zipf over stations ranked by centrality), work places more than homes
+    centrality = np.zeros(n)
     for line, ids in metro.slots.items():
         pos = np.arange(len(ids))
-        centre = len(ids) / 2
-        weight[ids] += 1.0 / (1.0 + np.abs(pos - centre)) ** 0.8
-    weight[[metro.names.index(k) for k in INTERCHANGES]] *= 3.0
-    weight /= weight.sum()
-    home = rng.choice(n, n_passengers, p=weight)
-    work = rng.choice(n, n_passengers, p=weight)
+        centrality[ids] += 1.0 / (1.0 + np.abs(pos - len(ids) / 2))
+    centrality[[metro.names.index(k) for k in INTERCHANGES]] *= 3.0
+    rank = np.empty(n)
+    rank[np.argsort(-centrality, kind="stable")] = np.arange(1, n + 1)
+    home_w = rng.permutation(1.0 / rank ** HOME_ZIPF)
+    work_w = 1.0 / rank ** WORK_ZIPF
+    weight = (home_w / home_w.sum() + work_w / work_w.sum()) / 2
+    home = rng.choice(n, n_passengers, p=home_w / home_w.sum())
+    work = rng.choice(n, n_passengers, p=work_w / work_w.sum())
     # taps per passenger: long tail (mean about 4.2 with the transfer taps), a few heavy users, at most 90
     lengths = 1 + rng.negative_binomial(1.0, 1.0 / (1.0 + 2.75), n_passengers)
     heavy = rng.random(n_passengers) < HEAVY_USERS
