@@ -38,7 +38,7 @@ def opal_release(trips: str, stops: str, home: str = ".", config: str | None = N
     budget_policy = load_policy(policy)
     raw = validate_trips_file(ingest_trips(trips), trips)
     stop_table = validate_stops(ingest_stops(stops), stops)
-    fingerprint = fingerprint_inputs(trips, stops)
+    fingerprint = fingerprint_inputs([trips, stops])
     period = release_period(raw, period_start, period_end)
     target = resolve_release(where, release_id, period, cfg, fingerprint)
     if target.already_published:

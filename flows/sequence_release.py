@@ -27,7 +27,7 @@ def sequence_release(input: str, epsilon: float, height: int, variant: str = "hy
     budget_policy = load_policy(policy)
     data = read_sequences(input, quarantine_limit)
     budget, tax = tree_budget(data, epsilon, height, variant, taxonomy, fanout)
-    fingerprint = fingerprint_inputs(input, input)
+    fingerprint = fingerprint_inputs([input])
     target = resolve_sequence_release(where, release_id, input, budget, fingerprint)
     if target.already_published:
         return {"release_id": target.release_id, "status": "already published: nothing drawn or spent"}

@@ -10,10 +10,9 @@ from transit_release.accounting.events import StabilityHistogramEvent
 from transit_release.accounting.ledger import Ledger
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
 from transit_release.config import ReleaseConfig
-from transit_release.errors import ReleaseExistsError
 from transit_release.home import Home
 from transit_release.preprocessing import PartitionHistograms
-from transit_release.publish import check_release_id
+from transit_release.publish import already_published, check_release_id
 from transit_release.screening import Period
 
 
@@ -33,19 +32,9 @@ def resolve_release(home: Home, requested_id: str | None, period: Period, config
     refused, so no earlier release, report or record is touched.
     """
     release_id = check_release_id(requested_id or opal.release_id_for(period.start, period.end))
-    ledger = Ledger(home.ledger)
-    published = release_id in ledger.published()
-    exists = (home.releases / release_id).exists()
-    if published or exists:
-        earlier = {(e.component, e.epsilon, e.delta, e.input_fingerprint)
-                   for e in (x.event() for x in ledger.spends(release_id))}
-        wanted = {(name, b.epsilon, b.delta, fingerprint) for name, b in config.budgets.items()}
-        if published and exists and wanted <= earlier:
-            return ReleaseTarget(release_id, already_published=True)
-        raise ReleaseExistsError(
-            f"release '{release_id}' already exists and was made from other input or parameters; "
-            "it is never overwritten: choose another --release-id")
-    return ReleaseTarget(release_id, already_published=False)
+    wanted = {(name, b.epsilon, b.delta, fingerprint) for name, b in config.budgets.items()}
+    same = lambda earlier: wanted <= {(e.component, e.epsilon, e.delta, e.input_fingerprint) for e in earlier}  # noqa: E731
+    return ReleaseTarget(release_id, already_published(home.releases, Ledger(home.ledger), release_id, same))
 
 
 @data_task(name="plan-spends")

@@ -12,10 +12,10 @@ from pathlib import Path
 from prefect import get_run_logger
 
 from tasks import data_task
-from tasks.track import _client, _log, experiment_id
+from tasks.track import mlflow_client, log_to_run, experiment_id
 from transit_release import publish, sequence_release
 from transit_release.accounting.ledger import Ledger
-from transit_release.errors import InputDataError, ReleaseExistsError
+from transit_release.errors import InputDataError
 from transit_release.home import Home
 from transit_release.mechanisms.prefix_tree import Taxonomy, TreeBudget
 from transit_release.noise import NoiseSource
@@ -63,15 +63,9 @@ class SequenceTarget:
 def resolve_sequence_release(home: Home, requested: str | None, input_path: str, budget: TreeBudget,
                              fingerprint: str) -> SequenceTarget:
     rid = publish.check_release_id(requested or f"sequences-{Path(input_path).stem}")
-    ledger = Ledger(home.ledger)
-    published, exists = rid in ledger.published(), (home.releases / rid).exists()
-    if published or exists:
-        earlier = {(e.component, e.epsilon, e.input_fingerprint) for e in (x.event() for x in ledger.spends(rid))}
-        if published and exists and ("prefix_tree", float(budget.epsilon), fingerprint) in earlier:
-            return SequenceTarget(rid, True)
-        raise ReleaseExistsError(f"release '{rid}' already exists and was made from other input or parameters; "
-                                 "it is never overwritten: choose another --release-id")
-    return SequenceTarget(rid, False)
+    wanted = ("prefix_tree", float(budget.epsilon), fingerprint)
+    same = lambda earlier: wanted in {(e.component, e.epsilon, e.input_fingerprint) for e in earlier}  # noqa: E731
+    return SequenceTarget(rid, publish.already_published(home.releases, Ledger(home.ledger), rid, same))
 
 
 @data_task(name="plan-sequence-spend")
@@ -109,7 +103,7 @@ def stage_sequence_release(home: Home, release_id: str, scope: str, release: lis
 
 @data_task(name="track-sequence-release")
 def track_sequence_release(home: Home, manifest: dict, charged: list, metrics: dict, quarantine: dict) -> str:
-    client = _client(home)
+    client = mlflow_client(home)
     exp = experiment_id(client, home)
     p = manifest["privacy"]
     rid = manifest["release_id"]
@@ -126,7 +120,7 @@ def track_sequence_release(home: Home, manifest: dict, charged: list, metrics: d
                        "prefix_tree.ledger_seq": e.seq})
     m = {"privacy.epsilon": p["epsilon"], "privacy.delta": p["delta"], **metrics,
          **{f"input.quarantined.{k}": v for k, v in quarantine.items()}}
-    _log(client, run, params, m)
+    log_to_run(client, run, params, m)
     with tempfile.TemporaryDirectory() as tmp:
         f = Path(tmp) / "manifest.json"
         f.write_text(json.dumps(manifest, indent=2), encoding="utf-8")

@@ -40,7 +40,7 @@ def _store_lock(home: Home):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _client(home: Home):
+def mlflow_client(home: Home):
     from mlflow.tracking import MlflowClient
 
     with _store_lock(home):
@@ -61,7 +61,7 @@ def experiment_id(client, home: Home) -> str:
     return _experiment(client, home, EXPERIMENT, home.mlflow_artifacts)
 
 
-def _log(client, run_id: str, params: dict, metrics: dict, tags: dict | None = None) -> None:
+def log_to_run(client, run_id: str, params: dict, metrics: dict, tags: dict | None = None) -> None:
     from mlflow.entities import Metric, Param, RunTag
 
     now = int(time.time() * 1000)
@@ -86,7 +86,7 @@ def _marginal_params(privacy: dict) -> dict:
 def track_release(home: Home, manifest: dict, utility: pd.DataFrame, charged: list, report_path: str,
                   quarantine: dict, validations: dict) -> str:
     """Log the release; returns the parent run id."""
-    client = _client(home)
+    client = mlflow_client(home)
     exp = experiment_id(client, home)
     privacy = manifest["privacy"]
     rid = manifest["release_id"]
@@ -118,7 +118,7 @@ def track_release(home: Home, manifest: dict, utility: pd.DataFrame, charged: li
         metrics[f"input.quarantined.{reason}"] = count
     for name, result in validations.items():
         metrics[f"validation.{name}.success"] = float(result["success"])
-    _log(client, parent, params, metrics)
+    log_to_run(client, parent, params, metrics)
 
     by_part = {}
     for e in charged:
@@ -140,7 +140,7 @@ def track_release(home: Home, manifest: dict, utility: pd.DataFrame, charged: li
                 m[f"{r['marginal']}.{k}"] = r[k]
         m["privacy.epsilon"] = sum(ev.epsilon for _, ev in by_part.get(part, []))
         m["privacy.delta"] = sum(ev.delta for _, ev in by_part.get(part, []))
-        _log(client, child, p, m)
+        log_to_run(client, child, p, m)
         client.set_terminated(child, "FINISHED")
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -163,7 +163,7 @@ def track_release(home: Home, manifest: dict, utility: pd.DataFrame, charged: li
 @data_task(name="mark-published")
 def mark_published(home: Home, run_id: str) -> None:
     """Tag the run once the release is visible (runs of failed publications stay ``false``)."""
-    _client(home).set_tag(run_id, "published", "true")
+    mlflow_client(home).set_tag(run_id, "published", "true")
 
 
 __all__ = ["track_release", "experiment_id", "EXPERIMENT", "MARGINALS"]
@@ -178,7 +178,7 @@ def read_mirror(home: Home) -> list:
 
     if not home.mlflow_db.exists():
         return []
-    client = _client(home)
+    client = mlflow_client(home)
     exp = client.get_experiment_by_name(EXPERIMENT)
     if exp is None:
         return []
@@ -211,7 +211,7 @@ def read_mirror(home: Home) -> list:
 @data_task(name="track-audit-in-mlflow")
 def track_audit(home: Home, result: dict, report_path: str) -> str:
     """One run per audit in the ``transit-release-audit`` experiment."""
-    client = _client(home)
+    client = mlflow_client(home)
     exp_id = _experiment(client, home, AUDIT_EXPERIMENT, home.mlflow_artifacts / "audit")
     tags = {"kind": "audit", "status": "passed" if result["ok"] else "failed"}
     run = client.create_run(exp_id, run_name=Path(report_path).parent.name, tags=tags).info.run_id
@@ -226,7 +226,7 @@ def track_audit(home: Home, result: dict, report_path: str) -> str:
         params[f"{unit}.advanced_delta_prime"] = loss["advanced"]["delta_prime"]
         for mode, x in loss["per_mode"].items():
             metrics[f"{unit}.{mode}.epsilon"] = x["epsilon"]
-    _log(client, run, params, metrics)
+    log_to_run(client, run, params, metrics)
     with tempfile.TemporaryDirectory() as tmp:
         p = Path(tmp) / "audit.json"
         p.write_text(json.dumps(result, indent=2), encoding="utf-8")

@@ -33,6 +33,24 @@ def check_release_id(release_id: str) -> str:
     return release_id
 
 
+def already_published(releases_dir: Path, ledger, release_id: str, same) -> bool:
+    """Is ``release_id`` already published from the same input and parameters?
+
+    ``same(earlier_events)`` says whether the earlier spends match this run.
+    Returns False for a new id; True for an identical earlier publication
+    (nothing to draw or spend); raises :class:`ReleaseExistsError` otherwise,
+    so no earlier release, report or record is touched.
+    """
+    published = release_id in ledger.published()
+    exists = (releases_dir / release_id).exists()
+    if not (published or exists):
+        return False
+    if published and exists and same([e.event() for e in ledger.spends(release_id)]):
+        return True
+    raise ReleaseExistsError(f"release '{release_id}' already exists and was made from other input or parameters; "
+                             "it is never overwritten: choose another --release-id")
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:

@@ -13,8 +13,22 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
 
+class _Serialisable:
+    """Flat JSON for the ledger and MLflow; the round trip is :func:`event_from_dict`."""
+
+    kind: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat JSON-ready mapping, ``kind`` first."""
+        return {"kind": self.kind, **asdict(self)}
+
+    def to_json(self) -> str:
+        """Canonical JSON (sorted keys, no spaces): what the ledger hashes."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 @dataclass(frozen=True)
-class StabilityHistogramEvent:
+class StabilityHistogramEvent(_Serialisable):
     """One stability-based histogram over one (partition, marginal).
 
     Noise: discrete Laplace at scale ``2/ε`` on each present point's count,
@@ -50,17 +64,9 @@ class StabilityHistogramEvent:
         """Which part of the release the spend paid for (the marginal)."""
         return self.marginal
 
-    def to_dict(self) -> dict[str, Any]:
-        """Flat JSON-ready mapping, ``kind`` first."""
-        return {"kind": self.kind, **asdict(self)}
-
-    def to_json(self) -> str:
-        """Canonical JSON (sorted keys, no spaces): what the ledger hashes."""
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
 
 @dataclass(frozen=True)
-class PrefixTreeEvent:
+class PrefixTreeEvent(_Serialisable):
     """One noisy (hybrid-granularity) prefix tree over a data set of passenger sequences.
 
     Noise: discrete Laplace on every node count, scale ``h/ε`` split between the
@@ -97,12 +103,6 @@ class PrefixTreeEvent:
     @property
     def component(self) -> str:
         return "prefix_tree"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, **asdict(self)}
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 EVENT_TYPES: dict[str, type] = {StabilityHistogramEvent.kind: StabilityHistogramEvent,
