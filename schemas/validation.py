@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import pandera.pandas as pa
 
 from transit_release.errors import SchemaViolationError
 
 MAX_ROWS_NAMED = 5
+#: An unexpected header is named only if it looks like a column name and the header holds at least
+#: one expected name; a file without a header row would otherwise put its first data row into the message.
+_SAFE_HEADER = re.compile(r"^[A-Za-z][A-Za-z0-9_ ]{0,39}$")
+HIDDEN_HEADER = "<name not shown: it does not look like a column name; is the header row missing?>"
 
 
 def validate(model: type[pa.DataFrameModel], df: pd.DataFrame, where: str) -> pd.DataFrame:
@@ -20,11 +26,15 @@ def validate(model: type[pa.DataFrameModel], df: pd.DataFrame, where: str) -> pd
         return model.validate(df, lazy=True)
     except pa.errors.SchemaErrors as exc:
         fc = exc.failure_cases
+        # without any expected name in the header, the "header" is probably the first data row
+        header_present = bool(set(model.to_schema().columns) & set(map(str, df.columns)))
         problems: dict[tuple[str, str], set[int]] = {}
         for column, check, index, case in zip(fc["column"], fc["check"], fc["index"], fc["failure_case"]):
             check = _describe_check(str(check))
-            if check in ("missing column", "unexpected column"):
-                column = case  # a header name, not a data value
+            if check == "missing column":
+                column = case  # one of the model's own column names
+            elif check == "unexpected column":
+                column = case if header_present and _SAFE_HEADER.match(str(case)) else HIDDEN_HEADER
             key = (str(column) if column is not None and column == column else "<frame>", check)
             rows = problems.setdefault(key, set())
             if index is not None and index == index:

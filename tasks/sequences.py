@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from prefect import get_run_logger
 
 from tasks import data_task
+from tasks.budget import ReleaseTarget
 from tasks.track import mlflow_client, log_to_run, experiment_id
 from transit_release import publish, sequence_release
 from transit_release.accounting.ledger import Ledger
@@ -53,19 +53,13 @@ def tree_budget(data: SequenceInput, epsilon: float, height: int, variant: str, 
         raise InputDataError(str(exc)) from None
 
 
-@dataclass(frozen=True)
-class SequenceTarget:
-    release_id: str
-    already_published: bool
-
-
 @data_task(name="resolve-sequence-release")
 def resolve_sequence_release(home: Home, requested: str | None, input_path: str, budget: TreeBudget,
-                             fingerprint: str) -> SequenceTarget:
+                             fingerprint: str) -> ReleaseTarget:
     rid = publish.check_release_id(requested or f"sequences-{Path(input_path).stem}")
     wanted = ("prefix_tree", float(budget.epsilon), fingerprint)
     same = lambda earlier: wanted in {(e.component, e.epsilon, e.input_fingerprint) for e in earlier}  # noqa: E731
-    return SequenceTarget(rid, publish.already_published(home.releases, Ledger(home.ledger), rid, same))
+    return ReleaseTarget(rid, publish.already_published(home.releases, Ledger(home.ledger), rid, same))
 
 
 @data_task(name="plan-sequence-spend")

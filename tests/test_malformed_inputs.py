@@ -85,12 +85,28 @@ def test_wrong_delimiter(base, tmp_path):
     f = tmp_path / "trips.csv"
     f.write_bytes(base["text"].replace(b",", b";"))
     expect_error(tmp_path, f, base["stops_path"], SchemaViolationError,
-                 "trips file trips.csv: 7 problem(s): column 'card_id': missing column; "
-                 "column 'card_id;\"mode\";\"tap_on_time\";\"tap_on_stop\";\"tap_off_time\";\"tap_off_stop\"': "
-                 "unexpected column; "
+                 "trips file trips.csv: 7 problem(s): "
+                 "column '<name not shown: it does not look like a column name; is the header row missing?>': "
+                 "unexpected column; column 'card_id': missing column; "
                  "column 'mode': missing column; column 'tap_off_stop': missing column; "
                  "column 'tap_off_time': missing column; column 'tap_on_stop': missing column; "
                  "column 'tap_on_time': missing column")
+
+
+def test_file_without_header_row_never_echoes_its_first_row(base, tmp_path):
+    f = tmp_path / "trips.csv"
+    f.write_bytes(b"\n".join(base["text"].split(b"\n")[1:]))
+    first_row = base["trips"].iloc[0]
+    _, exc = expect_error(
+        tmp_path, f, base["stops_path"], SchemaViolationError,
+        "trips file trips.csv: 7 problem(s): "
+        "column '<name not shown: it does not look like a column name; is the header row missing?>': "
+        "unexpected column; column 'card_id': missing column; column 'mode': missing column; "
+        "column 'tap_off_stop': missing column; column 'tap_off_time': missing column; "
+        "column 'tap_on_stop': missing column; column 'tap_on_time': missing column")
+    for value in first_row:
+        if value:
+            assert str(value) not in str(exc)
 
 
 def test_missing_column(base, tmp_path):

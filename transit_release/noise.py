@@ -61,6 +61,12 @@ def exact_fraction(x: float | int | Fraction) -> Fraction:
     return Fraction(repr(float(x)))
 
 
+def _invert(cuts: np.ndarray, generator: np.random.Generator, size: int) -> np.ndarray:
+    """Table indices of ``size`` uniform 64-bit words: the smallest ``i`` with ``word < cuts[i]``."""
+    words = np.asarray(generator.bit_generator.random_raw(size), dtype=np.uint64)
+    return np.searchsorted(cuts, words, side="right").astype(np.int64)
+
+
 @dataclass(frozen=True)
 class DiscreteLaplaceTable:
     """Integer inverse-CDF table of the discrete Laplace distribution at scale ``t``.
@@ -85,9 +91,7 @@ class DiscreteLaplaceTable:
 
     def sample(self, generator: np.random.Generator, size: int) -> np.ndarray:
         """``size`` independent draws as ``int64``."""
-        words = generator.bit_generator.random_raw(size)
-        index = np.searchsorted(self.cuts, np.asarray(words, dtype=np.uint64), side="right")
-        return index.astype(np.int64) - self.support_max
+        return _invert(self.cuts, generator, size) - self.support_max
 
 
 @lru_cache(maxsize=64)
@@ -149,8 +153,7 @@ class GeometricTable:
     total_variation: float
 
     def sample(self, generator: np.random.Generator, size: int) -> np.ndarray:
-        words = generator.bit_generator.random_raw(size)
-        return np.searchsorted(self.cuts, np.asarray(words, dtype=np.uint64), side="right").astype(np.int64)
+        return _invert(self.cuts, generator, size)
 
 
 @lru_cache(maxsize=64)
