@@ -17,7 +17,7 @@ from transit_release import publish, sequence_release
 from transit_release.accounting.ledger import Ledger
 from transit_release.errors import InputDataError
 from transit_release.home import Home
-from transit_release.mechanisms.prefix_tree import Taxonomy, TreeBudget
+from transit_release.mechanisms.prefix_tree import Taxonomy, TreeBudget, check_tree_size
 from transit_release.noise import NoiseSource
 from transit_release.sequence_io import SequenceInput, format_sequences, read_sequence_file
 
@@ -48,7 +48,9 @@ def tree_budget(data: SequenceInput, epsilon: float, height: int, variant: str, 
     else:
         tax = None
     try:
-        return TreeBudget.of(epsilon, height, variant, tax), tax
+        budget = TreeBudget.of(epsilon, height, variant, tax)
+        check_tree_size(budget, data.sequences.n_locations)
+        return budget, tax
     except ValueError as exc:
         raise InputDataError(str(exc)) from None
 

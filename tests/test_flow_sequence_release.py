@@ -46,3 +46,15 @@ def test_hybrid_without_a_taxonomy_is_refused(prefect_harness, tmp_path, capsys)
     assert rc == 2
     assert "the hybrid variant needs exactly one of --taxonomy FILE or --fanout F" in capsys.readouterr().err
     assert not (tmp_path / "h" / "releases").exists()
+
+
+def test_a_tree_too_large_to_build_is_refused_before_any_spend(prefect_harness, tmp_path, capsys):
+    f = tmp_path / "s.txt"
+    f.write_text("\n".join(" ".join(str(x) for x in range(i, i + 3)) for i in range(0, 940, 3)) + "\n")
+    home = tmp_path / "h"
+    rc = main(["sequences", "--input", str(f), "--epsilon", "1", "--height", "12", "--variant", "simple",
+               "--home", str(home)])
+    assert rc == 2
+    assert "would grow about" in capsys.readouterr().err
+    assert not (home / "releases").exists()
+    assert not (home / "ledger.sqlite").exists() or Ledger(home / "ledger.sqlite").spends() == []

@@ -195,3 +195,22 @@ def test_vectorised_water_filling_matches_a_reference(pairs, totals):
         ref = water_fill_reference(x[group == g], total[g])
         assert np.allclose(mine, ref, atol=1e-6)
         assert mine.sum() == pytest.approx(total[g], abs=1e-6)
+
+
+def test_an_impossible_simple_tree_is_refused_before_any_noise_is_drawn():
+    from transit_release.mechanisms.prefix_tree import TreeTooLargeError, build_noisy_prefix_tree, false_node_growth
+
+    budget = TreeBudget.of(1.0, 12, "simple")
+    # Theorem 4.2: |L| P(Z ≥ θ) kept empty children per kept empty node, about 2 over 68 stations
+    assert 1.9 < false_node_growth(budget, 68) < 2.2
+    seqs = Sequences.from_lists([[1, 2, 3]], 944)
+    gen = NoiseSource(seed=11).stream("t")
+    twin = NoiseSource(seed=11).stream("t")
+    with pytest.raises(TreeTooLargeError, match=r"the simple variant over 944 locations at height 12 would grow "
+                                                r"about 3\.\de\+20 empty nodes .*Use the hybrid variant"):
+        build_noisy_prefix_tree(seqs, budget, None, gen)
+    assert gen.integers(0, 2**62, 4).tolist() == twin.integers(0, 2**62, 4).tolist()  # nothing drawn
+    # the hybrid variant over the same universe is fine
+    hybrid = TreeBudget.of(1.0, 12, "hybrid", Taxonomy.from_fanout(944, 16))
+    assert false_node_growth(hybrid, 944) < 0.1
+    build_noisy_prefix_tree(seqs, hybrid, Taxonomy.from_fanout(944, 16), gen)

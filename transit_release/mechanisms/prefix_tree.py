@@ -52,6 +52,12 @@ from transit_release.noise import discrete_laplace_table, exact_fraction, geomet
 
 MECHANISM_NAME = "prefix_tree"
 VARIANTS = ("simple", "hybrid")
+# refuse a tree whose data-independent size estimate (see ``estimated_false_nodes``) exceeds this
+MAX_ESTIMATED_FALSE_NODES = 5_000_000
+
+
+class TreeTooLargeError(ValueError):
+    """The false (empty) nodes alone would make the tree too large to build."""
 
 
 @dataclass(frozen=True)
@@ -165,6 +171,42 @@ class TreeBudget:
         return self.height * (self.generalized_epsilon + self.station_epsilon)
 
 
+def false_node_growth(budget: TreeBudget, n_locations: int) -> float:
+    """Expected number of kept empty children of one kept empty node (Theorem 4.2 of the paper).
+
+    Simple: ``|L| P(Z ≥ θ_ng)``; hybrid: ``Σ_groups P(Z₁ ≥ θ_g) |group| P(Z₂ ≥ θ_ng) = |L| p_g p_ng``,
+    with the tails of the integer noise actually used.
+    """
+    p_ng = discrete_laplace_table(1 / budget.station_epsilon).upper_tail(budget.station_threshold)
+    if budget.variant == "simple":
+        return n_locations * p_ng
+    p_g = discrete_laplace_table(1 / budget.generalized_epsilon).upper_tail(budget.generalized_threshold)
+    return n_locations * p_g * p_ng
+
+
+def estimated_false_nodes(budget: TreeBudget, n_locations: int) -> float:
+    """A data-independent size estimate: ``|L|`` chains of empty descendants, ``Σ_{i=1..h} g^i`` each.
+
+    Every node of the first level can start such a chain; real trees have more (every real node
+    starts chains too) but the estimate tells a feasible tree from an impossible one without
+    looking at the data, so refusing on it reveals nothing.
+    """
+    g = false_node_growth(budget, n_locations)
+    chain = sum(g ** i for i in range(1, budget.height + 1))
+    return n_locations * chain
+
+
+def check_tree_size(budget: TreeBudget, n_locations: int) -> None:
+    """Raise ``TreeTooLargeError`` before any noise is drawn if the tree could not be built."""
+    estimate = estimated_false_nodes(budget, n_locations)
+    if estimate > MAX_ESTIMATED_FALSE_NODES:
+        raise TreeTooLargeError(
+            f"the {budget.variant} variant over {n_locations} locations at height {budget.height} would grow about "
+            f"{estimate:.2g} empty nodes (each kept empty node keeps on average "
+            f"{false_node_growth(budget, n_locations):.3g} empty children; limit "
+            f"{MAX_ESTIMATED_FALSE_NODES:,}). Use the hybrid variant, a lower height or fewer locations.")
+
+
 @dataclass(frozen=True)
 class Level:
     """Nodes of one level, sorted by (parent, location)."""
@@ -268,6 +310,7 @@ def _group_by_parent(parent: np.ndarray, item: np.ndarray):
 def build_noisy_prefix_tree(seqs: Sequences, budget: TreeBudget, taxonomy: Taxonomy | None,
                             generator: np.random.Generator) -> NoisyPrefixTree:
     """Procedure 1 (BuildNoisyPrefixTree), level by level, vectorised over nodes."""
+    check_tree_size(budget, seqs.n_locations)
     L = seqs.n_locations
     lengths = seqs.lengths
     node = np.zeros(len(seqs), dtype=np.int64)  # each sequence's node at the previous level; root = 0
@@ -341,19 +384,23 @@ def _isotonic_paths(paths: np.ndarray) -> np.ndarray:
     """Least-squares non-increasing fit of every row (root first), all rows at once.
 
     Uses the min-max formula of isotonic regression on the reversed (leaf-first,
-    non-decreasing) rows: ``I_m = min_{j ≥ m} max_{i ≤ m} mean(y[i..j])``.
+    non-decreasing) rows: ``I_m = min_{j ≥ m} max_{i ≤ m} mean(y[i..j])``. Works on the
+    transpose so that every reduction runs across rows (contiguous), not along a short row.
     """
-    y = paths[:, ::-1].astype(float)
-    n, d = y.shape
-    c = np.concatenate([np.zeros((n, 1)), np.cumsum(y, axis=1)], axis=1)
-    j = np.arange(d)
-    run_max = np.full((n, d), -np.inf)  # run_max[:, j] = max over i <= m of mean(y[i..j]), for j >= m
-    out = np.empty_like(y)
+    y = np.ascontiguousarray(paths[:, ::-1].T, dtype=float)  # (d, n), leaf first
+    d, n = y.shape
+    c = np.zeros((d + 1, n))
+    np.cumsum(y, axis=0, out=c[1:])
+    run_max = np.full((d, n), -np.inf)  # run_max[j] = max over i <= m of mean(y[i..j]), for j >= m
+    out = np.empty((d, n))
+    mean = np.empty((d, n))
     for m in range(d):
-        mean_mj = (c[:, m + 1:] - c[:, [m]]) / (j[m:] + 1 - m)
-        run_max[:, m:] = np.maximum(run_max[:, m:], mean_mj)
-        out[:, m] = run_max[:, m:].min(axis=1)
-    return out[:, ::-1]
+        width = (np.arange(m, d) + 1 - m).astype(float)[:, None]
+        np.subtract(c[m + 1:], c[m], out=mean[m:])
+        mean[m:] /= width
+        np.maximum(run_max[m:], mean[m:], out=run_max[m:])
+        run_max[m:].min(axis=0, out=out[m])
+    return out[::-1].T
 
 
 def constrained_inference(tree: NoisyPrefixTree) -> list[np.ndarray]:
@@ -375,8 +422,11 @@ def constrained_inference(tree: NoisyPrefixTree) -> list[np.ndarray]:
             idx.reverse()  # root-first: level 0 .. d
             fit = _isotonic_paths(np.stack([levels[k].count[j] for k, j in enumerate(idx)], axis=1))
             for k, j in enumerate(idx):
-                sums[k] += np.bincount(j, weights=fit[:, k], minlength=sums[k].size)
-                hits[k] += np.bincount(j, minlength=hits[k].size)
+                # leaves are consecutive and levels sorted by parent, so j spans a short range
+                lo = int(j.min())
+                span = int(j.max()) - lo + 1
+                sums[k][lo:lo + span] += np.bincount(j - lo, weights=fit[:, k], minlength=span)
+                hits[k][lo:lo + span] += np.bincount(j - lo, minlength=span)
     tilde = [s / np.maximum(h, 1) for s, h in zip(sums, hits)]
     # phase 2: top-down, children never exceed their parent in sum (water-filling, floor 0)
     bar = [np.maximum(tilde[0], 0.0)] if levels else []
@@ -394,22 +444,25 @@ def constrained_inference(tree: NoisyPrefixTree) -> list[np.ndarray]:
 
 def _water_fill_groups(x: np.ndarray, group: np.ndarray, total: np.ndarray) -> np.ndarray:
     """``max(0, x − λ_g)`` per sibling group ``g``, with ``λ_g ≥ 0`` such that the group sums to ``total[g]``
-    (called only for groups whose children sum to more than their parent)."""
-    order = np.lexsort((-x, group))
-    g, v = group[order], x[order]
-    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    size = np.diff(np.r_[starts, g.size])
-    first = np.repeat(starts, size)
-    rank = np.arange(g.size) - first + 1
-    csum = np.cumsum(v)
-    before = np.repeat(np.r_[0.0, csum][starts], size)
-    lam = (csum - before - total[g]) / rank
-    valid_rank = np.where(v - lam > 0, rank, 0)
-    last = np.maximum.reduceat(valid_rank, starts)  # the last valid rank of each group (0 if none)
-    lam_group = lam[starts + np.maximum(last, 1) - 1]
-    out = np.empty_like(x)
-    out[order] = np.maximum(v - np.maximum(np.repeat(lam_group, size), 0.0), 0.0)
-    return out
+    (called only for groups whose children sum to more than their parent).
+
+    Michelot's active-set iteration for the projection onto a simplex, all groups at once: ``λ_g``
+    is the mean excess over the group's still-active members; members at or below ``λ_g`` leave
+    for good (``λ_g`` only grows). No sort; each round is a bincount, and the number of rounds is
+    at most the largest sibling group (a handful in practice).
+    """
+    n_groups = total.size
+    active = np.ones(x.size, dtype=bool)
+    while True:
+        size = np.bincount(group[active], minlength=n_groups)
+        excess = np.bincount(group[active], weights=x[active], minlength=n_groups) - total
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lam = np.where(size > 0, excess / np.maximum(size, 1), np.inf)
+        drop = active & (x - lam[group] <= 0)
+        if not drop.any():
+            break
+        active &= ~drop
+    return np.where(active, np.maximum(x - np.maximum(lam[group], 0.0), 0.0), 0.0)
 
 
 def release_sequences(tree: NoisyPrefixTree, bar: list[np.ndarray]) -> list[tuple[tuple[int, ...], int]]:

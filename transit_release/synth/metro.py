@@ -86,8 +86,14 @@ def build_metro() -> Metro:
     return Metro(names, np.array(line_of), lines, slots)
 
 
-def synthesize_metro(n_passengers: int = 850_000, seed: int = 0) -> tuple[Sequences, Metro]:
-    """``n_passengers`` sequences of station ids (one per passenger)."""
+def synthesize_metro(n_passengers: int = 850_000, seed: int = 0, *, elsewhere: float = ELSEWHERE,
+                     transfer_tap: float = TRANSFER_TAP, work_zipf: float = WORK_ZIPF) -> tuple[Sequences, Metro]:
+    """``n_passengers`` sequences of station ids (one per passenger).
+
+    ``elsewhere`` (share of taps away from home and work) and ``transfer_tap`` (chance of tapping at
+    the interchange when changing line) set how irregular the passengers are; ``work_zipf`` how
+    concentrated the work places are.
+    """
     metro = build_metro()
     rng = np.random.default_rng(seed)
     n = metro.n_stations
@@ -101,7 +107,7 @@ def synthesize_metro(n_passengers: int = 850_000, seed: int = 0) -> tuple[Sequen
     rank = np.empty(n)
     rank[np.argsort(-centrality, kind="stable")] = np.arange(1, n + 1)
     home_w = rng.permutation(1.0 / rank ** HOME_ZIPF)
-    work_w = 1.0 / rank ** WORK_ZIPF
+    work_w = 1.0 / rank ** work_zipf
     weight = (home_w / home_w.sum() + work_w / work_w.sum()) / 2
     home = rng.choice(n, n_passengers, p=home_w / home_w.sum())
     work = rng.choice(n, n_passengers, p=work_w / work_w.sum())
@@ -116,12 +122,12 @@ def synthesize_metro(n_passengers: int = 850_000, seed: int = 0) -> tuple[Sequen
     who = np.repeat(np.arange(n_passengers), lengths)
     step = np.arange(total) - offsets[who]
     taps = np.where(step % 2 == 0, home[who], work[who])
-    elsewhere = rng.random(total) < ELSEWHERE
-    taps[elsewhere] = rng.choice(n, int(elsewhere.sum()), p=weight)
+    away = rng.random(total) < elsewhere
+    taps[away] = rng.choice(n, int(away.sum()), p=weight)
     # transfer taps: between consecutive taps on different lines, sometimes tap at the interchange
     seqs = []
     transfer = {(a, b): metro.interchange(a, b) for a in range(n) for b in range(n)}
-    coin = rng.random(total) < TRANSFER_TAP
+    coin = rng.random(total) < transfer_tap
     for p in range(n_passengers):
         a, b = offsets[p], offsets[p + 1]
         s = taps[a:b].tolist()
