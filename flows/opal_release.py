@@ -11,7 +11,7 @@ from tasks.ingest import fingerprint_inputs, ingest_stops, ingest_trips
 from tasks.preprocess import build_partitions, encode_trips
 from tasks.publish import assemble_tables, commit_release, load_manifest, stage_release
 from tasks.quality import check_raw_quality, check_release_tables
-from tasks.report import write_report
+from tasks.report import update_index, write_report
 from tasks.sanitize import sanitize_partition
 from tasks.screen import release_period, screen_trips, validate_trips_file
 from tasks.summary import summarize
@@ -65,4 +65,5 @@ def opal_release(trips: str, stops: str, home: str = ".", config: str | None = N
                            {"raw": raw_quality, "release": release_quality})
     commit_release(where, staged)  # the release becomes visible here, and only here
     mark_published(where, run_id)
+    update_index(where)
     return summarize(where, staged.manifest, "published", run_id, report, quarantine)

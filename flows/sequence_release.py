@@ -9,6 +9,7 @@ from prefect import flow
 from tasks.budget import charge_budget, load_policy
 from tasks.ingest import fingerprint_inputs
 from tasks.publish import commit_release
+from tasks.report import update_index, write_summary
 from tasks.sequences import (evaluate_sequences, plan_sequence_spend, read_sequences, resolve_sequence_release,
                              sanitize_sequences, stage_sequence_release, track_sequence_release, tree_budget)
 from tasks.track import mark_published
@@ -39,8 +40,10 @@ def sequence_release(input: str, epsilon: float, height: int, variant: str = "hy
     staged = stage_sequence_release(where, target.release_id, scope_name, release, data, budget, event,
                                     code_version())
     run_id = track_sequence_release(where, staged.manifest, charged, metrics, data.quarantine_counts)
+    write_summary(where, target.release_id, metrics)
     commit_release(where, staged)
     mark_published(where, run_id)
+    update_index(where)
     return {"release_id": target.release_id, "status": "published", "release_dir": str(staged.final_dir),
             "epsilon": staged.manifest["privacy"]["epsilon"], "metrics": metrics, "mlflow_run_id": run_id,
             "mlflow_ui": where.mlflow_ui_command()}

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 
 from tasks import data_task
-from transit_release import audit, report
+from transit_release import audit, release_index, report
 from transit_release.accounting.ledger import Ledger
 from transit_release.home import Home
 
@@ -37,4 +38,7 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, de
 @data_task(name="write-audit-report")
 def write_audit_report(home: Home, result: dict) -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return str(report.write_audit_report(home.reports / f"audit-{stamp}", result))
+    path = report.write_audit_report(home.reports / f"audit-{stamp}", result)
+    (path.parent / release_index.AUDIT_SUMMARY).write_text(json.dumps(release_index.audit_summary(result), indent=1),
+                                                           encoding="utf-8")
+    return str(path)

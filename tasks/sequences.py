@@ -104,7 +104,8 @@ def track_sequence_release(home: Home, manifest: dict, charged: list, metrics: d
     p = manifest["privacy"]
     rid = manifest["release_id"]
     tags = {"release_id": rid, "kind": "sequences", "mechanism": "prefix_tree", "unit_of_privacy": p["unit_of_privacy"],
-            "neighbouring": "add-remove-one", "scope": manifest["scope"], "noise_source": manifest["noise_source"],
+            "neighbouring": "add-remove-one", "scope": manifest["scope"], "period": manifest["scope"],
+            "noise_source": manifest["noise_source"],
             "code_version": manifest["code_version"], "published": "false"}
     run = client.create_run(exp, run_name=rid, tags=tags).info.run_id
     params = {"mechanism": "prefix_tree", "epsilon": p["epsilon"], "height": p["height"], "fanout": p["fanout"],
@@ -115,6 +116,7 @@ def track_sequence_release(home: Home, manifest: dict, charged: list, metrics: d
         params.update({"prefix_tree.epsilon": ev.epsilon, "prefix_tree.delta": ev.delta,
                        "prefix_tree.ledger_seq": e.seq})
     m = {"privacy.epsilon": p["epsilon"], "privacy.delta": p["delta"], **metrics,
+         "rows.released": manifest["files"]["sequences.txt"]["rows"],
          **{f"input.quarantined.{k}": v for k, v in quarantine.items()}}
     log_to_run(client, run, params, m)
     with tempfile.TemporaryDirectory() as tmp:

@@ -93,7 +93,9 @@ def track_release(home: Home, manifest: dict, utility: pd.DataFrame, charged: li
     tags = {"release_id": rid, "kind": "opal", "mechanism": "stability_histogram",
             "unit_of_privacy": privacy["unit_of_privacy"], "neighbouring": "replace-one",
             "period_start": manifest["period"]["start"], "period_end": manifest["period"]["end"],
-            "modes": ",".join(manifest["modes"]), "noise_source": manifest["noise_source"],
+            "modes": ",".join(manifest["modes"]), "mode_set": "+".join(sorted(manifest["modes"])),
+            "period": f"{manifest['period']['start']}..{manifest['period']['end']}",
+            "noise_source": manifest["noise_source"],
             "code_version": manifest["code_version"], "published": "false"}
     parent = client.create_run(exp, run_name=rid, tags=tags).info.run_id
     seqs = [e.seq for e in charged]
@@ -111,6 +113,8 @@ def track_release(home: Home, manifest: dict, utility: pd.DataFrame, charged: li
         for k in METRICS:
             metrics[f"{name}.{k}"] = agg.loc[name, k]
     metrics["trip_coverage"] = utility["trip_coverage"].mean()
+    metrics["rows.released"] = sum(meta["rows"] for f, meta in manifest["files"].items()
+                                   if "rows" in meta and f.endswith(".csv"))
     metrics["input.rows"] = quarantine["rows"]
     metrics["input.quarantined"] = quarantine["quarantined"]
     metrics["input.quarantined_share"] = quarantine["quarantined_share"]

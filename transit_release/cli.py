@@ -5,6 +5,7 @@
                             [--release-id ID] [--home DIR]
     transit-release demo    [--home DIR] [--scale F]
     transit-release audit   [--home DIR] [--ledger FILE] [--json]
+    transit-release serve   [--home DIR] [--deployments prefect.yaml]
 
 Flows run on Prefect's temporary local server, with all state (releases,
 reports, ledger, MLflow store, Prefect's database) under ``--home`` (default:
@@ -101,6 +102,11 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--ledger", help="privacy ledger file (default: <home>/ledger.sqlite)")
     a.add_argument("--json", action="store_true", help="print the result as JSON")
     a.add_argument("--delta-prime", type=float, default=1e-7, help="slack δ' of the advanced-composition bound")
+
+    v = sub.add_parser("serve", help="run the schedules of prefect.yaml in this process (Prefect's serve)")
+    v.add_argument("--home", default=".", help="state directory (default: current directory); also the "
+                   "default of TRANSIT_RELEASE_HOME for the deployments' parameters")
+    v.add_argument("--deployments", help="a prefect.yaml (default: the project's)")
     return p
 
 
@@ -198,6 +204,22 @@ def _release(args, trips: str, stops: str, home: Home) -> int:
     return 0
 
 
+def _serve(args, home: Home) -> int:
+    from flows import deployments
+
+    os.environ.setdefault("TRANSIT_RELEASE_HOME", str(home.root))
+    path = args.deployments or deployments.DEFAULT_FILE
+    deployments.read_deployments(path)  # a missing variable fails here, before any server starts
+    if os.environ.get("PREFECT_API_URL"):
+        deployments.serve(path)
+    else:
+        with deployments.local_server(home.prefect_home) as url:
+            os.environ["PREFECT_API_URL"] = url  # for the runs' own processes
+            print(f"local Prefect server: {url}", flush=True)
+            deployments.serve(path, api_url=url)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -207,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
             return _synth_metro(args)
         home = Home.at(args.home, getattr(args, "ledger", None))  # every other command has a home
         _prepare_environment(home)
+        if args.command == "serve":
+            return _serve(args, home)
         if args.command == "release":
             return _release(args, args.trips, args.stops, home)
         if args.command == "sequences":

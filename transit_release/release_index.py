@@ -1,0 +1,169 @@
+"""``release_reports/index.html``: every published release and the latest audit, on one page.
+
+The reviewer's static view of past releases (MLflow's UI is the main, richer
+one). Built only from what is already on disk under the home directory:
+published manifests (``releases/<id>/manifest.json``), the small internal
+summaries the flows leave next to their reports
+(``release_reports/<id>/summary.json``) and the newest audit's
+``audit_summary.json``. It is internal (it sits with the reports), but holds
+nothing finer than the reports' own aggregates. Releases are listed newest
+period first, then by id, whatever order the folders are read in.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+INDEX = "index.html"
+SUMMARY = "summary.json"
+AUDIT_SUMMARY = "audit_summary.json"
+
+
+@dataclass(frozen=True)
+class ReleaseRow:
+    release_id: str
+    kind: str  # "opal" or "sequences"
+    period: str  # "start – end" for Opal; the input's scope for sequences
+    sort_key: str
+    mechanism: str
+    unit_of_privacy: str
+    epsilon: float
+    delta: float
+    rows: int
+    utility: str
+    links: dict[str, str]  # label -> path relative to the index
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _pct(x) -> str:
+    return "—" if x is None else f"{100 * float(x):.1f}%"
+
+
+def _utility(kind: str, summary: dict | None) -> str:
+    if not summary:
+        return "—"
+    if kind == "opal":
+        return f"trips covered {_pct(summary.get('trip_coverage'))}"
+    parts = []
+    errors = sorted((k for k in summary if k.startswith("count_query.relative_error.max_q")),
+                    key=lambda k: int(k.rsplit("max_q", 1)[1]))
+    if errors:
+        size = errors[0].rsplit("max_q", 1)[1]
+        parts.append(f"count-query error (|Q| ≤ {size}) {_pct(summary[errors[0]])}")
+    if "patterns.top100.tp" in summary:
+        parts.append(f"top-100 patterns found {int(summary['patterns.top100.tp'])}/100")
+    return "; ".join(parts) or "—"
+
+
+def collect_releases(releases_dir: Path, reports_dir: Path) -> list[ReleaseRow]:
+    """One row per published release (a folder with a manifest; staging folders are skipped)."""
+    rows = []
+    if not releases_dir.is_dir():
+        return rows
+    for d in releases_dir.iterdir():
+        manifest = _read_json(d / "manifest.json") if d.is_dir() and not d.name.startswith(".") else None
+        if not manifest or "release_id" not in manifest:
+            continue
+        rid = manifest["release_id"]
+        privacy = manifest.get("privacy", {})
+        kind = "opal" if "period" in manifest else "sequences"
+        if kind == "opal":
+            period = f"{manifest['period']['start']} – {manifest['period']['end']}"
+            sort_key = manifest["period"]["end"]
+            mechanism = "stability-based histogram"
+        else:
+            period = f"scope: {manifest.get('scope', '—')}"
+            sort_key = manifest.get("created_at", "")[:10]
+            mechanism = privacy.get("mechanism", "noisy prefix tree").split(" (")[0]
+        rows_released = sum(int(meta.get("rows", 0)) for name, meta in manifest.get("files", {}).items()
+                            if name.endswith((".csv", ".txt")))
+        report_dir = reports_dir / rid
+        links = {"data card": os.path.relpath(d / "DATACARD.md", reports_dir),
+                 "manifest": os.path.relpath(d / "manifest.json", reports_dir)}
+        if (report_dir / "report.html").exists():
+            links = {"report": f"{rid}/report.html", **links}
+        for label, sub in (("Data Docs (raw)", "data_docs/raw/index.html"),
+                           ("Data Docs (release)", "data_docs/release/index.html")):
+            if (report_dir / sub).exists():
+                links[label] = f"{rid}/{sub}"
+        rows.append(ReleaseRow(rid, kind, period, sort_key, mechanism, privacy.get("unit_of_privacy", "—"),
+                               float(privacy.get("epsilon", 0.0)), float(privacy.get("delta", 0.0)),
+                               rows_released, _utility(kind, _read_json(report_dir / SUMMARY)), links))
+    return sorted(rows, key=lambda r: (r.sort_key, r.release_id), reverse=True)
+
+
+def latest_audit(reports_dir: Path) -> tuple[str, dict] | None:
+    """(folder name, summary) of the newest audit report (folders are named ``audit-<UTC stamp>``)."""
+    audits = sorted(p for p in reports_dir.glob("audit-*") if (p / AUDIT_SUMMARY).exists()) \
+        if reports_dir.is_dir() else []
+    if not audits:
+        return None
+    summary = _read_json(audits[-1] / AUDIT_SUMMARY)
+    return (audits[-1].name, summary) if summary else None
+
+
+def audit_summary(result: dict) -> dict:
+    """The few audit figures the index shows."""
+    return {"ok": bool(result["ok"]), "entries": result["entries"],
+            "releases_published": len(result["releases_published"]),
+            "discrepancies": len(result["discrepancies"]),
+            "loss": {unit: {"epsilon": loss["basic"]["epsilon"], "delta": loss["basic"]["delta"],
+                            "advanced_epsilon": loss["advanced"]["epsilon"]}
+                     for unit, loss in result["loss"].items()}}
+
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}
+table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}
+th{background:#f3f3f3}.ok{color:#176117}.bad{color:#a31515}.note{color:#555;font-size:90%}"""
+
+
+def render_index(rows: list[ReleaseRow], audit: tuple[str, dict] | None) -> str:
+    def row_html(r: ReleaseRow) -> str:
+        links = " · ".join(f'<a href="{html.escape(href)}">{html.escape(label)}</a>' for label, href in r.links.items())
+        return (f'<tr class="release" data-release-id="{html.escape(r.release_id)}"><td>{html.escape(r.release_id)}</td>'
+                f"<td>{html.escape(r.kind)}</td><td>{html.escape(r.period)}</td><td>{html.escape(r.mechanism)}</td>"
+                f"<td>{html.escape(r.unit_of_privacy)}</td><td>{r.epsilon:g}</td><td>{r.delta:.3g}</td>"
+                f"<td>{r.rows:,}</td><td>{html.escape(r.utility)}</td><td>{links}</td></tr>")
+
+    if audit is None:
+        audit_html = "<p>No audit yet: run <code>transit-release audit</code>.</p>"
+    else:
+        name, s = audit
+        status = '<b class="ok">PASSED</b>' if s["ok"] else '<b class="bad">FAILED</b>'
+        losses = "".join(f"<li>per {html.escape(u)}: ε = {x['epsilon']:g}, δ = {x['delta']:.3g} "
+                         f"(advanced composition ε = {x['advanced_epsilon']:.4g})</li>" for u, x in s["loss"].items())
+        audit_html = (f'<p id="latest-audit">{status} — {html.escape(name)}: {s["entries"]} ledger entries, '
+                      f'{s["releases_published"]} published release(s), {s["discrepancies"]} discrepancy(ies). '
+                      f'<a href="{html.escape(name)}/audit.html">Audit report</a></p><ul>{losses}</ul>')
+    table = ("<table id=\"releases\"><thead><tr><th>release</th><th>kind</th><th>period</th><th>mechanism</th>"
+             "<th>unit of privacy</th><th>ε</th><th>δ</th><th>rows released</th><th>utility</th><th>links</th>"
+             f"</tr></thead><tbody>{''.join(row_html(r) for r in rows)}</tbody></table>"
+             if rows else "<p>No release published yet.</p>")
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>transit-release: past releases</title>
+<style>{_CSS}</style></head><body>
+<h1>Past releases</h1>
+<p class="note">Internal page: utility figures compare released counts with true ones. The public files are the
+data cards and the CSV/TXT files under <code>releases/</code>. MLflow's UI has every run's parameters and metrics.</p>
+<h2>Latest privacy audit</h2>{audit_html}
+<h2>Releases ({len(rows)})</h2>{table}
+</body></html>"""
+
+
+def write_index(releases_dir: Path, reports_dir: Path) -> Path:
+    """Regenerate ``index.html`` (written to a temporary file, then renamed into place)."""
+    reports_dir.mkdir(parents=True, exist_ok=True)
+    page = render_index(collect_releases(releases_dir, reports_dir), latest_audit(reports_dir))
+    tmp = reports_dir / f".{INDEX}.tmp"
+    tmp.write_text(page, encoding="utf-8")
+    os.replace(tmp, reports_dir / INDEX)
+    return reports_dir / INDEX
