@@ -110,7 +110,10 @@ def serve(path: str | Path = DEFAULT_FILE, api_url: str | None = None) -> None:
     from prefect import serve as prefect_serve
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
+    path = Path(path).resolve()
+    # entrypoints are recorded relative to the working directory, and the runs' relative paths
+    # (config, policy) are the project's, as for a worker: work from the project directory
+    os.chdir(path.parent)
     deployments = runner_deployments(path)
-    os.chdir(Path(path).resolve().parent)  # the runs' relative paths are the project's, as for a worker
     with temporary_settings(updates={PREFECT_API_URL: api_url} if api_url else {}):
         prefect_serve(*deployments, print_starting_message=True)
