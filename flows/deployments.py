@@ -65,7 +65,8 @@ def runner_deployments(path: str | Path = DEFAULT_FILE) -> list:
     return out
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on loopback."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -76,7 +77,7 @@ def local_server(prefect_home: Path, timeout: float = 120.0):
     """A Prefect server (with its scheduler) on loopback for the duration; yields its API URL."""
     import httpx
 
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/api"
     env = {**os.environ, "PREFECT_HOME": str(prefect_home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "PREFECT_UI_ENABLED": "false"}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from flows.deployments import free_port
 from transit_release.cli import main
 from transit_release.release_index import collect_releases, render_index
 
@@ -33,15 +33,9 @@ def two_releases(prefect_harness, small_week, tmp_path_factory):
     return home
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def mlflow_server(home: Path):
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
                              f"sqlite:///{home / 'mlflow.db'}", "--host", "127.0.0.1", "--port", str(port),
                              "--workers", "1"], cwd=home, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -100,9 +94,8 @@ def test_mlflow_server_shows_both_releases_with_comparable_tags_params_and_metri
 
 def test_index_lists_releases_newest_first_whatever_the_folder_order(two_releases, tmp_path):
     rows = collect_releases(two_releases / "releases", two_releases / "release_reports")
-    assert [r.release_id for r in rows] == sorted((r.release_id for r in rows),
-                                                  key=lambda rid: next(x.sort_key for x in rows
-                                                                       if x.release_id == rid), reverse=True)
+    keys = [(r.sort_key, r.release_id) for r in rows]
+    assert keys == sorted(keys, reverse=True)
     opal = next(r for r in rows if r.kind == "opal")
     assert opal.period == "2016-08-08 – 2016-08-14" and opal.epsilon == 8.0 and opal.rows > 0
     assert opal.utility.startswith("trips covered ")

@@ -62,6 +62,7 @@ def fill_pattern(pattern: str, start: date, end: date) -> str:
         raise PatternError(f"input pattern {pattern!r} has unknown placeholder(s) {unknown}; "
                            f"known: {list(PLACEHOLDERS)}")
     iso = start.isocalendar()
-    return pattern.format(start=start.isoformat(), end=end.isoformat(), year=f"{iso.year:04d}"
-                          if "week" in fields else f"{start.year:04d}", month=f"{start.month:02d}",
-                          week=f"{iso.week:02d}")
+    # with {week}, {year} is the ISO week-year (29 Dec 2025 is in 2026-W01); otherwise the calendar year
+    year = iso.year if "week" in fields else start.year
+    return pattern.format(start=start.isoformat(), end=end.isoformat(), year=f"{year:04d}",
+                          month=f"{start.month:02d}", week=f"{iso.week:02d}")
