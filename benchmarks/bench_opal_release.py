@@ -13,7 +13,16 @@ Prints, and writes to ``<work>/results.json``:
 3. the sanitization step on the same histograms three ways: a bare NumPy
    group-count (``np.bincount`` of the six marginals), our SBH (noise and
    threshold only), and OpenDP's ``make_laplace_threshold`` on the same
-   histograms as dictionaries (noise and threshold only).
+   histograms as dictionaries (noise and threshold only);
+4. scale-out (``--workers 1,2``): ``transit-release release --workers N`` as a
+   subprocess for each N: wall time, the sanitization subflow's and its
+   partition tasks' durations (from Prefect's database), and the peak resident
+   memory (``VmHWM``) of every process — the flow process, each Dask worker,
+   Prefect's temporary server — sampled from ``/proc`` while it runs; plus a
+   Dask worker's memory after imports alone and the size of the largest
+   partition's rows, to compare the workers' peak with.
+
+    python benchmarks/bench_opal_release.py --only-scale-out --workers 1,2
 """
 
 from __future__ import annotations
@@ -52,6 +61,131 @@ def end_to_end(trips: Path, stops: Path, home: Path) -> dict:
         raise SystemExit(f"release failed:\n{res.stderr[-3000:]}")
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return {"wall_s": round(wall, 2), "peak_rss_gib": round(peak_kib / 2**20, 2)}
+
+
+def _process_table() -> dict[int, tuple[int, str]]:
+    """pid → (parent pid, command line) of every process (Linux /proc)."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        out[int(d.name)] = (ppid, cmd)
+    return out
+
+
+def _peak_kib(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _role(cmd: str, is_root: bool) -> str:
+    if is_root:
+        return "flow"
+    if "spawn_main" in cmd:
+        return "dask_worker"
+    if "uvicorn" in cmd or "prefect" in cmd and "server" in cmd:
+        return "prefect_server"
+    return "other"
+
+
+def watch_peaks(proc: subprocess.Popen, every_s: float = 0.2) -> dict[int, tuple[str, int]]:
+    """pid → (role, peak RSS KiB) of ``proc`` and all its descendants, sampled until it exits."""
+    peaks: dict[int, tuple[str, int]] = {}
+    while proc.poll() is None:
+        table = _process_table()
+        family, frontier = {proc.pid}, [proc.pid]
+        while frontier:
+            parent = frontier.pop()
+            for pid, (ppid, _) in table.items():
+                if ppid == parent and pid not in family:
+                    family.add(pid)
+                    frontier.append(pid)
+        for pid in family:
+            kib = _peak_kib(pid)
+            if kib is not None and pid in table:
+                peaks[pid] = (_role(table[pid][1], pid == proc.pid), max(kib, peaks.get(pid, ("", 0))[1]))
+        time.sleep(every_s)
+    return peaks
+
+
+def _subflow_times(prefect_db: Path) -> dict:
+    import sqlite3
+
+    def seconds(expr: str) -> str:
+        return f"(julianday({expr}) - julianday('1970-01-01')) * 86400"
+
+    with sqlite3.connect(prefect_db) as db:
+        (sub,) = db.execute(f"SELECT r.id, {seconds('r.total_run_time')} FROM flow_run r JOIN flow f "
+                            "ON f.id = r.flow_id WHERE f.name = 'sanitize-partitions'").fetchall()
+        tasks = [row[0] for row in db.execute(f"SELECT {seconds('total_run_time')} FROM task_run "
+                                              "WHERE flow_run_id = ? AND name LIKE 'sanitize-partition-%'",
+                                              (sub[0],))]
+    return {"sanitize_subflow_s": round(sub[1], 2), "partition_tasks": len(tasks),
+            "partition_task_sum_s": round(sum(tasks), 2), "partition_task_max_s": round(max(tasks), 2)}
+
+
+def worker_import_baseline_mib() -> float:
+    """Peak RSS of a Dask worker that has imported the sanitization task and done nothing else."""
+    from distributed import Client, LocalCluster
+
+    def imported_peak() -> int:
+        import tasks.sanitize  # noqa: F401
+        return _peak_kib(os.getpid())
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        (kib,) = client.run(imported_peak).values()
+    return round(kib / 1024, 1)
+
+
+def scale_out(trips: Path, stops: Path, work: Path, workers: list[int]) -> dict:
+    """``transit-release release --workers N`` for each N, with per-process peak memory."""
+    import shutil
+
+    exe = Path(sys.executable).parent / "transit-release"
+    out = {}
+    for n in workers:
+        home = work / f"home-workers-{n}"
+        shutil.rmtree(home, ignore_errors=True)
+        cmd = [str(exe), "release", "--trips", str(trips), "--stops", str(stops), "--home", str(home),
+               "--release-id", f"bench-workers-{n}", "--workers", str(n)]
+        env = {**os.environ, "PREFECT_LOGGING_LEVEL": "WARNING"}
+        log = work / f"workers-{n}.log"
+        t = time.perf_counter()
+        with open(log, "w") as fh:
+            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
+            peaks = watch_peaks(proc)
+        wall = time.perf_counter() - t
+        if proc.returncode != 0:
+            raise SystemExit(f"release with {n} workers failed; see {log}")
+        by_role: dict[str, list[float]] = {}
+        for role, kib in peaks.values():
+            by_role.setdefault(role, []).append(round(kib / 1024, 1))
+        out[f"{n}_workers"] = {"wall_s": round(wall, 2), **_subflow_times(home / ".prefect" / "prefect.db"),
+                               "peak_rss_mib": {r: sorted(v, reverse=True) for r, v in sorted(by_role.items())}}
+        print(f"scale-out, {n} workers:", out[f"{n}_workers"], flush=True)
+    return out
+
+
+def partition_sizes(enc) -> dict:
+    """The week's encoded rows and the largest partition's, in memory (what a sanitizer loads)."""
+    from transit_release.preprocessing import TRIP_COLUMNS
+
+    per_row = sum(enc.frame[c].dtype.itemsize for c in TRIP_COLUMNS)
+    counts = np.bincount(enc.frame["part"].to_numpy(), minlength=len(enc.partitions))
+    return {"partitions": len(enc.partitions), "largest_partition_trips": int(counts.max()),
+            "largest_partition_rows_mib": round(int(counts.max()) * per_row / 2**20, 1),
+            "week_encoded_rows_mib": round(len(enc.frame) * per_row / 2**20, 1)}
 
 
 def stages(trips: Path, stops: Path, work: Path) -> tuple[dict, object, list]:
@@ -130,6 +264,8 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--skip-e2e", action="store_true")
     ap.add_argument("--skip-opendp", action="store_true")
+    ap.add_argument("--workers", default="1,2", help="local Dask workers to compare, e.g. 1,2 (empty: skip)")
+    ap.add_argument("--only-scale-out", action="store_true", help="only the scale-out comparison")
     args = ap.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-opal-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -143,12 +279,30 @@ def main() -> None:
     trips, stops = data / "trips.csv", data / "stops.csv"
     results["input_csv_mib"] = round(trips.stat().st_size / 2**20, 1)
 
+    workers = [int(x) for x in args.workers.split(",") if x.strip()]
+    if args.only_scale_out:
+        results["scale_out"] = scale_out(trips, stops, work, workers)
+        results["scale_out"]["dask_worker_after_imports_mib"] = worker_import_baseline_mib()
+        from schemas import Stops, validate
+        from transit_release.config import load_release_config
+        from transit_release.io import read_stops, read_trips
+        from transit_release.preprocessing import build_location_index, encode_trips
+
+        cfg = load_release_config()
+        enc = encode_trips(read_trips(trips), build_location_index(validate(Stops, read_stops(stops), "stops"),
+                                                                   cfg.modes), cfg.bin_minutes)
+        results["scale_out"].update(partition_sizes(enc))
+        (work / "results.json").write_text(json.dumps(results, indent=2))
+        print(json.dumps(results, indent=2))
+        return
+
     if not args.skip_e2e:
         results["end_to_end"] = end_to_end(trips, stops, work / "home")
         print("end to end:", results["end_to_end"], flush=True)
 
     st, enc, parts = stages(trips, stops, work)
     results["stages"] = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in st.items()}
+    results["stages"].update(partition_sizes(enc))
     print("stages:", results["stages"], flush=True)
     # repeat the two fast measurements for stable figures
     from transit_release import opal, preprocessing
@@ -167,6 +321,10 @@ def main() -> None:
         cmp["opendp_over_ours"] = round(cmp["opendp_s"] / cmp["sbh_sanitize_s"], 1)
     results["sanitization"] = cmp
     print("sanitization:", cmp, flush=True)
+    enc = parts = None  # free the week before the scale-out runs
+    if workers:
+        results["scale_out"] = scale_out(trips, stops, work, workers)
+        results["scale_out"]["dask_worker_after_imports_mib"] = worker_import_baseline_mib()
     (work / "results.json").write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
     print(f"results: {work / 'results.json'}")

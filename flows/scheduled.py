@@ -12,15 +12,17 @@ from tasks.schedule import locate_input, period_to_publish
 @flow(name="weekly-opal-release")
 def weekly_opal_release(trips_pattern: str, stops: str, home: str = ".", config: str | None = None,
                         policy: str | None = None, timezone: str = "Australia/Sydney",
-                        week_of: str | None = None) -> dict:
+                        week_of: str | None = None, dask_address: str | None = None,
+                        workers: int | None = None) -> dict:
     """Publish the previous full week (Monday–Sunday) before the scheduled time, or the week of ``week_of``.
 
-    ``trips_pattern`` names the week's file, e.g. ``data/trips-{start}.csv``.
+    ``trips_pattern`` names the week's file, e.g. ``data/trips-{start}.csv``; ``dask_address`` or
+    ``workers`` choose where the partitions are sanitized (default: a local Dask cluster of 2 workers).
     """
     period = period_to_publish("weekly", timezone, week_of)
     trips = locate_input(trips_pattern, period)
     return opal_release(trips=trips, stops=stops, home=home, config=config, policy=policy,
-                        period_start=period[0], period_end=period[1])
+                        period_start=period[0], period_end=period[1], dask_address=dask_address, workers=workers)
 
 
 @flow(name="monthly-sequence-release")

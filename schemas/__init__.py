@@ -7,8 +7,8 @@ with row numbers but never values (:func:`schemas.validation.validate`).
 """
 
 from schemas.release import LocationTable, TimeLocationTable, TimeTable, RELEASE_MODELS
-from schemas.trips import EncodedTrips, PartitionMarginals, RawTrips, Stops, TripsFile
+from schemas.trips import EncodedTrips, PartitionMarginals, RawTrips, Stops, TripsFile, marginals_frame
 from schemas.validation import validate
 
 __all__ = ["TripsFile", "RawTrips", "PartitionMarginals", "Stops", "EncodedTrips", "TimeTable", "LocationTable", "TimeLocationTable",
-           "RELEASE_MODELS", "validate"]
+           "RELEASE_MODELS", "marginals_frame", "validate"]

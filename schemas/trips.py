@@ -93,3 +93,16 @@ class EncodedTrips(pa.DataFrameModel):
     class Config:
         strict = True
         coerce = True
+
+
+def marginals_frame(partitions: list) -> pd.DataFrame:
+    """Partitions' histograms as one long frame (partition, marginal, key, count) for :class:`PartitionMarginals`."""
+    hists = [(p.partition, name, h) for p in partitions for name, h in p.histograms.items()]
+    return pd.DataFrame({
+        "partition": np.concatenate([np.full(h.keys.size, part, dtype=object) for part, _, h in hists]
+                                    or [np.zeros(0, object)]),
+        "marginal": np.concatenate([np.full(h.keys.size, name, dtype=object) for _, name, h in hists]
+                                   or [np.zeros(0, object)]),
+        "key": np.concatenate([h.keys for _, _, h in hists] or [np.zeros(0, np.int64)]),
+        "count": np.concatenate([h.counts for _, _, h in hists] or [np.zeros(0, np.int64)]),
+    })

@@ -11,7 +11,7 @@ from transit_release.accounting.ledger import Ledger
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
 from transit_release.config import ReleaseConfig
 from transit_release.home import Home
-from transit_release.preprocessing import PartitionHistograms
+from transit_release.partition_store import StoredPartition
 from transit_release.publish import already_published, check_release_id
 from transit_release.screening import Period
 
@@ -38,7 +38,7 @@ def resolve_release(home: Home, requested_id: str | None, period: Period, config
 
 
 @data_task(name="plan-spends")
-def plan_spends(release_id: str, partitions: list[PartitionHistograms], config: ReleaseConfig, fingerprint: str,
+def plan_spends(release_id: str, partitions: list[StoredPartition], config: ReleaseConfig, fingerprint: str,
                 code_version: str) -> list[StabilityHistogramEvent]:
     """Describe every mechanism run as an event (one per partition and marginal)."""
     return opal.plan_spends(partitions, config, release_id, fingerprint, code_version)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tasks import data_task
+from transit_release.cluster import check_workers_setting
 from transit_release.config import ReleaseConfig, load_release_config
 
 
@@ -10,3 +11,9 @@ from transit_release.config import ReleaseConfig, load_release_config
 def load_config(path: str | None, epsilons: list[float] | None, delta: float | None,
                 quarantine_limit: float | None = None) -> ReleaseConfig:
     return load_release_config(path).with_overrides(epsilons=epsilons, delta=delta, quarantine_limit=quarantine_limit)
+
+
+@data_task(name="check-scale-out")
+def check_scale_out(workers: int | None, dask_address: str | None) -> None:
+    """Either a number of local Dask workers (≥ 1) or a scheduler address, not both."""
+    check_workers_setting(workers, dask_address)

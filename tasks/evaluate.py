@@ -6,9 +6,9 @@ import pandas as pd
 
 from tasks import data_task
 from transit_release import opal
-from transit_release.config import ReleaseConfig
 
 
 @data_task(name="evaluate-utility")
-def evaluate_utility(partitions: list, sanitized: list, config: ReleaseConfig) -> pd.DataFrame:
-    return opal.utility_table(partitions, sanitized, config)
+def evaluate_utility(outcomes: list[opal.PartitionOutcome]) -> pd.DataFrame:
+    """The per-(partition, marginal) figures each sanitizer computed next to its true histograms."""
+    return opal.utility_table(outcomes)

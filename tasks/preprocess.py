@@ -1,12 +1,13 @@
-"""Preprocessing: drop the card id, bin times, stops → locations, partitions, histograms."""
+"""Preprocessing: drop the card id, bin times, stops → locations; store the partitions for the sanitizers."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from tasks import data_task
-from transit_release import preprocessing
+from transit_release import partition_store, preprocessing
 from transit_release.config import ReleaseConfig
+from transit_release.home import Home
 
 
 @data_task(name="encode-trips")
@@ -15,6 +16,13 @@ def encode_trips(trips: pd.DataFrame, stops: pd.DataFrame, config: ReleaseConfig
     return preprocessing.encode_trips(trips, index, config.bin_minutes)
 
 
-@data_task(name="build-partitions")
-def build_partitions(encoded: preprocessing.EncodedTrips) -> list[preprocessing.PartitionHistograms]:
-    return preprocessing.partition_histograms(encoded)
+@data_task(name="write-partitions")
+def write_partitions(home: Home, release_id: str,
+                     encoded: preprocessing.EncodedTrips) -> partition_store.PartitionDataset:
+    """One Parquet file per (mode, date) under ``private/<release-id>/partitions/``."""
+    return partition_store.write_dataset(encoded, home.partition_dataset(release_id))
+
+
+@data_task(name="remove-partitions")
+def remove_partitions(dataset: partition_store.PartitionDataset) -> None:
+    partition_store.remove_dataset(dataset.root)

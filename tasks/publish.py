@@ -12,23 +12,22 @@ from transit_release import opal, publish
 from transit_release.accounting.ledger import Ledger
 from transit_release.config import ReleaseConfig
 from transit_release.home import Home
-from transit_release.noise import NoiseSource
-from transit_release.preprocessing import EncodedTrips, key_space
+from transit_release.partition_store import PartitionDataset
 from transit_release.screening import Period
 
 
 @data_task(name="assemble-release-tables")
-def assemble_tables(sanitized: list, encoded: EncodedTrips) -> dict[str, pd.DataFrame]:
-    return opal.release_tables(sanitized, key_space(encoded), encoded.vocab, encoded.bin_minutes)
+def assemble_tables(outcomes: list[opal.PartitionOutcome], dataset: PartitionDataset) -> dict[str, pd.DataFrame]:
+    return opal.release_tables([o.sanitized for o in outcomes], dataset.key_space, dataset.vocab,
+                               dataset.bin_minutes)
 
 
 @data_task(name="stage-release")
 def stage_release(home: Home, release_id: str, period: Period, tables: dict[str, pd.DataFrame],
-                  config: ReleaseConfig, code_version: str) -> publish.StagedRelease:
+                  config: ReleaseConfig, code_version: str, noise_kind: str) -> publish.StagedRelease:
     """Write every public file into a hidden staging directory."""
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    manifest = opal.build_manifest(release_id, period, config, NoiseSource.from_environment().kind,
-                                   code_version, created)
+    manifest = opal.build_manifest(release_id, period, config, noise_kind, code_version, created)
     return publish.stage_release(home.releases, release_id, tables, manifest, publish.render_datacard(manifest))
 
 

@@ -9,11 +9,13 @@ import pandas as pd
 
 from schemas import expectations
 from tasks import data_task
+from transit_release import opal
 from transit_release.config import MARGINALS, ReleaseConfig
 from transit_release.errors import InputDataError, TransitReleaseError
 from transit_release.home import Home
 from transit_release.opal import OUTPUT_COLUMNS
-from transit_release.preprocessing import EncodedTrips, key_space, location_label, time_label
+from transit_release.partition_store import PartitionDataset
+from transit_release.preprocessing import location_label, time_label
 from transit_release.screening import Period
 
 
@@ -47,21 +49,18 @@ def check_raw_quality(home: Home, release_id: str, trips: pd.DataFrame, stops: p
 
 
 @data_task(name="check-release-tables")
-def check_release_tables(home: Home, release_id: str, tables: dict[str, pd.DataFrame], partitions: list,
-                         encoded: EncodedTrips, config: ReleaseConfig) -> dict:
+def check_release_tables(home: Home, release_id: str, tables: dict[str, pd.DataFrame],
+                         outcomes: list[opal.PartitionOutcome], dataset: PartitionDataset,
+                         config: ReleaseConfig) -> dict:
     """Exact columns, counts ≥ each marginal's threshold, and only time bins and locations of the input."""
     from transit_release.mechanisms.stability_histogram import sbh_threshold
 
-    ks = key_space(encoded)
     times: set[str] = set()
     locs: dict[str, set[str]] = {}
-    for ph in partitions:
-        for m in MARGINALS:
-            tb, lc = ks.decode(m, ph.histograms[m.name].keys)
-            if tb is not None:
-                times.update(time_label(tb, encoded.bin_minutes))
-            if lc is not None:
-                locs.setdefault(ph.mode, set()).update(location_label(lc, encoded.vocab[ph.mode]))
+    for o in outcomes:
+        times.update(time_label(o.input_time_bins, dataset.bin_minutes))
+        locs.setdefault(o.sanitized.mode, set()).update(
+            location_label(o.input_locations, dataset.vocab[o.sanitized.mode]))
     frames = {}
     for name, df in tables.items():
         ms = [m for m in MARGINALS if m.output == name]

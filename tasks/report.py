@@ -13,7 +13,7 @@ from transit_release.home import Home
 
 
 @data_task(name="write-report")
-def write_report(home: Home, manifest: dict, utility: pd.DataFrame, partitions: list, sanitized: list,
+def write_report(home: Home, manifest: dict, utility: pd.DataFrame, outcomes: list[opal.PartitionOutcome],
                  quarantine: dict) -> str:
     out = home.reports / manifest["release_id"]
     release_dir = home.releases / manifest["release_id"]
@@ -21,7 +21,7 @@ def write_report(home: Home, manifest: dict, utility: pd.DataFrame, partitions: 
              "Manifest (manifest.json)": os.path.relpath(release_dir / "manifest.json", out),
              "Data Docs: raw-data quality (Great Expectations)": "data_docs/raw/index.html",
              "Data Docs: release checks (Great Expectations)": "data_docs/release/index.html"}
-    path = report.write_report(out, manifest, utility, opal.released_vs_true(partitions, sanitized), links,
+    path = report.write_report(out, manifest, utility, opal.released_vs_true(outcomes), links,
                                quarantine)
     _write_summary(out, {"trip_coverage": float(utility["trip_coverage"].mean())})
     return str(path)

@@ -84,7 +84,7 @@ def _marginal_params(privacy: dict) -> dict:
 
 @data_task(name="track-in-mlflow")
 def track_release(home: Home, manifest: dict, utility: pd.DataFrame, charged: list, report_path: str,
-                  quarantine: dict, validations: dict) -> str:
+                  quarantine: dict, validations: dict, sanitizers: dict) -> str:
     """Log the release; returns the parent run id."""
     client = mlflow_client(home)
     exp = experiment_id(client, home)
@@ -96,13 +96,14 @@ def track_release(home: Home, manifest: dict, utility: pd.DataFrame, charged: li
             "modes": ",".join(manifest["modes"]), "mode_set": "+".join(sorted(manifest["modes"])),
             "period": f"{manifest['period']['start']}..{manifest['period']['end']}",
             "noise_source": manifest["noise_source"],
-            "code_version": manifest["code_version"], "published": "false"}
+            "code_version": manifest["code_version"], "published": "false",
+            "sanitize.runner": sanitizers["runner"]}
     parent = client.create_run(exp, run_name=rid, tags=tags).info.run_id
     seqs = [e.seq for e in charged]
     params = {"mechanism": "stability_histogram", "bin_minutes": manifest["parameters"]["bin_minutes"],
               "epsilon": privacy["epsilon"], "delta": privacy["delta"], "partitions": utility["partition"].nunique(),
               "ledger.first_seq": min(seqs), "ledger.last_seq": max(seqs), "ledger.spends": len(seqs),
-              **_marginal_params(privacy)}
+              "sanitize.processes": sanitizers["processes"], **_marginal_params(privacy)}
     metrics = {"privacy.epsilon": privacy["epsilon"], "privacy.delta": privacy["delta"],
                "privacy.spends": len(seqs), "partitions": utility["partition"].nunique()}
     for f, meta in manifest["files"].items():

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-import numpy as np
-
-from schemas import RELEASE_MODELS, EncodedTrips, PartitionMarginals, RawTrips, Stops, validate
+from schemas import RELEASE_MODELS, EncodedTrips, RawTrips, Stops, validate
 from tasks import data_task
 
 
@@ -16,22 +14,6 @@ from tasks import data_task
 def validate_clean_trips(trips: pd.DataFrame, path: str) -> pd.DataFrame:
     """The rows the screen let through must satisfy the full contract (one row = one known trip)."""
     return validate(RawTrips, trips, f"clean trips of {Path(path).name}")
-
-
-@data_task(name="validate-partitions")
-def validate_partitions(partitions: list) -> list:
-    """Histograms: only present points, positive counts, each key once."""
-    frame = pd.DataFrame({
-        "partition": np.concatenate([np.full(h.keys.size, p.partition, dtype=object)
-                                     for p in partitions for h in p.histograms.values()] or [np.zeros(0, object)]),
-        "marginal": np.concatenate([np.full(h.keys.size, name, dtype=object)
-                                    for p in partitions for name, h in p.histograms.items()] or [np.zeros(0, object)]),
-        "key": np.concatenate([h.keys for p in partitions for h in p.histograms.values()] or [np.zeros(0, np.int64)]),
-        "count": np.concatenate([h.counts for p in partitions for h in p.histograms.values()]
-                                or [np.zeros(0, np.int64)]),
-    })
-    validate(PartitionMarginals, frame, "partition marginals")
-    return partitions
 
 
 @data_task(name="validate-stops")

@@ -41,11 +41,12 @@ def release_tables_of(trips_path, stops_path, home: Home):
     """The flow's tasks up to the validated release tables (nothing written but the quarantine)."""
     from tasks.config import load_config
     from tasks.ingest import ingest_stops, ingest_trips
-    from tasks.preprocess import build_partitions, encode_trips
+    from schemas import PartitionMarginals, marginals_frame, validate
+    from tasks.preprocess import encode_trips, write_partitions
     from tasks.publish import assemble_tables
     from tasks.screen import release_period, validate_trips_file
-    from tasks.validate import validate_clean_trips, validate_partitions, validate_release_tables, validate_stops
-    from transit_release import opal, screening
+    from tasks.validate import validate_clean_trips, validate_release_tables, validate_stops
+    from transit_release import opal, partition_store, screening
 
     cfg = load_config.fn(None, None, None)
     raw = validate_trips_file.fn(ingest_trips.fn(str(trips_path)), str(trips_path))
@@ -55,9 +56,14 @@ def release_tables_of(trips_path, stops_path, home: Home):
     screening.check_gate(screened, cfg.quality)
     clean = validate_clean_trips.fn(screened.clean, str(trips_path))
     encoded = encode_trips.fn(clean, stops, cfg)
-    partitions = validate_partitions.fn(build_partitions.fn(encoded))
-    sanitized = [opal.sanitize_partition(p, cfg, NoiseSource(seed=1)) for p in partitions]
-    return validate_release_tables.fn(assemble_tables.fn(sanitized, encoded))
+    dataset = write_partitions.fn(home, "gate", encoded)
+    events = opal.plan_spends(dataset.partitions, cfg, "gate", "fp", "test")
+    outcomes = []
+    for entry in dataset.partitions:
+        ph = partition_store.read_partition(dataset, entry)
+        validate(PartitionMarginals, marginals_frame([ph]), entry.partition)
+        outcomes.append(opal.sanitize_and_evaluate(ph, cfg, events, dataset.key_space, NoiseSource(seed=1)))
+    return validate_release_tables.fn(assemble_tables.fn(outcomes, dataset))
 
 
 corruption = st.lists(

@@ -2,8 +2,8 @@
 
     transit-release synth   --out DIR [--scale F] [--seed N] [--format csv|parquet]
     transit-release release --trips FILE --stops FILE [--config YAML] [--epsilons ...] [--delta D]
-                            [--release-id ID] [--home DIR]
-    transit-release demo    [--home DIR] [--scale F]
+                            [--release-id ID] [--home DIR] [--workers N | --dask-address ADDR]
+    transit-release demo    [--home DIR] [--scale F] [--workers N | --dask-address ADDR]
     transit-release audit   [--home DIR] [--ledger FILE] [--json]
     transit-release serve   [--home DIR] [--deployments prefect.yaml]
 
@@ -72,6 +72,13 @@ def _parser() -> argparse.ArgumentParser:
         r.add_argument("--period-end", help="last day of the release period, YYYY-MM-DD")
         r.add_argument("--quarantine-limit", type=float,
                        help="largest share of quarantined rows that still allows a release (default 0.01)")
+        where = r.add_mutually_exclusive_group()
+        where.add_argument("--workers", type=int,
+                           help="sanitize the partitions on a local Dask cluster of N worker processes (default 2)")
+        where.add_argument("--dask-address", metavar="ADDR",
+                           help="sanitize on an existing Dask scheduler, e.g. tcp://10.0.0.5:8786 (its workers "
+                                "need this project installed, the home directory at the same path and "
+                                "PREFECT_API_URL set)")
         if name == "release":
             r.add_argument("--trips", required=True, help="raw trips, CSV or Parquet")
             r.add_argument("--stops", required=True, help="stop table, CSV or Parquet")
@@ -199,7 +206,8 @@ def _release(args, trips: str, stops: str, home: Home) -> int:
                            home=str(home.root), config=args.config, epsilons=args.epsilons,
                            delta=args.delta, release_id=args.release_id, policy=args.policy,
                            ledger=args.ledger, period_start=args.period_start, period_end=args.period_end,
-                           quarantine_limit=args.quarantine_limit)
+                           quarantine_limit=args.quarantine_limit, dask_address=args.dask_address,
+                           workers=args.workers)
     _print_summary(summary)
     return 0
 

@@ -62,3 +62,11 @@ class BudgetExceededError(TransitReleaseError):
 
 class LedgerIntegrityError(TransitReleaseError):
     """The privacy ledger's hash chain or database integrity check failed."""
+
+
+class ClusterError(TransitReleaseError):
+    """The Dask cluster that should sanitize the partitions cannot be used (checked before any spend)."""
+
+
+class NoiseSourceMismatchError(TransitReleaseError):
+    """Sanitizers reported different noise sources (the test seed is set in some environments only)."""

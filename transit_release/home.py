@@ -30,6 +30,10 @@ class Home:
         """Anything holding raw rows (quarantine files, demo input)."""
         return self.root / "private"
 
+    def partition_dataset(self, release_id: str) -> Path:
+        """The release's encoded trips, one Parquet file per partition (removed once published)."""
+        return self.private / release_id / "partitions"
+
     @property
     def ledger(self) -> Path:
         """The privacy ledger (``--ledger`` overrides ``<home>/ledger.sqlite``)."""

@@ -15,6 +15,7 @@ import pandas as pd
 
 from transit_release.accounting.events import StabilityHistogramEvent
 from transit_release.config import MARGINAL_BY_NAME, MARGINALS, ReleaseConfig
+from transit_release.errors import NoiseSourceMismatchError
 from transit_release.mechanisms.stability_histogram import sbh_scale, sbh_threshold, stability_histogram
 from transit_release.noise import NoiseSource
 from transit_release.preprocessing import (Histogram, KeySpace, PartitionHistograms, location_label,
@@ -28,9 +29,10 @@ OUTPUT_COLUMNS = {
 }
 
 
-def plan_spends(partitions: list[PartitionHistograms], config: ReleaseConfig, release_id: str,
+def plan_spends(partitions: list, config: ReleaseConfig, release_id: str,
                 input_fingerprint: str, code_version: str) -> list[StabilityHistogramEvent]:
-    """One event per (partition, marginal), in (mode, date, j) order."""
+    """One event per (partition, marginal), in (mode, date, j) order; ``partitions`` need only ``mode`` and
+    ``date`` (stored partitions or their histograms)."""
     events = []
     for ph in sorted(partitions, key=lambda p: (p.mode, p.date)):
         for m in MARGINALS:
@@ -121,7 +123,7 @@ def privacy_statement(config: ReleaseConfig) -> dict:
     }
 
 
-__all__ = ["plan_spends", "sanitize_partition", "release_tables", "privacy_statement", "SanitizedPartition",
+__all__ = ["plan_spends", "sanitize_partition", "sanitize_and_evaluate", "release_tables", "PartitionOutcome", "privacy_statement", "SanitizedPartition",
            "MARGINAL_BY_NAME", "OUTPUT_COLUMNS", "NEIGHBOURING"]
 
 
@@ -141,35 +143,81 @@ def check_charges(ph: PartitionHistograms, config: ReleaseConfig, charged_events
                                "its spend is recorded")
 
 
-def utility_table(partitions: list[PartitionHistograms], sanitized: list[SanitizedPartition],
-                  config: ReleaseConfig) -> pd.DataFrame:
-    """One row per (partition, marginal) with the internal utility figures."""
+@dataclass(frozen=True)
+class PartitionOutcome:
+    """What the rest of the flow needs from one sanitized partition, so the true histograms stay where they
+    were counted: the released histograms, the utility rows, the true counts of the released points (for the
+    internal report) and the time bins and locations present in the input (for the release checks)."""
+
+    sanitized: SanitizedPartition
+    n_trips: int
+    utility: tuple[dict, ...]
+    true_counts: dict[str, np.ndarray]  # true count of each released point, per marginal
+    input_time_bins: np.ndarray  # distinct time bins (-1 = unknown) of the input, both taps
+    input_locations: np.ndarray  # distinct location codes (-1 = unknown) of the input, both taps
+    noise_kind: str
+    process: str = ""  # host/pid of the process that drew the noise (set by the task)
+
+    @property
+    def partition(self) -> str:
+        return self.sanitized.partition
+
+
+def sanitize_and_evaluate(ph: PartitionHistograms, config: ReleaseConfig, charged_events: list, ks: KeySpace,
+                          noise: NoiseSource) -> PartitionOutcome:
+    """Check the partition's six charges, sanitize it, and reduce it to a :class:`PartitionOutcome`."""
+    check_charges(ph, config, charged_events)
+    sp = sanitize_partition(ph, config, noise)
+    times, locs = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for m in MARGINALS:
+        tb, lc = ks.decode(m, ph.histograms[m.name].keys)
+        times.append(tb if tb is not None else times[0])
+        locs.append(lc if lc is not None else locs[0])
+    return PartitionOutcome(
+        sanitized=sp, n_trips=ph.n_trips, utility=tuple(partition_utility(ph, sp, config)),
+        true_counts={m.name: ph.histograms[m.name].counts[sp.kept_positions[m.name]] for m in MARGINALS},
+        input_time_bins=np.unique(np.concatenate(times)), input_locations=np.unique(np.concatenate(locs)),
+        noise_kind=noise.kind)
+
+
+def noise_kind(outcomes: list[PartitionOutcome]) -> str:
+    """The one kind of noise source every sanitizer used (what the manifest states)."""
+    kinds = sorted({o.noise_kind for o in outcomes})
+    if len(kinds) > 1:
+        raise NoiseSourceMismatchError(f"sanitizers used different noise sources ({', '.join(kinds)}): the test seed is set "
+                           "in some worker environments and not in others; nothing is published")
+    return kinds[0] if kinds else NoiseSource.from_environment().kind
+
+
+def partition_utility(ph: PartitionHistograms, sp: SanitizedPartition, config: ReleaseConfig) -> list[dict]:
+    """One row per marginal of the partition with the internal utility figures."""
     from transit_release.utility.histogram import TOP_K, histogram_utility
 
-    by_part = {s.partition: s for s in sanitized}
     rows = []
-    for ph in sorted(partitions, key=lambda p: (p.mode, p.date)):
-        sp = by_part[ph.partition]
-        for m in MARGINALS:
-            h = ph.histograms[m.name]
-            fig = histogram_utility(h.counts, sp.kept_positions[m.name], sp.released[m.name].counts,
-                                    rank_top_k=TOP_K if (m.has_loc and not m.has_time) else None)
-            rows.append({"partition": ph.partition, "mode": ph.mode, "date": ph.date, "marginal": m.name,
-                         "j": m.j, "trips": ph.n_trips, "epsilon": config.budgets[m.name].epsilon,
-                         "delta": config.budgets[m.name].delta, "threshold": sp.thresholds[m.name], **fig})
-    return pd.DataFrame(rows)
+    for m in MARGINALS:
+        h = ph.histograms[m.name]
+        fig = histogram_utility(h.counts, sp.kept_positions[m.name], sp.released[m.name].counts,
+                                rank_top_k=TOP_K if (m.has_loc and not m.has_time) else None)
+        rows.append({"partition": ph.partition, "mode": ph.mode, "date": ph.date, "marginal": m.name,
+                     "j": m.j, "trips": ph.n_trips, "epsilon": config.budgets[m.name].epsilon,
+                     "delta": config.budgets[m.name].delta, "threshold": sp.thresholds[m.name], **fig})
+    return rows
 
 
-def released_vs_true(partitions: list[PartitionHistograms], sanitized: list[SanitizedPartition],
+def utility_table(outcomes: list[PartitionOutcome]) -> pd.DataFrame:
+    """One row per (partition, marginal), in (mode, date, j) order."""
+    return pd.DataFrame([row for o in sorted(outcomes, key=lambda o: (o.sanitized.mode, o.sanitized.date))
+                         for row in o.utility])
+
+
+def released_vs_true(outcomes: list[PartitionOutcome],
                      max_points: int = 20000) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """(true, released) counts of released points per marginal, thinned evenly to ``max_points``."""
-    by_part = {s.partition: s for s in sanitized}
+    ordered = sorted(outcomes, key=lambda o: (o.sanitized.mode, o.sanitized.date))
     out = {}
     for m in MARGINALS:
-        true = [ph.histograms[m.name].counts[by_part[ph.partition].kept_positions[m.name]] for ph in partitions]
-        rel = [by_part[ph.partition].released[m.name].counts for ph in partitions]
-        t = np.concatenate(true) if true else np.zeros(0, np.int64)
-        r = np.concatenate(rel) if rel else np.zeros(0, np.int64)
+        t = np.concatenate([o.true_counts[m.name] for o in ordered] or [np.zeros(0, np.int64)])
+        r = np.concatenate([o.sanitized.released[m.name].counts for o in ordered] or [np.zeros(0, np.int64)])
         step = max(1, t.size // max_points)
         out[m.name] = (t[::step], r[::step])
     return out

@@ -15,6 +15,7 @@ set of possible keys does not depend on the data.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -178,26 +179,46 @@ def key_space(encoded: EncodedTrips) -> KeySpace:
     return KeySpace(encoded.n_bins, max((len(v) for v in encoded.vocab.values()), default=0))
 
 
-def partition_histograms(encoded: EncodedTrips) -> list[PartitionHistograms]:
-    """Steps 5–6: the six histograms of every partition, present points only."""
-    f = encoded.frame
-    ks = key_space(encoded)
-    n_parts = len(encoded.partitions)
-    part = f["part"].to_numpy(dtype=np.int64)
-    trips_per_part = np.bincount(part, minlength=n_parts)
-    per_part: list[dict[str, Histogram]] = [dict() for _ in range(n_parts)]
+#: The encoded columns the histograms read (a row's partition is where it is stored).
+TRIP_COLUMNS = ("on_bin", "off_bin", "on_loc", "off_loc")
+
+
+def split_by_partition(encoded: EncodedTrips) -> Iterator[tuple[tuple[str, str], pd.DataFrame]]:
+    """((mode, date), that partition's rows of :data:`TRIP_COLUMNS`), one partition at a time, in order.
+
+    Only one partition's rows are copied at a time; the row order within a
+    partition does not matter to anything downstream (histograms are counts).
+    """
+    part = encoded.frame["part"].to_numpy(dtype=np.int64)
+    order = np.argsort(part, kind="stable")
+    bounds = np.searchsorted(part[order], np.arange(len(encoded.partitions) + 1))
+    columns = encoded.frame[list(TRIP_COLUMNS)]
+    for p, key in enumerate(encoded.partitions):
+        yield key, columns.iloc[order[bounds[p]:bounds[p + 1]]].reset_index(drop=True)
+
+
+def histograms_of(rows: Mapping[str, np.ndarray], ks: KeySpace) -> dict[str, Histogram]:
+    """Steps 5–6 for one partition: its six histograms, present points only, keys ascending."""
+    out = {}
     for m in MARGINALS:
-        tb = f["on_bin" if m.tap == "on" else "off_bin"].to_numpy() if m.has_time else None
-        lc = f["on_loc" if m.tap == "on" else "off_loc"].to_numpy() if m.has_loc else None
-        size = ks.size(m)
-        counts = np.bincount(part * size + ks.encode(m, tb, lc), minlength=n_parts * size)
+        tb = np.asarray(rows["on_bin" if m.tap == "on" else "off_bin"]) if m.has_time else None
+        lc = np.asarray(rows["on_loc" if m.tap == "on" else "off_loc"]) if m.has_loc else None
+        counts = np.bincount(ks.encode(m, tb, lc), minlength=ks.size(m))
         nz = np.flatnonzero(counts)
-        bounds = np.searchsorted(nz, np.arange(n_parts + 1) * size)
-        for p in range(n_parts):
-            sel = nz[bounds[p]:bounds[p + 1]]
-            per_part[p][m.name] = Histogram(keys=sel - p * size, counts=counts[sel].astype(np.int64))
-    return [PartitionHistograms(mode, date, int(trips_per_part[p]), per_part[p])
-            for p, (mode, date) in enumerate(encoded.partitions)]
+        out[m.name] = Histogram(keys=nz.astype(np.int64), counts=counts[nz].astype(np.int64))
+    return out
+
+
+def partition_histograms(encoded: EncodedTrips) -> list[PartitionHistograms]:
+    """The six histograms of every partition, held in memory together (tests, benchmarks).
+
+    The release flow reads the partitions back one at a time from a Parquet
+    dataset instead (:mod:`transit_release.partition_store`); both use
+    :func:`histograms_of`.
+    """
+    ks = key_space(encoded)
+    return [PartitionHistograms(mode, date, len(rows), histograms_of(rows, ks))
+            for (mode, date), rows in split_by_partition(encoded)]
 
 
 def time_label(bins: np.ndarray, bin_minutes: int) -> np.ndarray:

@@ -1,0 +1,199 @@
+"""Scale-out: the partition dataset, the cluster checks, and the sanitization on Dask
+(a local cluster of 2 workers, and an existing scheduler)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+import pytest
+
+from transit_release.config import load_release_config
+from transit_release.errors import ClusterError, ConfigError
+from transit_release.home import Home
+from transit_release.partition_store import (PartitionStoreError, read_partition, remove_dataset,
+                                             write_dataset)
+from transit_release.preprocessing import build_location_index, encode_trips, partition_histograms
+
+MODES = ("bus", "ferry", "lightrail", "train")
+
+
+@pytest.fixture(scope="module")
+def encoded(small_week):
+    from transit_release.io import read_stops, read_trips
+
+    return encode_trips(read_trips(small_week["trips"]),
+                        build_location_index(read_stops(small_week["stops"]), MODES), 15)
+
+
+def test_dataset_round_trip_equals_the_in_memory_histograms(encoded, tmp_path):
+    ds = write_dataset(encoded, tmp_path / "rid" / "partitions")
+    in_memory = partition_histograms(encoded)
+    assert [(e.mode, e.date, e.n_trips) for e in ds.partitions] == [(p.mode, p.date, p.n_trips) for p in in_memory]
+    assert len(ds.partitions) == 28 and ds.largest == max(p.n_trips for p in in_memory)
+    for entry, expected in zip(ds.partitions, in_memory):
+        got = read_partition(ds, entry)
+        for name, h in expected.histograms.items():
+            np.testing.assert_array_equal(got.histograms[name].keys, h.keys)
+            np.testing.assert_array_equal(got.histograms[name].counts, h.counts)
+    # a standard hive-partitioned Parquet dataset: any reader sees the whole period, no identifier
+    whole = pads.dataset(ds.root, partitioning="hive").to_table()
+    assert whole.num_rows == len(encoded.frame)
+    assert set(whole.column_names) == {"on_bin", "off_bin", "on_loc", "off_loc", "mode", "date"}
+    assert sorted(p.name for p in (tmp_path / "rid").iterdir()) == ["partitions"]  # no staging left behind
+
+
+def test_rewriting_replaces_the_dataset_whole_and_removal_cleans_up(encoded, tmp_path):
+    root = tmp_path / "rid" / "partitions"
+    write_dataset(encoded, root)
+    (root / "stale.parquet").write_bytes(b"left by a failed attempt")
+    ds = write_dataset(encoded, root)
+    assert not (root / "stale.parquet").exists()
+    assert len(list(root.rglob("*.parquet"))) == len(ds.partitions)
+    remove_dataset(root)
+    assert not (tmp_path / "rid").exists()
+
+
+def test_a_damaged_partition_file_is_refused_by_name(encoded, tmp_path):
+    ds = write_dataset(encoded, tmp_path / "partitions")
+    first, second, third = ds.partitions[:3]
+    (ds.root / first.relative_path).write_bytes(b"not parquet")
+    with pytest.raises(PartitionStoreError, match=f"partition {first.partition}: cannot read .*ArrowInvalid"):
+        read_partition(ds, first)
+    (ds.root / second.relative_path).unlink()
+    with pytest.raises(PartitionStoreError, match=f"partition {second.partition}: cannot read .*FileNotFound"):
+        read_partition(ds, second)
+    path = ds.root / third.relative_path
+    pq.write_table(pq.read_table(path).slice(0, 10), path)
+    with pytest.raises(PartitionStoreError, match=f"{third.partition}: .* holds 10 rows, {third.n_trips} were written"):
+        read_partition(ds, third)
+
+
+def test_scale_out_settings_are_checked():
+    from transit_release.cluster import check_workers_setting
+
+    with pytest.raises(ConfigError, match="at least 1 \\(got 0\\)"):
+        check_workers_setting(0, None)
+    with pytest.raises(ConfigError, match="either a Dask scheduler address or a number of local workers"):
+        check_workers_setting(2, "tcp://127.0.0.1:8786")
+    check_workers_setting(None, None)
+
+
+def test_probe_refuses_an_unreachable_scheduler_and_blind_workers(tmp_path):
+    from distributed import LocalCluster
+
+    from flows.deployments import free_port
+    from transit_release.cluster import probe_scheduler
+
+    address = f"tcp://127.0.0.1:{free_port()}"
+    with pytest.raises(ClusterError, match=f"cannot reach the Dask scheduler at {address}.*nothing was spent"):
+        probe_scheduler(address, tmp_path, timeout=2)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        assert probe_scheduler(cluster.scheduler_address, tmp_path) == 2
+        with pytest.raises(ClusterError, match="2 of 2 Dask workers cannot see .*a file system every worker mounts"):
+            probe_scheduler(cluster.scheduler_address, tmp_path / "elsewhere")
+
+
+def _spends(home: Home) -> list:
+    from transit_release.accounting.ledger import SPEND, Ledger
+
+    return [e.event() for e in Ledger(home.ledger).entries() if e.entry_type == SPEND]
+
+
+def _mlflow_run(home: Home, release_id: str):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=home.mlflow_uri)
+    exp = client.get_experiment_by_name("transit-release")
+    (run,) = [r for r in client.search_runs([exp.experiment_id], f"tags.release_id = '{release_id}'")
+              if "mlflow.parentRunId" not in r.data.tags]
+    return run
+
+
+@pytest.mark.flow
+def test_two_local_workers_give_the_single_process_release_and_charge_once(prefect_harness, small_week, tmp_path,
+                                                                           test_seed):
+    """The flow on a local Dask cluster of 2 workers publishes exactly what the plain library computes in one
+    process with the same (test) seed: the partition dataset and the workers change nothing but where the
+    work happens. Each of the 168 spends is on the ledger once."""
+    from flows.opal_release import opal_release
+    from schemas import Stops, validate
+    from transit_release.io import read_stops, read_trips
+    from transit_release.noise import NoiseSource
+    from transit_release.opal import release_tables, sanitize_partition
+    from transit_release.preprocessing import key_space
+
+    home = Home.at(tmp_path)
+    summary = opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(tmp_path),
+                           workers=2)
+    rid = summary["release_id"]
+    assert summary["status"] == "published"
+
+    cfg = load_release_config()
+    stops = validate(Stops, read_stops(small_week["stops"]), "stops")  # as the flow reads them
+    enc = encode_trips(read_trips(small_week["trips"]), build_location_index(stops, MODES), cfg.bin_minutes)
+    noise = NoiseSource(seed=test_seed)
+    expected = release_tables([sanitize_partition(p, cfg, noise) for p in partition_histograms(enc)],
+                              key_space(enc), enc.vocab, cfg.bin_minutes)
+    for name, table in expected.items():
+        published = pd.read_csv(home.releases / rid / f"{name}.csv", dtype=str, keep_default_na=False)
+        pd.testing.assert_frame_equal(published.astype({"count": np.int64}), table, check_dtype=False)
+
+    keys = [(e.mode, e.date, e.marginal) for e in _spends(home) if e.release_id == rid]
+    assert len(keys) == len(set(keys)) == 6 * 28
+    run = _mlflow_run(home, rid)
+    assert run.data.params["sanitize.processes"] == "2"
+    assert run.data.tags["sanitize.runner"] == "local-dask 2 workers"
+    assert run.data.params["ledger.spends"] == "168"
+    assert not home.partition_dataset(rid).exists()  # the per-trip files are gone once published
+
+
+@pytest.mark.flow
+def test_release_on_an_existing_scheduler(prefect_harness, small_week, tmp_path):
+    from distributed import LocalCluster
+    from prefect.settings import PREFECT_API_URL
+
+    from flows.opal_release import opal_release
+
+    env = {"PREFECT_API_URL": PREFECT_API_URL.value()}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, env=env) as cluster:
+        summary = opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(tmp_path),
+                               dask_address=cluster.scheduler_address)
+    run = _mlflow_run(Home.at(tmp_path), summary["release_id"])
+    assert summary["status"] == "published"
+    assert run.data.tags["sanitize.runner"] == f"dask-scheduler {cluster.scheduler_address}"
+    assert run.data.params["sanitize.processes"] == "2"
+
+
+@pytest.mark.flow
+def test_an_unreachable_scheduler_is_refused_before_any_spend(prefect_harness, small_week, tmp_path):
+    from flows.deployments import free_port
+    from flows.opal_release import opal_release
+
+    address = f"tcp://127.0.0.1:{free_port()}"
+    with pytest.raises(ClusterError, match=f"cannot reach the Dask scheduler at {address}"):
+        opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(tmp_path),
+                     dask_address=address)
+    home = Home.at(tmp_path)
+    assert _spends(home) == []
+    assert not home.releases.exists() or not any(home.releases.iterdir())
+
+
+def test_a_sanitizer_refuses_without_its_charges_and_mixed_noise_sources_are_refused(encoded, tmp_path):
+    from transit_release import opal
+    from transit_release.errors import NoiseSourceMismatchError
+    from transit_release.noise import NoiseSource
+
+    cfg = load_release_config()
+    ds = write_dataset(encoded, tmp_path / "partitions")
+    events = opal.plan_spends(ds.partitions, cfg, "rid", "fp", "test")
+    first, second = (read_partition(ds, e) for e in ds.partitions[:2])
+    missing = [e for e in events if not (e.mode == first.mode and e.date == first.date and e.marginal == "tap_off_time")]
+    with pytest.raises(RuntimeError, match=f"no ledger charge for {first.partition} tap_off_time"):
+        opal.sanitize_and_evaluate(first, cfg, missing, ds.key_space, NoiseSource(seed=1))
+    a = opal.sanitize_and_evaluate(first, cfg, events, ds.key_space, NoiseSource(seed=1))
+    b = opal.sanitize_and_evaluate(second, cfg, events, ds.key_space, NoiseSource())
+    assert opal.noise_kind([a]) == "test-seed" and opal.noise_kind([b]) == "os-entropy"
+    with pytest.raises(NoiseSourceMismatchError, match="different noise sources \\(os-entropy, test-seed\\)"):
+        opal.noise_kind([a, b])

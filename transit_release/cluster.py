@@ -1,0 +1,49 @@
+"""Checks on a Dask cluster before any privacy budget is spent on it.
+
+A release that charges the ledger and then cannot sanitize would spend budget
+for nothing, so when the partitions are to be sanitized on an existing Dask
+scheduler, the flow first checks that the scheduler answers, that it has
+workers, and that every worker can see the partition dataset (the workers read
+their partition from it: a shared file system is required).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from transit_release.errors import ClusterError, ConfigError
+
+#: Local workers when none are asked for: two processes, one thread each.
+DEFAULT_LOCAL_WORKERS = 2
+#: Seconds to wait for a scheduler to answer.
+CONNECT_TIMEOUT_S = 20
+
+
+def check_workers_setting(workers: int | None, address: str | None) -> None:
+    if address and workers is not None:
+        raise ConfigError("give either a Dask scheduler address or a number of local workers, not both")
+    if workers is not None and workers < 1:
+        raise ConfigError(f"the number of local Dask workers must be at least 1 (got {workers})")
+
+
+def probe_scheduler(address: str, dataset_root: Path, timeout: float = CONNECT_TIMEOUT_S) -> int:
+    """Number of workers at ``address`` that can all read ``dataset_root``; :class:`ClusterError` otherwise."""
+    from distributed import Client
+
+    try:
+        client = Client(address, timeout=timeout, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ClusterError(f"cannot reach the Dask scheduler at {address} ({exc}); nothing was spent") from None
+    try:
+        seen = client.run(os.path.isdir, str(dataset_root))
+    finally:
+        client.close()
+    if not seen:
+        raise ClusterError(f"the Dask scheduler at {address} has no workers; nothing was spent")
+    blind = sorted(w for w, ok in seen.items() if not ok)
+    if blind:
+        raise ClusterError(f"{len(blind)} of {len(seen)} Dask workers cannot see {dataset_root} "
+                           f"(e.g. {blind[0]}): the partition dataset must be on a file system every worker "
+                           "mounts at the same path; nothing was spent")
+    return len(seen)

@@ -1,0 +1,121 @@
+"""A period's encoded trips as a hive-partitioned Parquet dataset, read back one partition at a time.
+
+The release flow writes the encoded trips (no card id, binned times, location
+codes) once, then sanitizes each (mode, date) partition from its own file, so
+a sanitizer's memory is bounded by the largest partition, not the period, and
+sanitizers can run in other processes or on other machines that see the same
+file system::
+
+    private/<release-id>/partitions/
+        mode=<mode>/date=<YYYYMMDD>/trips.parquet   on_bin, off_bin, on_loc, off_loc
+
+Any Parquet reader sees the whole period with ``mode`` and ``date`` columns
+(``pyarrow.dataset.dataset(root, partitioning="hive")``). The files hold
+per-trip rows, so they live under ``private/`` and are removed once the
+release is published.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from transit_release.errors import TransitReleaseError
+from transit_release.preprocessing import (TRIP_COLUMNS, EncodedTrips, KeySpace, PartitionHistograms,
+                                           histograms_of, key_space, split_by_partition)
+
+FILE_NAME = "trips.parquet"
+
+
+class PartitionStoreError(TransitReleaseError):
+    """A stored partition is missing or does not hold what was written."""
+
+
+@dataclass(frozen=True)
+class StoredPartition:
+    """One (mode, date) partition's file and how many trips it holds."""
+
+    mode: str
+    date: str
+    n_trips: int
+
+    @property
+    def partition(self) -> str:
+        return f"{self.mode}/{self.date}"
+
+    @property
+    def relative_path(self) -> str:
+        return f"mode={self.mode}/date={self.date}/{FILE_NAME}"
+
+
+@dataclass(frozen=True)
+class PartitionDataset:
+    """Where the dataset is and what is needed to turn a partition's rows into histograms and labels."""
+
+    root: Path
+    partitions: tuple[StoredPartition, ...]  # sorted by (mode, date)
+    key_space: KeySpace
+    vocab: dict[str, tuple[str, ...]]
+    bin_minutes: int
+
+    @property
+    def largest(self) -> int:
+        return max((p.n_trips for p in self.partitions), default=0)
+
+
+def write_dataset(encoded: EncodedTrips, root: Path) -> PartitionDataset:
+    """Write one file per partition; the dataset appears at ``root`` whole or not at all.
+
+    The files are written under a temporary sibling directory that is renamed
+    into place at the end; a dataset left at ``root`` by an earlier, failed
+    attempt is replaced.
+    """
+    root = Path(root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    staging = root.with_name(f".{root.name}.tmp-{uuid.uuid4().hex}")
+    entries = []
+    try:
+        for (mode, date), rows in split_by_partition(encoded):
+            entry = StoredPartition(mode, date, len(rows))
+            path = staging / entry.relative_path
+            path.parent.mkdir(parents=True)
+            pq.write_table(pa.Table.from_pandas(rows, preserve_index=False), path, compression="zstd")
+            entries.append(entry)
+        staging.mkdir(exist_ok=True)  # a period with no trips is an empty dataset
+        if root.exists():
+            shutil.rmtree(root)
+        staging.rename(root)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return PartitionDataset(root, tuple(sorted(entries, key=lambda e: (e.mode, e.date))), key_space(encoded),
+                            dict(encoded.vocab), encoded.bin_minutes)
+
+
+def read_partition(dataset: PartitionDataset, entry: StoredPartition) -> PartitionHistograms:
+    """Read one partition's rows and count its six histograms; nothing else is loaded."""
+    path = dataset.root / entry.relative_path
+    try:
+        table = pq.read_table(path, columns=list(TRIP_COLUMNS))
+    except (FileNotFoundError, pa.ArrowInvalid) as exc:
+        raise PartitionStoreError(f"partition {entry.partition}: cannot read {path} ({type(exc).__name__})") from None
+    if table.num_rows != entry.n_trips:
+        raise PartitionStoreError(f"partition {entry.partition}: {path} holds {table.num_rows} rows, "
+                                  f"{entry.n_trips} were written")
+    rows = {c: table.column(c).to_numpy() for c in TRIP_COLUMNS}
+    del table
+    return PartitionHistograms(entry.mode, entry.date, entry.n_trips, histograms_of(rows, dataset.key_space))
+
+
+def remove_dataset(root: Path) -> None:
+    """Delete the dataset (after publication: its files hold per-trip rows), and its parent if now empty."""
+    shutil.rmtree(root, ignore_errors=True)
+    try:
+        Path(root).parent.rmdir()
+    except OSError:
+        pass  # holds other private files (e.g. quarantined rows), or is already gone
