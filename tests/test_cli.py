@@ -57,3 +57,18 @@ def test_bad_epsilons_flag_is_a_usage_error(capsys):
         main(["release", "--trips", "a", "--stops", "b", "--epsilons", "1,x"])
     assert info.value.code == 2
     assert "expected comma-separated numbers" in capsys.readouterr().err
+
+
+def test_workers_and_dask_address_are_exclusive(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["release", "--trips", "a", "--stops", "b", "--workers", "2", "--dask-address", "tcp://h:8786"])
+    assert info.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+@pytest.mark.flow
+def test_zero_workers_is_refused_before_reading_anything(prefect_harness, tmp_path, capsys):
+    rc = main(["release", "--trips", str(tmp_path / "nope.csv"), "--stops", str(tmp_path / "stops.csv"),
+               "--home", str(tmp_path / "home"), "--workers", "0"])
+    assert rc == 2
+    assert "the number of local Dask workers must be at least 1 (got 0)" in capsys.readouterr().err
