@@ -91,6 +91,7 @@ def test_prefect_deploy_all_on_a_real_server_then_a_worker_runs_the_weekly_relea
         weekly = deployments["weekly"]
         assert weekly["parameters"]["stops"] == str(stops)
         assert weekly["parameters"]["home"] == str(home)
+        assert weekly["parameters"]["workers"] == 2  # sanitized on a local Dask cluster of 2 processes
 
         # one run of the weekly release for the synthetic week (8–14 Aug 2016), by a worker
         run = httpx.post(f"{url}/deployments/{weekly['id']}/create_flow_run",
@@ -103,6 +104,7 @@ def test_prefect_deploy_all_on_a_real_server_then_a_worker_runs_the_weekly_relea
     manifest = json.loads(manifests[0].read_text())
     assert manifest["period"] == {"start": "2016-08-08", "end": "2016-08-14"}
     assert manifest["release_id"] in (home / "release_reports" / "index.html").read_text()
+    assert not (home / "private" / manifest["release_id"] / "partitions").exists()
 
 
 def test_transit_release_serve_runs_the_same_schedules_and_executes_a_run(tmp_path):
