@@ -20,7 +20,6 @@ import socket
 from schemas import PartitionMarginals, marginals_frame, validate
 from tasks import data_task
 from transit_release import cluster, opal, partition_store
-from transit_release.cluster import DEFAULT_LOCAL_WORKERS
 from transit_release.config import ReleaseConfig
 from transit_release.noise import NoiseSource
 
@@ -42,7 +41,7 @@ def describe_sanitizers(outcomes: list[opal.PartitionOutcome], dask_address: str
     how many distinct processes sanitized (for the manifest and the MLflow run)."""
     return {"noise_source": opal.noise_kind(outcomes),
             "runner": f"dask-scheduler {dask_address}" if dask_address else
-                      f"local-dask {workers or DEFAULT_LOCAL_WORKERS} workers",
+                      f"local-dask {workers or cluster.DEFAULT_LOCAL_WORKERS} workers",
             "processes": len({o.process for o in outcomes})}
 
 

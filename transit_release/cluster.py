@@ -33,7 +33,7 @@ def probe_scheduler(address: str, dataset_root: Path, timeout: float = CONNECT_T
 
     try:
         client = Client(address, timeout=timeout, set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # a timeout is an OSError; a malformed address a ValueError
         raise ClusterError(f"cannot reach the Dask scheduler at {address} ({exc}); nothing was spent") from None
     try:
         seen = client.run(os.path.isdir, str(dataset_root))

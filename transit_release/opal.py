@@ -54,10 +54,6 @@ class SanitizedPartition:
     kept_positions: dict[str, np.ndarray]  # positions into the true histogram's keys
     thresholds: dict[str, int]
 
-    @property
-    def partition(self) -> str:
-        return f"{self.mode}/{self.date}"
-
 
 def sanitize_partition(ph: PartitionHistograms, config: ReleaseConfig, noise: NoiseSource) -> SanitizedPartition:
     """The SBH on each of the partition's six histograms, each with its own stream."""
@@ -158,21 +154,15 @@ class PartitionOutcome:
     noise_kind: str
     process: str = ""  # host/pid of the process that drew the noise (set by the task)
 
-    @property
-    def partition(self) -> str:
-        return self.sanitized.partition
-
 
 def sanitize_and_evaluate(ph: PartitionHistograms, config: ReleaseConfig, charged_events: list, ks: KeySpace,
                           noise: NoiseSource) -> PartitionOutcome:
     """Check the partition's six charges, sanitize it, and reduce it to a :class:`PartitionOutcome`."""
     check_charges(ph, config, charged_events)
     sp = sanitize_partition(ph, config, noise)
-    times, locs = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
-    for m in MARGINALS:
-        tb, lc = ks.decode(m, ph.histograms[m.name].keys)
-        times.append(tb if tb is not None else times[0])
-        locs.append(lc if lc is not None else locs[0])
+    decoded = [ks.decode(m, ph.histograms[m.name].keys) for m in MARGINALS]
+    times = [tb for tb, _ in decoded if tb is not None]
+    locs = [lc for _, lc in decoded if lc is not None]
     return PartitionOutcome(
         sanitized=sp, n_trips=ph.n_trips, utility=tuple(partition_utility(ph, sp, config)),
         true_counts={m.name: ph.histograms[m.name].counts[sp.kept_positions[m.name]] for m in MARGINALS},

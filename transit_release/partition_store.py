@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from transit_release.errors import TransitReleaseError
 from transit_release.preprocessing import (TRIP_COLUMNS, EncodedTrips, KeySpace, PartitionHistograms,
-                                           histograms_of, key_space, split_by_partition)
+                                           histograms_of, key_space, partition_label, split_by_partition)
 
 FILE_NAME = "trips.parquet"
 
@@ -46,7 +46,7 @@ class StoredPartition:
 
     @property
     def partition(self) -> str:
-        return f"{self.mode}/{self.date}"
+        return partition_label(self.mode, self.date)
 
     @property
     def relative_path(self) -> str:
@@ -62,10 +62,6 @@ class PartitionDataset:
     key_space: KeySpace
     vocab: dict[str, tuple[str, ...]]
     bin_minutes: int
-
-    @property
-    def largest(self) -> int:
-        return max((p.n_trips for p in self.partitions), default=0)
 
 
 def write_dataset(encoded: EncodedTrips, root: Path) -> PartitionDataset:
@@ -105,8 +101,8 @@ def read_partition(dataset: PartitionDataset, entry: StoredPartition) -> Partiti
     except (FileNotFoundError, pa.ArrowInvalid) as exc:
         raise PartitionStoreError(f"partition {entry.partition}: cannot read {path} ({type(exc).__name__})") from None
     if table.num_rows != entry.n_trips:
-        raise PartitionStoreError(f"partition {entry.partition}: {path} holds {table.num_rows} rows, "
-                                  f"{entry.n_trips} were written")
+        raise PartitionStoreError(f"partition {entry.partition}: {path} does not hold the rows that were written "
+                                  "(a different number)")
     rows = {c: table.column(c).to_numpy() for c in TRIP_COLUMNS}
     del table
     return PartitionHistograms(entry.mode, entry.date, entry.n_trips, histograms_of(rows, dataset.key_space))

@@ -132,6 +132,11 @@ class Histogram:
         return int(self.counts.sum())
 
 
+def partition_label(mode: str, date: str) -> str:
+    """How a (mode, date) partition is named in messages and reports, e.g. ``bus/20160808``."""
+    return f"{mode}/{date}"
+
+
 @dataclass(frozen=True)
 class PartitionHistograms:
     mode: str
@@ -141,7 +146,7 @@ class PartitionHistograms:
 
     @property
     def partition(self) -> str:
-        return f"{self.mode}/{self.date}"
+        return partition_label(self.mode, self.date)
 
 
 @dataclass(frozen=True)
