@@ -166,3 +166,202 @@ def test_advanced_composition_is_reported_and_tighter_over_many_small_spends():
     report = compose_one(events)
     assert report.overall.epsilon == pytest.approx(10.0)
     assert report.advanced_overall(1e-6).epsilon == pytest.approx(expected, rel=1e-12)
+
+
+# ---- events and the ledger refuse spends that give budget back -----------------------------------------
+
+@pytest.mark.parametrize("field,value,message", [
+    ("epsilon", -1.0, "epsilon must be finite and non-negative. Found -1.0"),
+    ("epsilon", float("nan"), "epsilon must be finite and non-negative. Found nan"),
+    ("epsilon", float("inf"), "epsilon must be finite and non-negative. Found inf"),
+    ("delta", -1e-7, "delta must be finite and non-negative"),
+    ("delta", 1.0, "delta must be below 1"),
+    ("epsilon", None, "epsilon must be a number. Found NoneType"),
+    ("epsilon", True, "epsilon must be a number. Found bool"),
+    ("release_id", "", "release_id must not be empty"),
+    ("threshold", 3.5, "threshold must be an integer"),
+])
+def test_events_refuse_impossible_values_at_construction(field, value, message):
+    import dataclasses
+
+    from transit_release.accounting.events import InvalidEventError
+
+    with pytest.raises(InvalidEventError, match=message):
+        dataclasses.replace(event(), **{field: value})
+
+
+def _raw_insert(path, payload: str, seq: int = 1, prev: str = "0" * 64):
+    from transit_release.accounting.ledger import entry_hash
+
+    con = sqlite3.connect(path)
+    digest = entry_hash(prev, seq, "2026-01-01T00:00:00+00:00", "spend", "forged", payload)
+    try:
+        con.execute("INSERT INTO entries VALUES (?, ?, 'spend', 'forged', ?, ?, ?)",
+                    (seq, "2026-01-01T00:00:00+00:00", payload, prev, digest))
+        con.commit()
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("patch", ['"epsilon":-8.0', '"epsilon":NaN', '"epsilon":"8"', '"delta":-1e-6'])
+def test_the_database_refuses_a_spend_that_gives_budget_back(tmp_path, patch):
+    path = tmp_path / "ledger.sqlite"
+    Ledger(path)
+    key = patch.split(":")[0].strip('"')
+    payload = event().to_json().replace(f'"{key}":{1.0 if key == "epsilon" else DELTA}', patch)
+    assert patch in payload
+    with pytest.raises(sqlite3.DatabaseError, match="refuses a spend whose epsilon or delta is negative"):
+        _raw_insert(path, payload)
+    payload_missing = event().to_json().replace('"epsilon":1.0,', "")
+    with pytest.raises(sqlite3.DatabaseError, match="refuses a spend"):
+        _raw_insert(path, payload_missing)
+
+
+def test_a_forged_refund_behind_the_trigger_breaks_verification_and_charging(tmp_path):
+    """The probe's attack: drop the trigger, append a 'refund' with a recomputed chain (events refuse a
+    negative ε, so the JSON is written by hand)."""
+    path = tmp_path / "ledger.sqlite"
+    ledger = Ledger(path)
+    written = ledger.charge(partition_events("r1"))
+    con = sqlite3.connect(path)
+    con.execute("DROP TRIGGER entries_spend_is_a_cost")
+    con.commit()
+    con.close()
+    payload = event(release="forged").to_json().replace('"epsilon":1.0', '"epsilon":-8.0')
+    _raw_insert(path, payload, seq=7, prev=written[-1].hash)
+    with pytest.raises(LedgerIntegrityError, match="entry 7 is not a valid spend"):
+        ledger.verify()
+    with pytest.raises(ValueError, match="epsilon must be finite and non-negative"):
+        ledger.charge(partition_events("r2"), check=lambda existing, evs: [e.event() for e in existing])
+
+
+def test_one_release_id_is_charged_once(tmp_path):
+    from transit_release.errors import ReleaseExistsError
+
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger.charge(partition_events("r1"))
+    with pytest.raises(ReleaseExistsError, match="release 'r1' was already charged by another run"):
+        ledger.charge(partition_events("r1", date="20160809"))
+    assert len(ledger.entries()) == 6
+
+
+# ---- the keyed chain and the anchors -------------------------------------------------------------------
+
+def test_keyed_chain_detects_a_recomputed_forgery(tmp_path):
+    from transit_release.accounting.ledger import entry_hash
+
+    path, key = tmp_path / "ledger.sqlite", b"k" * 32
+    ledger = Ledger(path, key=key)
+    ledger.charge(partition_events("r1"))
+    assert ledger.verify() == 6 and ledger.keyed()
+    # an insider rewrites entry 6 (a smaller ε) and recomputes the whole chain: unkeyed, it would pass
+    con = sqlite3.connect(path)
+    con.execute("DROP TRIGGER entries_no_update")
+    rows = con.execute("SELECT seq, recorded_at, entry_type, release_id, payload FROM entries ORDER BY seq").fetchall()
+    prev = "0" * 64
+    for seq, at, kind, rid, payload in rows:
+        if seq == 6:
+            payload = payload.replace('"epsilon":2.0', '"epsilon":0.5')
+        digest = entry_hash(prev, seq, at, kind, rid, payload)
+        con.execute("UPDATE entries SET payload = ?, prev_hash = ?, hash = ? WHERE seq = ?", (payload, prev, digest, seq))
+        prev = digest
+    con.commit()
+    con.close()
+    assert Ledger(path, key=b"").verify() == 6  # without the key the forgery is consistent
+    with pytest.raises(LedgerIntegrityError, match="entry 6's MAC does not match the key"):
+        Ledger(path, key=key).verify()
+
+
+def test_keyed_ledger_is_never_appended_to_without_its_key_and_never_launders(tmp_path):
+    from transit_release.errors import ConfigError
+
+    path, key = tmp_path / "ledger.sqlite", b"k" * 32
+    Ledger(path, key=b"").charge(partition_events("r0"))  # history written before the key existed
+    with pytest.raises(LedgerIntegrityError, match="6 entr\\(y/ies\\) carry no MAC"):
+        Ledger(path, key=key).charge(partition_events("r1"))
+    assert Ledger(path, key=key).adopt_key() == 6  # the operator's explicit step
+    Ledger(path, key=key).charge(partition_events("r1"))
+    with pytest.raises(ConfigError, match="is keyed: set TRANSIT_RELEASE_LEDGER_KEY_FILE"):
+        Ledger(path, key=b"").charge(partition_events("r2"))
+    assert Ledger(path, key=key).verify() == 12
+
+
+def test_a_key_file_inside_the_home_is_refused(tmp_path):
+    from transit_release.accounting.ledger import read_key_file
+    from transit_release.errors import ConfigError
+
+    (tmp_path / "key").write_bytes(b"x" * 40)
+    with pytest.raises(ConfigError, match="lies inside the home"):
+        read_key_file(tmp_path / "key", home=tmp_path)
+    (tmp_path / "short").write_bytes(b"x")
+    with pytest.raises(ConfigError, match="holds 1 bytes; use at least 32"):
+        read_key_file(tmp_path / "short")
+
+
+def test_anchors_notice_truncation_and_rewritten_history(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    ledger = Ledger(path)
+    ledger.charge(partition_events("r1"))
+    head = ledger.head()
+    assert (head.seq, ledger.check_anchor(head.seq, head.hash)) == (6, None)
+    ledger.charge(partition_events("r2"))
+    con = sqlite3.connect(path)
+    con.execute("DROP TRIGGER entries_no_delete")
+    con.execute("DELETE FROM entries WHERE seq > 3")  # charged spends deleted, chain still consistent
+    con.commit()
+    con.close()
+    assert ledger.verify() == 3
+    assert "entry 6 it anchors is missing" in ledger.check_anchor(head.seq, head.hash)
+    assert "different hash" in Ledger(path).check_anchor(3, "f" * 64)
+
+
+# ---- periods: disjoint compose in parallel, overlapping sequentially, free text with everything ---------
+
+def seq_event(rid, scope, eps=1.0):
+    from transit_release.accounting.events import PrefixTreeEvent
+
+    return PrefixTreeEvent(release_id=rid, scope=scope, epsilon=eps, delta=0.0, height=12, variant="hybrid",
+                           fanout="4", sensitivity=1, unit_of_privacy="passenger-sequence",
+                           neighbouring="add-remove-one", input_fingerprint="f" * 64, code_version="0")
+
+
+def test_sequence_releases_of_disjoint_periods_compose_in_parallel_and_overlaps_add_up():
+    jan, feb = "2026-01-01..2026-01-31", "2026-02-01..2026-02-28"
+    assert compose_one([seq_event("a", jan), seq_event("b", feb)]).overall.epsilon == 1.0
+    both = compose_one([seq_event("a", jan), seq_event("b", feb), seq_event("c", "2026-01-15..2026-02-14", 0.5)])
+    assert both.overall.epsilon == 1.5
+    assert both.per_partition[jan].epsilon == 1.5 and both.per_partition[feb].epsilon == 1.5
+    assert compose_one([seq_event("a", jan), seq_event("b", jan)]).overall.epsilon == 2.0
+
+
+def test_free_text_scopes_compose_sequentially_with_everything():
+    """The finding: two ε = 50 releases of one file under different free-text scopes counted as 50, not 100."""
+    report = compose_one([seq_event("a", "metro-file", 50), seq_event("b", "other-name", 50)])
+    assert report.overall.epsilon == 100.0
+    mixed = compose_one([seq_event("a", "2026-01-01..2026-01-31"), seq_event("b", "2026-02-01..2026-02-28"),
+                         seq_event("c", "legacy-scope", 0.25)])
+    assert mixed.overall.epsilon == 1.25
+
+
+def ngram_event(rid, start, end, eps=1.0):
+    from transit_release.accounting.events import NGramEvent
+
+    return NGramEvent(release_id=rid, period_start=start, period_end=end, epsilon=eps, delta=1e-13, max_length=20,
+                      max_gram=5, n_locations=68, sensitivity=20, unit_of_privacy="passenger-sequence",
+                      neighbouring="add-remove-one", input_fingerprint="f" * 64, code_version="0")
+
+
+def test_ngram_events_round_trip_and_compose_by_period_with_prefix_trees():
+    from transit_release.accounting.events import InvalidEventError
+
+    e = ngram_event("n", "2026-01-01", "2026-01-31")
+    assert e.to_dict()["kind"] == "ngram" and e.component == "ngram" and e.scope == "2026-01-01..2026-01-31"
+    assert event_from_json(e.to_json()) == e
+    # one unit of privacy: an n-gram and a prefix-tree release of January add up; February is a fresh budget
+    report = compose_one([e, seq_event("t", "2026-01-01..2026-01-31", 0.5),
+                          ngram_event("f", "2026-02-01", "2026-02-28")])
+    assert report.per_partition["2026-01-01..2026-01-31"].epsilon == 1.5
+    assert report.per_partition["2026-02-01..2026-02-28"].epsilon == 1.0
+    assert report.overall.epsilon == 1.5 and report.overall.delta == 1e-13  # the worst day
+    with pytest.raises(InvalidEventError, match="period_start..period_end must be ISO dates in order"):
+        ngram_event("x", "2026-02-01", "2026-01-01")

@@ -31,7 +31,11 @@ class ReleaseExistsError(TransitReleaseError):
     """A release with this id was already published; it is never overwritten."""
 
 
-class BudgetExceededError(TransitReleaseError):
+class BudgetError(TransitReleaseError):
+    """The budget policy refuses a spend (exit code 3)."""
+
+
+class BudgetExceededError(BudgetError):
     """A release would exceed a privacy budget cap.
 
     Carries the request, what remains and the difference, so callers can act on
@@ -70,3 +74,16 @@ class ClusterError(TransitReleaseError):
 
 class NoiseSourceMismatchError(TransitReleaseError):
     """Sanitizers reported different noise sources (the test seed is set in some environments only)."""
+
+
+class UncappedSpendError(BudgetError):
+    """A spend that no cap of the budget policy covers: refused, never allowed by default."""
+
+
+class NoiseParameterError(ConfigError, ValueError):
+    """A privacy parameter (ε, or the noise scale it implies) is outside what the exact samplers can honour.
+
+    Raised when a mechanism plans its spends, before any noise is drawn; the message names the
+    parameter, the limit and what to use instead. Also a ``ValueError``, which callers that
+    validate parameters already catch.
+    """

@@ -4,13 +4,54 @@ An event *describes* one mechanism run; it does not judge it. The accountant
 (:mod:`transit_release.accounting.accountant`) interprets events, the ledger
 (:mod:`transit_release.accounting.ledger`) records them. Never change what a
 field means: add a new event class instead.
+
+Every event refuses, at construction, an ε or δ that is negative, not finite
+or absent, a δ of 1 or more, and empty identifiers: a spend that "gives back"
+budget cannot be described, let alone recorded (the ledger refuses it again
+at the database level).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import asdict, dataclass, fields
+from datetime import date
 from typing import Any, ClassVar
+
+_PERIOD = re.compile(r"(\d{4}-\d{2}-\d{2})\.\.(\d{4}-\d{2}-\d{2})")
+
+
+class InvalidEventError(ValueError):
+    """An event field holds a value no spend can have (negative, NaN or missing ε or δ, ...)."""
+
+
+def _check_budget(kind: str, epsilon, delta) -> None:
+    for name, value in (("epsilon", epsilon), ("delta", delta)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidEventError(f"{kind} event: {name} must be a number. Found {type(value).__name__}.")
+        if not math.isfinite(value) or value < 0:
+            raise InvalidEventError(f"{kind} event: {name} must be finite and non-negative. Found {value!r}.")
+    if delta >= 1:
+        raise InvalidEventError(f"{kind} event: delta must be below 1. Found {delta!r}.")
+
+
+def parse_period(text: str) -> tuple[date, date] | None:
+    """``YYYY-MM-DD..YYYY-MM-DD`` as two dates (start ≤ end), or None for anything else."""
+    m = _PERIOD.fullmatch(text or "")
+    if not m:
+        return None
+    try:
+        start, end = date.fromisoformat(m.group(1)), date.fromisoformat(m.group(2))
+    except ValueError:
+        return None
+    return (start, end) if start <= end else None
+
+
+def period_label(start: date, end: date) -> str:
+    """How a declared period is written in events, manifests and scopes: ``2016-08-01..2016-08-31``."""
+    return f"{start.isoformat()}..{end.isoformat()}"
 
 
 class _Serialisable:
@@ -18,13 +59,52 @@ class _Serialisable:
 
     kind: ClassVar[str]
 
+    def __post_init__(self) -> None:
+        _check_budget(self.kind, getattr(self, "epsilon", None), getattr(self, "delta", None))
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "str" and not isinstance(value, str):
+                raise InvalidEventError(f"{self.kind} event: {f.name} must be text. Found {type(value).__name__}.")
+            if f.type == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+                raise InvalidEventError(f"{self.kind} event: {f.name} must be an integer. Found {value!r}.")
+        for name in ("release_id", "unit_of_privacy", "neighbouring"):
+            if not getattr(self, name):
+                raise InvalidEventError(f"{self.kind} event: {name} must not be empty")
+
     def to_dict(self) -> dict[str, Any]:
         """Flat JSON-ready mapping, ``kind`` first."""
         return {"kind": self.kind, **asdict(self)}
 
     def to_json(self) -> str:
-        """Canonical JSON (sorted keys, no spaces): what the ledger hashes."""
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        """Canonical JSON (sorted keys, no spaces, NaN refused): what the ledger hashes."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False)
+
+
+class _PeriodScoped(_Serialisable):
+    """An event over one declared calendar period (``period_start``..``period_end``, ISO dates)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if parse_period(f"{self.period_start}..{self.period_end}") is None:
+            raise InvalidEventError(f"{self.kind} event: period_start..period_end must be ISO dates in order. "
+                                    f"Found {self.period_start!r}..{self.period_end!r}.")
+
+    @property
+    def period(self) -> tuple[date, date]:
+        return parse_period(f"{self.period_start}..{self.period_end}")
+
+    @property
+    def partition(self) -> str:
+        return f"{self.period_start}..{self.period_end}"
+
+    @property
+    def scope(self) -> str:
+        return self.partition
+
+    @property
+    def mode(self) -> str:
+        return ""
 
 
 @dataclass(frozen=True)
@@ -66,15 +146,70 @@ class StabilityHistogramEvent(_Serialisable):
 
 
 @dataclass(frozen=True)
+class CardStabilityHistogramEvent(_Serialisable):
+    """One card-level stability-based histogram over one (partition, marginal) of a card-level Opal release.
+
+    Before the card id was dropped, every card kept at most ``max_trips_per_partition`` (k) trips per
+    (mode, date) partition and at most ``max_partitions`` (P) partitions in the release
+    (``period_start``..``period_end``). One card then changes this histogram by ``(l0, l1, l∞) = (k, k, k)``.
+    Noise: discrete Laplace at scale ``sensitivity/ε`` (``sensitivity`` = l1 = k) on each present point's
+    count, released when the noisy count is at least ``threshold`` (bad event ≤ δ over the ≤ k keys only one
+    side has). Neighbouring relation: ``add-remove-one`` card. The accountant composes the ≤ P partitions one
+    card can touch in a release (the P most expensive) and every release of the card unit sequentially.
+    """
+
+    kind: ClassVar[str] = "card_stability_histogram"
+
+    release_id: str
+    mode: str
+    date: str
+    marginal: str
+    epsilon: float
+    delta: float
+    threshold: int
+    noise_scale: str
+    sensitivity: int
+    max_trips_per_partition: int
+    max_partitions: int
+    period_start: str
+    period_end: str
+    unit_of_privacy: str
+    neighbouring: str
+    input_fingerprint: str
+    code_version: str
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_trips_per_partition < 1 or self.max_partitions < 1:
+            raise InvalidEventError(f"{self.kind} event: the contribution bounds must be positive")
+        if parse_period(f"{self.period_start}..{self.period_end}") is None:
+            raise InvalidEventError(f"{self.kind} event: period_start..period_end must be ISO dates in order")
+
+    @property
+    def partition(self) -> str:
+        return f"{self.mode}/{self.date}"
+
+    @property
+    def component(self) -> str:
+        return self.marginal
+
+    @property
+    def release_period(self) -> str:
+        return f"{self.period_start}..{self.period_end}"
+
+
+@dataclass(frozen=True)
 class PrefixTreeEvent(_Serialisable):
     """One noisy (hybrid-granularity) prefix tree over a data set of passenger sequences.
 
     Noise: discrete Laplace on every node count, scale ``h/ε`` split between the
     generalized and station sub-levels (``variant``, ``fanout``); ε-DP, with
-    ``delta`` the sampler's exact total-variation slack.
+    ``delta`` the samplers' exact total-variation slack.
     Neighbouring relation: ``add-remove-one`` passenger sequence.
-    ``scope`` names the data set (e.g. ``metro/20160808-20160814``): releases of
-    the same scope compose sequentially.
+    ``scope`` names the data set. Releases since the public-period rule write the
+    declared calendar period the sequences cover, ``YYYY-MM-DD..YYYY-MM-DD``; the
+    accountant composes releases of disjoint periods in parallel and everything
+    else (overlapping periods, and free-text scopes of older records) sequentially.
     """
 
     kind: ClassVar[str] = "prefix_tree"
@@ -97,16 +232,144 @@ class PrefixTreeEvent(_Serialisable):
         return self.scope
 
     @property
+    def period(self) -> tuple[date, date] | None:
+        return parse_period(self.scope)
+
+    @property
     def mode(self) -> str:
-        return self.scope.split("/", 1)[0]
+        return ""
 
     @property
     def component(self) -> str:
         return "prefix_tree"
 
 
+@dataclass(frozen=True)
+class SafePathEvent(_PeriodScoped):
+    """One SafePath (location, time) prefix tree over the passenger trajectories of a declared period.
+
+    Noise: integer discrete Laplace at scale ``1/ε_node`` (sensitivity 1) on every tested count; the
+    budget ``ε`` splits into ``height`` levels of two sub-levels (location, then hour), each along the
+    public taxonomies of heights ``location_taxonomy_height`` and ``time_taxonomy_height`` over
+    ``locations`` locations and ``hours`` hours (Al-Hussaeni et al. 2018, §4.1); ε-DP, with ``delta``
+    the samplers' exact total-variation slack. ``thresholds`` names the public threshold rule
+    (``paper``/``node``), ``time_rule`` the public order of hours (``monotone``: children only at
+    hours ≥ the parent's), ``release_form`` how the tree becomes trajectories (``terminating``/``literal``).
+    Neighbouring relation: ``add-remove-one`` passenger trajectory over the period
+    ``period_start``..``period_end`` (releases of disjoint periods compose in parallel).
+    """
+
+    kind: ClassVar[str] = "safepath"
+
+    release_id: str
+    period_start: str
+    period_end: str
+    epsilon: float
+    delta: float
+    height: int
+    locations: int
+    hours: int
+    location_taxonomy_height: int
+    time_taxonomy_height: int
+    thresholds: str
+    time_rule: str
+    release_form: str
+    sensitivity: int
+    unit_of_privacy: str
+    neighbouring: str
+    input_fingerprint: str
+    code_version: str
+
+    @property
+    def component(self) -> str:
+        return "safepath"
+
+
 EVENT_TYPES: dict[str, type] = {StabilityHistogramEvent.kind: StabilityHistogramEvent,
-                                PrefixTreeEvent.kind: PrefixTreeEvent}
+                                CardStabilityHistogramEvent.kind: CardStabilityHistogramEvent,
+                                PrefixTreeEvent.kind: PrefixTreeEvent, SafePathEvent.kind: SafePathEvent}
+
+
+def register(cls: type) -> type:
+    """Add an event class to the vocabulary the ledger can read back (one kind, one class)."""
+    if cls.kind in EVENT_TYPES and EVENT_TYPES[cls.kind] is not cls:
+        raise ValueError(f"event kind {cls.kind!r} is already taken by {EVENT_TYPES[cls.kind].__name__}")
+    EVENT_TYPES[cls.kind] = cls
+    return cls
+
+
+@dataclass(frozen=True)
+class NGramEvent(_PeriodScoped):
+    """One variable-length n-gram sanitization (Chen, Ács & Castelluccia, CCS 2012) of a period's sequences.
+
+    Noise: discrete Laplace at scale ``max_length/ε′`` on the count of every child of every expanded
+    gram of the exploration tree (up to ``max_gram`` locations, ``n_locations`` + 1 children each, the
+    end marker included), ``ε′`` the adaptive node budget; every root-to-leaf path spends at most
+    ``epsilon``, so the release is ε-DP, with ``delta`` the samplers' exact total-variation slack
+    (``max_length·max_gram·(1 + e^ε)·η``). Sequences are cut to ``max_length`` locations;
+    ``sensitivity`` is the L1 sensitivity of one level's counts (``max_length``: a record has at most
+    that many occurrences at any level).
+    Neighbouring relation: ``add-remove-one`` passenger sequence over the declared period
+    ``period_start``..``period_end`` (releases of disjoint periods compose in parallel).
+    """
+
+    kind: ClassVar[str] = "ngram"
+
+    release_id: str
+    period_start: str
+    period_end: str
+    epsilon: float
+    delta: float
+    max_length: int
+    max_gram: int
+    n_locations: int
+    sensitivity: int
+    unit_of_privacy: str
+    neighbouring: str
+    input_fingerprint: str
+    code_version: str
+
+    @property
+    def component(self) -> str:
+        return "ngram"
+
+
+register(NGramEvent)
+
+
+@register
+@dataclass(frozen=True)
+class DiffPartEvent(_PeriodScoped):
+    """One DiffPart run (probabilistic top-down partitioning) over the passengers' station sets of a period.
+
+    Noise: discrete Laplace on every tested sub-partition's size and every leaf count, at budgets split
+    adaptively along each record's chain of splits so that every chain spends exactly ``epsilon``
+    (``fanout``, the taxonomy of ``universe_size`` items, thresholds ``√2·C2·h/α`` and ``√2·C1/ε_leaf``);
+    ε-DP, with ``delta`` the samplers' exact total-variation slack.
+    Neighbouring relation: ``add-remove-one`` passenger set (one passenger's whole set of stations over
+    ``period_start``..``period_end``); the accountant composes disjoint periods in parallel.
+    """
+
+    kind: ClassVar[str] = "diffpart"
+
+    release_id: str
+    period_start: str
+    period_end: str
+    epsilon: float
+    delta: float
+    fanout: int
+    c_leaf: float  # C1
+    c_split: float  # C2
+    universe_size: int
+    sensitivity: int
+    unit_of_privacy: str
+    neighbouring: str
+    input_fingerprint: str
+    code_version: str
+
+    @property
+    def component(self) -> str:
+        return "diffpart"
 
 
 def event_from_dict(data: dict[str, Any]):

@@ -19,13 +19,23 @@ Thresholds (paper §4.1): ``θ_g = 4√2/ε̄₁`` and ``θ_ng = 2√2/ε̄₂``
 the simple variant). Noisy counts are integers, so ``c ≥ θ`` is ``c ≥ ⌈θ⌉``.
 
 Empty candidates (Theorem 4.1, adapted to integer noise). Every possible child
-must have a chance to appear. For the ``m`` children of a node with true
-count 0, the number that pass is ``k ~ Binomial(m, P(Z ≥ T))``; ``k`` of them
-are chosen uniformly without replacement and get ``T + G``, ``G`` geometric
-with ``P(G = j) = (1 − a) a^j`` (the discrete Laplace tail is memoryless), which
-is exactly the distribution of explicit per-candidate testing. ``P(Z ≥ T)``
-comes from the noise table actually used; the binomial draw is NumPy's on the
-ChaCha20 stream.
+must have a chance to appear. The children with true count 0 are handled by the
+shared :mod:`~transit_release.mechanisms.empty_candidates` sampler, which draws
+*exactly* the law of testing each of them with the table's noise: which pass are
+independent Bernoulli(``P̂(Z ≥ T)``) trials over all empty children of a
+sub-level laid end to end, found by exact geometric gaps on the ChaCha20 stream
+(``k ~ Binomial(m, P̂(Z ≥ T))`` per node, ranks uniform without replacement), and
+their counts are the table's noise conditioned on ``Z ≥ T``. (The paper's
+``θ + Exp`` tail is the continuous version of the same conditional law.)
+
+Privacy slack. An empty candidate is then indistinguishable in law from a
+non-empty one at count 0, so δ only covers the integer table's exact
+total-variation distance ``η`` to the ideal discrete Laplace, once per noisy
+count a sequence can change: one per sub-level, ``h`` (simple) or ``2h``
+(hybrid), each ``(1 + e^ε')·η`` at that sub-level's ε' (:func:`delta_slack`).
+Budgets whose noise scales the samplers cannot honour (ε too small or too large
+for the height and fan-out) are refused when the budget is built
+(:meth:`TreeBudget.of`, a :class:`~transit_release.errors.NoiseParameterError`).
 
 Deviation from the paper, and why: phase 2 of the constrained inference shares
 a parent's deficit among its children as in the paper, ``c̄(u) = c̃(u) − λ``,
@@ -48,7 +58,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from transit_release.noise import discrete_laplace_table, exact_fraction, geometric_table
+from transit_release.errors import NoiseParameterError
+from transit_release.mechanisms.empty_candidates import (candidate_total_variation, free_items,
+                                                         sample_passing_empties)
+from transit_release.noise import MAX_SCALE, check_scale, discrete_laplace_table, exact_fraction
 
 MECHANISM_NAME = "prefix_tree"
 VARIANTS = ("simple", "hybrid")
@@ -133,16 +146,35 @@ class TreeBudget:
             raise ValueError(f"variant must be one of {VARIANTS}. Found {variant!r}.")
         if height < 1:
             raise ValueError(f"height must be at least 1. Found {height}.")
-        eps = exact_fraction(epsilon)
+        eps = exact_fraction(epsilon, "epsilon")
         if eps <= 0:
-            raise ValueError(f"epsilon must be positive. Found {float(eps)}.")
+            raise NoiseParameterError(f"epsilon must be positive. Found {float(eps)}.")
         if variant == "hybrid":
             if taxonomy is None:
                 raise ValueError("the hybrid variant needs a taxonomy (a station → line table or a fan-out)")
             if taxonomy.fanout <= 2:
                 raise ValueError(f"the taxonomy's fan-out must be greater than 2. Found {float(taxonomy.fanout):g}.")
-            return cls(eps, height, variant, taxonomy.fanout)
-        return cls(eps, height, variant, None)
+            budget = cls(eps, height, variant, taxonomy.fanout)
+        else:
+            budget = cls(eps, height, variant, None)
+        budget.check_noise_scales()
+        return budget
+
+    def check_noise_scales(self) -> None:
+        """Refuse (:class:`NoiseParameterError`, before any spend) a sub-level whose noise scale is unsupported."""
+        where = f"prefix tree ({self.variant} variant, height {self.height}"
+        where += f", fan-out {float(self.fanout):g})" if self.fanout is not None else ")"
+        if self.variant == "hybrid":
+            levels = (("generalized", self.generalized_epsilon, "h·f/(2ε)"),
+                      ("station", self.station_epsilon, "h·f/((f-2)ε)"))
+        else:
+            levels = (("station", self.station_epsilon, "h/ε"),)
+        # the largest scale bounds ε from below, the smallest from above: check those first so the
+        # message's suggestion is the binding one
+        smallest = max(levels, key=lambda lv: lv[1])
+        largest = min(levels, key=lambda lv: lv[1])
+        for name, eps, formula in (largest, smallest) if 1 / largest[1] > MAX_SCALE else (smallest, largest):
+            check_scale(1 / eps, epsilon=self.epsilon, where=f"{where}, {name} nodes (scale {formula})")
 
     @property
     def level_epsilon(self) -> Fraction:
@@ -169,6 +201,23 @@ class TreeBudget:
     def path_spend(self) -> Fraction:
         """ε spent along any root-to-leaf path of full height (sequential composition)."""
         return self.height * (self.generalized_epsilon + self.station_epsilon)
+
+
+def delta_slack(budget: TreeBudget) -> float:
+    """The δ to charge for the samplers: ``h · Σ_sub-levels (1 + e^ε')·η(1/ε')``.
+
+    One sequence changes one noisy count per sub-level (``h`` in the simple variant,
+    ``2h`` in the hybrid), empty or not; each count's sampler is within total variation
+    ``η`` (:func:`~transit_release.mechanisms.empty_candidates.candidate_total_variation`:
+    the table's exact error; the empty-candidate sampling adds nothing) of the ideal
+    discrete Laplace at its sub-level's ε', which costs ``(1 + e^ε')·η`` of δ by coupling.
+    Rounded up (by a relative 1e-12, far above the float error of these few operations).
+    """
+    total = 0.0
+    for eps in (budget.generalized_epsilon, budget.station_epsilon):
+        if eps > 0:
+            total += (1.0 + math.exp(float(eps))) * candidate_total_variation(1 / eps)
+    return budget.height * total * (1.0 + 1e-12)
 
 
 def false_node_growth(budget: TreeBudget, n_locations: int) -> float:
@@ -227,86 +276,6 @@ class NoisyPrefixTree:
         return sum(lv.location.size for lv in self.levels)
 
 
-def _sample_empty(generator, parents: np.ndarray, m: np.ndarray, universe, taken, threshold: int,
-                  scale: Fraction, universe_size: int | None = None,
-                  taken_keys: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For each parent, how many of its ``m`` empty candidates pass, which ones, and their counts.
-
-    ``universe(p)`` gives the candidate ids of parent ``p`` and ``taken(p)`` the non-empty ones.
-    When every parent's universe is ``0..universe_size-1`` and ``taken_keys`` (sorted
-    ``parent * universe_size + id``) is given, the choice is vectorised by rejection.
-    """
-    p_pass = discrete_laplace_table(scale).upper_tail(threshold)
-    k = generator.binomial(m, p_pass) if m.size else np.zeros(0, dtype=np.int64)
-    rows = np.flatnonzero(k)
-    if rows.size == 0:
-        z = np.zeros(0, dtype=np.int64)
-        return z, z, z
-    if universe_size is not None and taken_keys is not None:
-        p_arr, x_arr = _choose_by_rejection(generator, parents[rows], k[rows], m[rows], universe_size, taken_keys)
-    else:
-        out_p, out_x = [], []
-        for i in rows:
-            empty = np.setdiff1d(universe(parents[i]), taken(parents[i]), assume_unique=True)
-            chosen = generator.choice(empty, size=int(k[i]), replace=False)
-            out_p.append(np.full(chosen.size, parents[i], dtype=np.int64))
-            out_x.append(chosen.astype(np.int64))
-        p_arr, x_arr = np.concatenate(out_p), np.concatenate(out_x)
-    counts = threshold + geometric_table(scale).sample(generator, p_arr.size)
-    return p_arr, x_arr, counts
-
-
-def _choose_by_rejection(generator, parents, k, m, size: int, taken_keys: np.ndarray):
-    """``k[i]`` distinct ids of ``0..size-1`` per parent, none in ``taken_keys``; uniform without replacement."""
-    dense = k * 2 > m  # nearly all empty candidates pass: choose explicitly
-    out_p, out_x = [], []
-    for i in np.flatnonzero(dense):
-        own = taken_keys[(taken_keys >= parents[i] * size) & (taken_keys < (parents[i] + 1) * size)] % size
-        empty = np.setdiff1d(np.arange(size, dtype=np.int64), own, assume_unique=True)
-        chosen = generator.choice(empty, size=int(k[i]), replace=False)
-        out_p.append(np.full(chosen.size, parents[i], dtype=np.int64))
-        out_x.append(chosen.astype(np.int64))
-    sparse = ~dense
-    taken_sorted = np.sort(taken_keys)
-    need_p = np.repeat(parents[sparse], k[sparse])
-    rounds: list[np.ndarray] = []  # accepted keys, one sorted array per round
-    while need_p.size:
-        keys = need_p * size + generator.integers(0, size, need_p.size)
-        bad = _in_sorted(keys, taken_sorted)
-        for accepted in rounds:
-            bad |= _in_sorted(keys, accepted)
-        # a key drawn twice in this round is accepted once; the other slot draws again
-        order = np.argsort(keys, kind="stable")
-        repeat = np.r_[False, keys[order][1:] == keys[order][:-1]]
-        bad[order[repeat]] = True
-        rounds.append(np.sort(keys[~bad]))
-        need_p = need_p[bad]
-    if rounds:
-        accepted = np.concatenate(rounds)
-        out_p.append(accepted // size)
-        out_x.append(accepted % size)
-    return np.concatenate(out_p), np.concatenate(out_x)
-
-
-def _in_sorted(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
-    if sorted_keys.size == 0:
-        return np.zeros(keys.size, dtype=bool)
-    pos = np.searchsorted(sorted_keys, keys).clip(0, sorted_keys.size - 1)
-    return sorted_keys[pos] == keys
-
-
-def _group_by_parent(parent: np.ndarray, item: np.ndarray):
-    """parent → sorted items, as a lookup function."""
-    order = np.lexsort((item, parent))
-    parent, item = parent[order], item[order]
-    starts = {}
-    if parent.size:
-        uniq, first = np.unique(parent, return_index=True)
-        ends = np.append(first[1:], parent.size)
-        starts = {int(u): (int(a), int(b)) for u, a, b in zip(uniq, first, ends)}
-    return lambda p: item[slice(*starts.get(int(p), (0, 0)))]
-
-
 def build_noisy_prefix_tree(seqs: Sequences, budget: TreeBudget, taxonomy: Taxonomy | None,
                             generator: np.random.Generator) -> NoisyPrefixTree:
     """Procedure 1 (BuildNoisyPrefixTree), level by level, vectorised over nodes."""
@@ -318,8 +287,16 @@ def build_noisy_prefix_tree(seqs: Sequences, budget: TreeBudget, taxonomy: Taxon
     levels: list[Level] = []
     scale_ng = 1 / budget.station_epsilon
     t_ng = budget.station_threshold
-    all_locations = np.arange(L, dtype=np.int64)
-    members = taxonomy.members() if budget.variant == "hybrid" else None
+    if budget.variant == "hybrid":
+        members = taxonomy.members()
+        width = max(m.size for m in members)
+        # station at each position of its group, and each station's position in its group
+        member_at = np.full((taxonomy.n_groups, width), -1, dtype=np.int64)
+        position = np.empty(L, dtype=np.int64)
+        for g, m in enumerate(members):
+            member_at[g, :m.size] = m
+            position[m] = np.arange(m.size)
+        group_size = np.array([m.size for m in members], dtype=np.int64)
     for depth in range(budget.height):
         idx = np.flatnonzero((node >= 0) & (lengths > depth))
         loc = seqs.locations[seqs.offsets[idx] + depth]
@@ -336,28 +313,28 @@ def build_noisy_prefix_tree(seqs: Sequences, budget: TreeBudget, taxonomy: Taxon
             noisy_g = gcnt + discrete_laplace_table(scale_g).sample(generator, gcnt.size)
             keep_g = noisy_g >= t_g
             per_parent = np.bincount(gpar, minlength=n_parents)
-            parents = np.arange(n_parents, dtype=np.int64)
-            ep, eg, _ = _sample_empty(generator, parents, G - per_parent, None, None, t_g, scale_g,
-                                      universe_size=G, taken_keys=gkey)
-            kept_group_keys = np.union1d(gkey[keep_g], ep * G + eg)
+            empty_groups = sample_passing_empties(generator, G - per_parent, scale_g, t_g)
+            eg = free_items(empty_groups.group, empty_groups.rank, G, gkey)
+            kept_group_keys = np.union1d(gkey[keep_g], empty_groups.group * G + eg)
             # non-empty stations under kept groups
             under_kept = np.isin(par * G + taxonomy.group[sta], kept_group_keys)
             cand_par, cand_sta, cand_cnt = par[under_kept], sta[under_kept], cnt[under_kept]
-            # empty stations under each kept group
-            kp, kg = kept_group_keys // G, kept_group_keys % G
-            nonempty_in = _group_by_parent(cand_par * G + taxonomy.group[cand_sta], cand_sta)
-            sizes = np.array([members[g].size for g in kg], dtype=np.int64)
-            m = sizes - np.array([nonempty_in(k).size for k in kept_group_keys], dtype=np.int64)
-            e_key, e_sta, e_cnt = _sample_empty(generator, kept_group_keys, m, lambda k: members[int(k) % G],
-                                                nonempty_in, t_ng, scale_ng)
-            e_par = e_key // G
-            del kp
+            # empty stations under each kept group: positions within the group not taken by a non-empty one
+            kg = kept_group_keys % G
+            taken = np.searchsorted(kept_group_keys, cand_par * G + taxonomy.group[cand_sta]) * width \
+                + position[cand_sta]
+            n_taken = np.bincount(taken // width, minlength=kept_group_keys.size)
+            empty_st = sample_passing_empties(generator, group_size[kg] - n_taken, scale_ng, t_ng)
+            pos = free_items(empty_st.group, empty_st.rank, width, taken)
+            e_par = kept_group_keys[empty_st.group] // G
+            e_sta = member_at[kg[empty_st.group], pos]
+            e_cnt = empty_st.count
         else:
             cand_par, cand_sta, cand_cnt = par, sta, cnt
             per_parent = np.bincount(par, minlength=n_parents)
-            e_par, e_sta, e_cnt = _sample_empty(generator, np.arange(n_parents, dtype=np.int64), L - per_parent,
-                                                lambda p: all_locations, None, t_ng, scale_ng,
-                                                universe_size=L, taken_keys=uniq)
+            empty_st = sample_passing_empties(generator, L - per_parent, scale_ng, t_ng)
+            e_par, e_cnt = empty_st.group, empty_st.count
+            e_sta = free_items(e_par, empty_st.rank, L, uniq)
         noisy = cand_cnt + discrete_laplace_table(scale_ng).sample(generator, cand_cnt.size)
         keep = noisy >= t_ng
         new_par = np.concatenate([cand_par[keep], e_par])

@@ -1,0 +1,1 @@
+"""Empirical privacy audit of the shipped mechanisms (issue 11)."""
