@@ -43,21 +43,23 @@ def release_tables_of(trips_path, stops_path, home: Home):
     from tasks.ingest import ingest_stops, ingest_trips
     from schemas import PartitionMarginals, marginals_frame, validate
     from tasks.preprocess import encode_trips, write_partitions
-    from tasks.publish import assemble_tables
+    from tasks.opal import assemble_tables
     from tasks.screen import release_period, validate_trips_file
     from tasks.validate import validate_clean_trips, validate_release_tables, validate_stops
-    from transit_release import opal, partition_store, screening
+    from transit_release import partition_store
+    from transit_release.releases import opal
+    from transit_release.inputs import screening
 
     cfg = load_config.fn(None, None, None)
     raw = validate_trips_file.fn(ingest_trips.fn(str(trips_path)), str(trips_path))
     stops = validate_stops.fn(ingest_stops.fn(str(stops_path)), str(stops_path))
-    period = release_period.fn(raw, None, None)
+    period = release_period.fn(raw, "2016-08-08", "2016-08-14")
     screened = screening.screen_trips(raw, stops, period, cfg.quality, cfg.modes)
     screening.check_gate(screened, cfg.quality)
     clean = validate_clean_trips.fn(screened.clean, str(trips_path))
     encoded = encode_trips.fn(clean, stops, cfg)
-    dataset = write_partitions.fn(home, "gate", encoded)
-    events = opal.plan_spends(dataset.partitions, cfg, "gate", "fp", "test")
+    dataset = write_partitions.fn(str(home.work / "gate" / "partitions"), encoded)
+    events = opal.plan_spends(period, cfg, "gate", "fp", "test")
     outcomes = []
     for entry in dataset.partitions:
         ph = partition_store.read_partition(dataset, entry)

@@ -15,9 +15,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.conftest import WEEK
+
 from transit_release.accounting.ledger import Ledger
 from transit_release.errors import InputDataError, SchemaViolationError, TransitReleaseError
-from transit_release.screening import PeriodMismatchError, QuarantineLimitError, StopTableCoverageError
+from transit_release.inputs.screening import PeriodMismatchError, QuarantineLimitError, StopTableCoverageError
 
 pytestmark = pytest.mark.flow
 
@@ -44,6 +46,7 @@ def run(tmp_path: Path, trips: Path, stops: Path, **kwargs):
 
     home = tmp_path / "home"
     try:
+        kwargs = {**WEEK, **kwargs}  # the base week's period, declared as a publishing run must
         return home, opal_release(trips=str(trips), stops=str(stops), home=str(home), **kwargs), None
     except TransitReleaseError as exc:
         return home, None, exc
@@ -346,7 +349,7 @@ def test_a_few_bad_rows_under_the_limit_are_quarantined_and_the_release_goes_on(
     assert summary["quarantine"]["by_reason"] == {"unknown_mode": 1, "unknown_stop": 2}
     q = pd.read_parquet(next((home / "private" / "quarantine").rglob("*.parquet")))
     assert q["row"].tolist() == [6, 7, 8]
-    released = (home / "releases" / summary["release_id"] / "location.csv").read_text()
+    released = (Path(summary["release_dir"]) / "location.csv").read_text()
     assert "hovercraft" not in released and "999999" not in released
 
 
@@ -371,9 +374,9 @@ def test_single_partition(base, tmp_path):
     df = base["trips"]
     one = df[(df["mode"] == "bus") & df["tap_on_time"].str.startswith("2016-08-09")]
     f = write_csv(one, tmp_path / "trips.csv")
-    home, summary, exc = run(tmp_path, f, base["stops_path"])
+    home, summary, exc = run(tmp_path, f, base["stops_path"], period_start="2016-08-09", period_end="2016-08-09")
     assert exc is None and summary["release_id"] == "opal-20160809-20160809"
-    assert len(Ledger(home / "ledger.sqlite").spends()) == 6
+    assert len(Ledger(home / "ledger.sqlite").spends()) == 4 * 6  # every mode of the declared day: the public domain
 
 
 def test_parquet_input_publishes(base, tmp_path):

@@ -69,13 +69,29 @@ class Period:
         return f"{self.start.isoformat()}..{self.end.isoformat()}"
 
 
+PERIOD_REQUIRED = ("declare the release period with --period-start and --period-end (YYYY-MM-DD): what is "
+                   "published never depends on the data; `--dry-run` shows the period the tap-on dates suggest")
+
+
+def parse_period(start: str | None, end: str | None) -> Period:
+    """``--period-start``/``--period-end`` as a :class:`Period` (both or neither; ISO dates, in order)."""
+    if start is None or end is None:
+        raise InputDataError("give both --period-start and --period-end")
+    try:
+        return Period(date.fromisoformat(str(start)), date.fromisoformat(str(end)))
+    except ValueError:
+        raise InputDataError("--period-start and --period-end must be dates as YYYY-MM-DD") from None
+
+
 def _first_rows(mask: np.ndarray) -> str:
     rows = np.flatnonzero(mask)[:MAX_ROWS_NAMED] + 1
     return ", ".join(str(r) for r in rows)
 
 
 def infer_period(trips: pd.DataFrame) -> Period:
-    """Dates of the tap-ons, ignoring stray dates (fewer than 5% of the median day's rows)."""
+    """The period the tap-on dates suggest, ignoring stray dates (fewer than 5% of the median day's rows).
+
+    Data-dependent: a suggestion for a dry run, never the period of a publishing run."""
     days = trips["tap_on_time"].dropna().dt.normalize().value_counts()
     if days.empty:
         raise InputDataError("trips: no row has a tap-on time, so the release period cannot be inferred")
@@ -147,26 +163,8 @@ def _exact_duplicates(df: pd.DataFrame, columns: list[np.ndarray]) -> np.ndarray
     return out
 
 
-def screen_trips(trips: pd.DataFrame, stops: pd.DataFrame, period: Period, quality: QualityPolicy,
-                 modes: tuple[str, ...]) -> ScreenResult:
-    """Give every row its first failing reason; return the clean rows and the quarantine."""
-    n = len(trips)
-    reason = np.zeros(n, dtype=np.int8)  # 0 = clean, k = REASONS[k - 1]
-
-    def mark(code: str, bad: np.ndarray) -> None:
-        reason[(reason == 0) & bad] = REASONS.index(code) + 1
-
-    raw_codes, uniques = pd.factorize(trips["mode"], use_na_sentinel=True)
-    lookup = np.array([modes.index(u) if u in modes else -1 for u in uniques] + [-1], dtype=np.int64)
-    mode_code = lookup[raw_codes]  # raw_codes == -1 (missing) picks the trailing -1
-    mark("unknown_mode", mode_code < 0)
-    card = _ints(trips["card_id"])
-    mark("invalid_card_id", card < 0)
-    on_ns, off_ns = _ns(trips["tap_on_time"]), _ns(trips["tap_off_time"])
-    on_stop, off_stop = _ints(trips["tap_on_stop"]), _ints(trips["tap_off_stop"])
-    mark("missing_tap_on", (on_ns == _NAT) | (on_stop < 0))
-
-    # a stop is known for a trip if (stop id, mode) is in the stop table
+def stop_lookup(stops: pd.DataFrame, modes: tuple[str, ...], mode_code: np.ndarray):
+    """``known(stop_ids)``: whether each (stop id, the row's mode) is in the stop table (vectorised)."""
     stop_mode = np.array([modes.index(m) if m in modes else -1 for m in stops["mode"]], dtype=np.int64)
     table = np.sort(stops["stop_id"].to_numpy(dtype=np.int64) * 8 + stop_mode)
     dense = None
@@ -187,6 +185,34 @@ def screen_trips(trips: pd.DataFrame, stops: pd.DataFrame, period: Period, quali
         pos = np.searchsorted(table, key).clip(0, table.size - 1)
         return (table[pos] == key) & valid
 
+    return known
+
+
+def mode_codes(trips: pd.DataFrame, modes: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(raw factor codes, index into ``modes`` or -1) of each row's mode."""
+    raw_codes, uniques = pd.factorize(trips["mode"], use_na_sentinel=True)
+    lookup = np.array([modes.index(u) if u in modes else -1 for u in uniques] + [-1], dtype=np.int64)
+    return raw_codes, lookup[raw_codes]  # raw_codes == -1 (missing) picks the trailing -1
+
+
+def screen_trips(trips: pd.DataFrame, stops: pd.DataFrame, period: Period, quality: QualityPolicy,
+                 modes: tuple[str, ...]) -> ScreenResult:
+    """Give every row its first failing reason; return the clean rows and the quarantine."""
+    n = len(trips)
+    reason = np.zeros(n, dtype=np.int8)  # 0 = clean, k = REASONS[k - 1]
+
+    def mark(code: str, bad: np.ndarray) -> None:
+        reason[(reason == 0) & bad] = REASONS.index(code) + 1
+
+    raw_codes, mode_code = mode_codes(trips, modes)
+    mark("unknown_mode", mode_code < 0)
+    card = _ints(trips["card_id"])
+    mark("invalid_card_id", card < 0)
+    on_ns, off_ns = _ns(trips["tap_on_time"]), _ns(trips["tap_off_time"])
+    on_stop, off_stop = _ints(trips["tap_on_stop"]), _ints(trips["tap_off_stop"])
+    mark("missing_tap_on", (on_ns == _NAT) | (on_stop < 0))
+
+    known = stop_lookup(stops, modes, mode_code)
     off_present = off_stop >= 0
     # rows of an unknown mode are "unknown_mode", not evidence against the stop table
     unknown_stop = (mode_code >= 0) & (~known(on_stop) | (off_present & ~known(off_stop)))
