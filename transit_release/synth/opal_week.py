@@ -16,8 +16,29 @@ bus ``-1`` tap-off counts become missing tap-offs (no time, no stop); the bus
 
 Tap-on and tap-off locations of a trip are paired at random (the marginals
 are what the release publishes); tap-on times follow weekday AM/PM peaks and a
-flatter weekend profile; durations are log-normal per mode. Cards make
-``1 + Poisson(1.4)`` trips a day, drawn from one pool for the week.
+flatter weekend profile; durations are log-normal per mode.
+
+Cards (who made which trip) are assigned afterwards, so they never disturb the
+calibrated counts. Three kinds of rider (:data:`RIDER_TYPES`): commuters
+(about 30% of cards; active on ~85% of weekdays, mostly 2 trips a day, 4 on a
+transfer commute: about 10 trips a week), regular riders (2–3 days a week,
+1–2 trips a day) and occasional riders (a day or two in the week, if at all).
+Each card has a main mode and a secondary one (drawn by the modes' shares);
+on a day of one or two trips it rides its main mode (8% of trips on the
+other), on a day of three or more it alternates main and secondary (bus to
+train and back). Each day's activity is scaled so that the expected trips
+match that day's calibrated total; the per-(mode, date) totals are then met
+exactly by moving the fewest possible trips to another mode or card. At scale
+1.0 this gives 2.11 million cards in the week; 1–2 trips on 80% of card-days
+(1: 20%, 2: 60%, 3: 8%, 4: 12%); trips per card-week mean 6.4, median 6,
+90th percentile 12, with 25% of cards at one or two trips and 27% at ten or
+more; 1–2 trips per card per (mode, date) for 98.8% of (card, partition) pairs
+(3: 1.1%); partitions per card-week median 4, 90th percentile 7
+(``benchmarks/experiment_card_level.py`` prints the distributions). The
+previous version (each active card-day ``1 + Poisson(1.4)`` trips from one
+pool, modes at random) had no occasional riders (3% of cards with at most two
+trips a week), 41% of card-days with three or more trips and 95% of cards on
+two or more modes.
 
 Randomness here is NumPy's PCG64 from ``seed``: synthetic data is not a
 privacy mechanism, so it need not (and must not) use the noise source.
@@ -39,7 +60,14 @@ UNMAPPED_BUS_STOPS = 6
 RARE_LOCATIONS = {"bus": 10, "ferry": 2, "lightrail": 1, "train": 4}
 # log-normal trip durations in minutes: (median, sigma)
 DURATION = {"bus": (16.0, 0.6), "train": (24.0, 0.5), "ferry": (20.0, 0.4), "lightrail": (11.0, 0.5)}
-TRIPS_PER_CARD_EXTRA = 1.4
+#: name → (share of cards, P(active) on a weekday, on a weekend day, P(1, 2, 3, 4 trips | active day))
+RIDER_TYPES = {
+    "commuter": (0.30, 0.85, 0.12, (0.05, 0.70, 0.08, 0.17)),
+    "regular": (0.30, 0.40, 0.30, (0.35, 0.50, 0.08, 0.07)),
+    "occasional": (0.40, 0.08, 0.12, (0.50, 0.42, 0.06, 0.02)),
+}
+OTHER_MODE_SHARE = 0.08  # trips of a one- or two-trip day on the card's secondary mode
+CARD_ID_BASE = 10_000_000
 MAX_DURATION = 240  # minutes: synthetic data stays inside the validation gate's limits
 
 
@@ -184,24 +212,77 @@ def synthesize_week(scale: float = 1.0, seed: int = 0, progress=None) -> Synthet
             if progress is not None:
                 progress(1)
     trips = pd.concat(parts, ignore_index=True)
-    trips.insert(0, "card_id", _card_ids(rng, trips["tap_on_time"].dt.normalize().to_numpy()))
+    trips.insert(0, "card_id", _card_ids(rng, trips["tap_on_time"].dt.normalize().to_numpy(),
+                                         trips["mode"].to_numpy()))
     trips["mode"] = trips["mode"].astype("string")
     return SyntheticWeek(trips=trips, stops=stops)
 
 
-def _card_ids(rng: np.random.Generator, day: np.ndarray) -> np.ndarray:
-    """Card ids such that each active card makes 1 + Poisson(1.4) trips a day."""
-    out = np.empty(day.size, dtype=np.int64)
-    days, inverse = np.unique(day, return_inverse=True)
-    per_day = np.bincount(inverse)
-    pool = int(per_day.max() / (1 + TRIPS_PER_CARD_EXTRA) * 1.6) + 16
+def _card_ids(rng: np.random.Generator, day: np.ndarray, mode: np.ndarray) -> np.ndarray:
+    """Card ids for trips given their day and mode, by the rider model of the module docstring."""
+    n = day.size
+    out = np.empty(n, dtype=np.int64)
+    if n == 0:
+        return out
+    days, day_idx = np.unique(day, return_inverse=True)
+    mode_idx = pd.Categorical(mode, categories=list(MODES)).codes.astype(np.int64)
+    block = day_idx * len(MODES) + mode_idx
+    order = np.argsort(block, kind="stable")
+    edges = np.searchsorted(block[order], np.arange(len(days) * len(MODES) + 1))
+    supply = np.diff(edges).reshape(len(days), len(MODES))
+    share = supply.sum(axis=0) / n
+
+    names = list(RIDER_TYPES)
+    type_share = np.array([RIDER_TYPES[t][0] for t in names])
+    p_active = np.array([[RIDER_TYPES[t][1], RIDER_TYPES[t][2]] for t in names])
+    trips_pmf = np.array([RIDER_TYPES[t][3] for t in names])
+    mean_trips = trips_pmf @ np.arange(1, 5)
+    weekend = np.array([pd.Timestamp(d).dayofweek >= 5 for d in days])
+    active_days = p_active @ np.array([(~weekend).sum(), weekend.sum()], dtype=np.float64)
+    per_card_week = type_share @ (active_days * mean_trips)
+    n_cards = max(int(round(n / per_card_week)), 1)
+    ctype = rng.choice(len(names), size=n_cards, p=type_share)
+    main = rng.choice(len(MODES), size=n_cards, p=share)
+    second_w = np.tile(share, (len(MODES), 1))
+    np.fill_diagonal(second_w, 0)
+    second_w /= second_w.sum(axis=1, keepdims=True)
+    second = (rng.random(n_cards)[:, None] > np.cumsum(second_w[main], axis=1)).sum(axis=1)
+    ids = CARD_ID_BASE + rng.permutation(n_cards)
+    cdf = np.cumsum(trips_pmf, axis=1)
+
     for d in range(len(days)):
-        idx = np.flatnonzero(inverse == d)
-        n = idx.size
-        k = 1 + rng.poisson(TRIPS_PER_CARD_EXTRA, size=int(n / (1 + TRIPS_PER_CARD_EXTRA) * 1.2) + 16)
-        k = k[: np.searchsorted(np.cumsum(k), n) + 1]
-        cards = rng.choice(pool, size=k.size, replace=False) + 10_000_000
-        out[idx] = rng.permutation(np.repeat(cards, k)[:n])
+        n_day = int(supply[d].sum())
+        if n_day == 0:
+            continue
+        p = p_active[ctype, int(weekend[d])]
+        p = np.clip(p * n_day / float(p @ mean_trips[ctype]), 0, 1)
+        active = np.flatnonzero(rng.random(n_cards) < p)
+        m = 1 + (rng.random(active.size)[:, None] > cdf[ctype[active]]).sum(axis=1)
+        # slots: one per trip of each active card-day; position r within the card-day
+        card = np.repeat(active, m)
+        r = np.arange(card.size) - np.repeat(np.cumsum(m) - m, m)
+        big = np.repeat(m, m) >= 3
+        on_main = np.where(big, r % 2 == 0, rng.random(card.size) >= OTHER_MODE_SHARE)
+        slot_mode = np.where(on_main, main[card], second[card])
+        # meet the day's total: drop random slots, or give extra trips to random active cards
+        if card.size > n_day:
+            keep = np.sort(rng.choice(card.size, n_day, replace=False))
+            card, slot_mode = card[keep], slot_mode[keep]
+        elif card.size < n_day:
+            extra = rng.choice(active if active.size else np.arange(n_cards), n_day - card.size)
+            card = np.concatenate([card, extra])
+            slot_mode = np.concatenate([slot_mode, main[extra]])
+        # meet each mode's total: move random surplus slots to the modes short of trips
+        demand = np.bincount(slot_mode, minlength=len(MODES))
+        surplus = demand - supply[d]
+        moved = np.concatenate([rng.choice(np.flatnonzero(slot_mode == k), surplus[k], replace=False)
+                                for k in range(len(MODES)) if surplus[k] > 0] or [np.zeros(0, np.int64)])
+        if moved.size:
+            short = np.repeat(np.arange(len(MODES)), np.maximum(-surplus, 0))
+            slot_mode[moved] = rng.permutation(short)
+        for k in range(len(MODES)):
+            rows = order[edges[d * len(MODES) + k]:edges[d * len(MODES) + k + 1]]
+            out[rows] = ids[rng.permutation(card[slot_mode == k])]
     return out
 
 
@@ -231,3 +312,9 @@ def write_synthetic_week(out: str | Path, scale: float = 1.0, seed: int = 0, fmt
             paths[name] = path
         bar.advance(task, 1)
     return paths
+
+
+def week_period() -> tuple[str, str]:
+    """The synthetic week's period (the calibration release's first and last day), as ISO dates."""
+    dates = sorted(load_calibration()["date"].unique())
+    return (f"{dates[0][:4]}-{dates[0][4:6]}-{dates[0][6:]}", f"{dates[-1][:4]}-{dates[-1][4:6]}-{dates[-1][6:]}")

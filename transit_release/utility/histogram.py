@@ -19,6 +19,7 @@ def histogram_utility(true_counts: np.ndarray, kept: np.ndarray, released: np.nd
     * ``kept_point_share``: share of present points released;
     * ``trip_coverage``: share of trips on released points;
     * ``mean_abs_error`` / ``max_abs_error``: on released points;
+    * ``mean_rel_error``: mean of ``|released − true| / true`` over released points;
     * ``total_variation``: between the true and the released distribution over
       the present points (dropped points count 0; 1.0 when nothing is released);
     * ``top_rank_correlation``: Spearman's rho between true and released counts
@@ -37,6 +38,7 @@ def histogram_utility(true_counts: np.ndarray, kept: np.ndarray, released: np.nd
         "trip_coverage": float(true_counts[kept].sum() / total) if total else float("nan"),
         "mean_abs_error": float(err.mean()) if err.size else float("nan"),
         "max_abs_error": float(err.max()) if err.size else float("nan"),
+        "mean_rel_error": float((err / true_counts[kept]).mean()) if err.size else float("nan"),
         "total_variation": (0.5 * float(np.abs(true_counts / total - rel_full / rel_full.sum()).sum())
                             if total and rel_full.sum() else 1.0),
     }

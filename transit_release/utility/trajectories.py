@@ -1,0 +1,178 @@
+"""Utility of a trajectory release (SafePath paper, §3.3 and §5.1).
+
+* Count queries (Definition 3.5): a query ``q`` is a sequence of (location, hour)
+  pairs; ``q(D)`` counts the trajectories of which ``q`` is a sub-trajectory
+  (the pairs occur in that order, not necessarily next to each other). Relative
+  error ``|q(D̂) − q(D)| / max(q(D), s)`` with the sanity bound ``s = 0.1%`` of
+  ``|D|``. The paper's workload: 40,000 queries whose pairs are drawn uniformly
+  from ``L × T`` (hours sorted, so that every query is a possible trajectory),
+  of length ``|q|`` tied to ``h`` (``h/3`` in its Figure 5). Uniform pairs make
+  most queries of length ≥ 2 empty in the raw data, so we also report a
+  *non-empty* workload: random sub-trajectories of random raw trajectories.
+  Evaluated with an inverted index (pair → sorted (trajectory, position)
+  occurrences) and greedy earliest matching, which decides "is a subsequence"
+  exactly; the released data is evaluated in its compact (trajectory, copies)
+  form.
+* Top-k frequent sequential patterns of (location, hour) pairs of size > 1
+  (PrefixSpan, the maintained ``prefixspan`` package, via
+  :func:`transit_release.utility.sequences.pattern_utility` on pair ids): TP,
+  FP and false drops. Also the top-k most frequent single pairs (exact counts).
+
+These figures compare with the raw data, so they are internal: MLflow and
+reports only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from transit_release.mechanisms.safepath import Trajectories, unique_counts
+from transit_release.utility.sequences import SANITY_SHARE, pattern_utility
+
+N_QUERIES = 40_000
+
+
+class TrajectoryIndex:
+    """Occurrences of every (location, hour) pair, for sub-trajectory counting.
+
+    ``weights`` (default 1 each) count a trajectory that many times (a release's copies).
+    """
+
+    def __init__(self, trajs: Trajectories, weights: np.ndarray | None = None):
+        n = len(trajs)
+        self.n_hours = trajs.n_hours
+        self.weights = np.ones(n, dtype=np.int64) if weights is None else np.asarray(weights, dtype=np.int64)
+        lengths = trajs.lengths
+        self.stride = int(lengths.max()) + 1 if n else 1
+        who = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        pos = np.arange(who.size, dtype=np.int64) - trajs.offsets[who]
+        pair = trajs.locations * trajs.n_hours + trajs.hours
+        order = np.argsort(pair, kind="stable")  # within a pair: by (trajectory, position)
+        self.keys = who[order] * self.stride + pos[order]
+        n_pairs = trajs.n_locations * trajs.n_hours
+        self.bounds = np.concatenate([[0], np.cumsum(np.bincount(pair, minlength=n_pairs))])
+
+    def count(self, query_pairs: np.ndarray) -> int:
+        """Σ weights of the trajectories containing ``query_pairs`` (pair ids) in order."""
+        p = int(query_pairs[0])
+        occ = self.keys[self.bounds[p]:self.bounds[p + 1]]
+        if occ.size == 0:
+            return 0
+        traj = occ // self.stride
+        first = np.r_[True, traj[1:] != traj[:-1]]
+        cur = occ[first]  # earliest match of the prefix so far, per trajectory
+        for p in query_pairs[1:]:
+            occ = self.keys[self.bounds[p]:self.bounds[p + 1]]
+            if occ.size == 0 or cur.size == 0:
+                return 0
+            at = np.searchsorted(occ, cur, side="right")  # next occurrence after the current match
+            ok = at < occ.size
+            nxt = occ[np.minimum(at, occ.size - 1)]
+            ok &= (nxt // self.stride) == (cur // self.stride)
+            cur = nxt[ok]
+        return int(self.weights[cur // self.stride].sum())
+
+    def counts(self, queries: list[np.ndarray]) -> np.ndarray:
+        return np.fromiter((self.count(q) for q in queries), dtype=np.int64, count=len(queries))
+
+
+@dataclass(frozen=True)
+class QueryWorkload:
+    """Queries (arrays of pair ids) grouped by length."""
+
+    by_length: dict[int, list[np.ndarray]]
+    kind: str  # "uniform" or "non-empty"
+
+
+def uniform_workload(n_locations: int, n_hours: int, max_length: int, n_queries: int = N_QUERIES,
+                     seed: int = 0) -> QueryWorkload:
+    """The paper's workload: pairs uniform from ``L × T`` (hours sorted), equal shares of lengths ``1..max_length``."""
+    rng = np.random.default_rng(seed)
+    max_length = max(1, int(max_length))
+    per = n_queries // max_length
+    out = {}
+    for k in range(1, max_length + 1):
+        loc = rng.integers(0, n_locations, (per, k))
+        hr = np.sort(rng.integers(0, n_hours, (per, k)), axis=1)
+        out[k] = list(loc * n_hours + hr)
+    return QueryWorkload(out, "uniform")
+
+
+def nonempty_workload(trajs: Trajectories, max_length: int, n_queries: int = N_QUERIES,
+                      seed: int = 0) -> QueryWorkload:
+    """Random sub-trajectories (pairs in order) of random trajectories at least ``k`` long."""
+    rng = np.random.default_rng(seed)
+    max_length = max(1, int(max_length))
+    per = n_queries // max_length
+    pairs = trajs.locations * trajs.n_hours + trajs.hours
+    lengths = trajs.lengths
+    out = {}
+    for k in range(1, max_length + 1):
+        pool = np.flatnonzero(lengths >= k)
+        if pool.size == 0:
+            continue
+        who = rng.choice(pool, per)
+        # k sorted distinct positions in each chosen trajectory
+        keys = rng.random((per, int(lengths[who].max())))
+        keys[np.arange(keys.shape[1])[None, :] >= lengths[who][:, None]] = 2.0
+        pos = np.sort(np.argsort(keys, axis=1)[:, :k], axis=1)
+        out[k] = list(pairs[trajs.offsets[who][:, None] + pos])
+    return QueryWorkload(out, "non-empty")
+
+
+def relative_errors(true: np.ndarray, released: np.ndarray, n_trajectories: int) -> np.ndarray:
+    bound = max(SANITY_SHARE * n_trajectories, 1e-12)
+    return np.abs(released - true) / np.maximum(true, bound)
+
+
+def release_index(release: list, n_locations: int, n_hours: int) -> TrajectoryIndex:
+    """The index of a release in its (trajectory, copies) form."""
+    trajs = Trajectories.from_lists([t for t, _ in release], n_locations, n_hours)
+    return TrajectoryIndex(trajs, np.array([c for _, c in release], dtype=np.int64))
+
+
+def count_query_error(original: Trajectories, released: TrajectoryIndex, workload: QueryWorkload,
+                      original_index: TrajectoryIndex | None = None) -> dict[str, float]:
+    """Mean relative error per query length and over all (``{kind}.q{k}``, ``{kind}.mean``)."""
+    a = original_index or TrajectoryIndex(original)
+    out, errs = {}, []
+    for k, queries in workload.by_length.items():
+        e = relative_errors(a.counts(queries), released.counts(queries), len(original))
+        out[f"{workload.kind}.q{k}"] = float(e.mean())
+        errs.append(e)
+    out[f"{workload.kind}.mean"] = float(np.concatenate(errs).mean()) if errs else float("nan")
+    return out
+
+
+def top_pairs(trajs: Trajectories, k: int, weights: np.ndarray | None = None) -> set[int]:
+    """The ``k`` (location, hour) pairs that the most trajectories contain (ties by pair id)."""
+    n = len(trajs)
+    who = np.repeat(np.arange(n), trajs.lengths)
+    pair = trajs.locations * trajs.n_hours + trajs.hours
+    key, _ = unique_counts(who * (trajs.n_locations * trajs.n_hours) + pair)  # each pair once per trajectory
+    w = np.ones(n, dtype=np.int64) if weights is None else np.asarray(weights, dtype=np.int64)
+    support = np.bincount(key % (trajs.n_locations * trajs.n_hours),
+                          weights=w[key // (trajs.n_locations * trajs.n_hours)],
+                          minlength=trajs.n_locations * trajs.n_hours)
+    order = np.lexsort((np.arange(support.size), -support))
+    top = order[:k]
+    return {int(p) for p in top[support[top] > 0]}
+
+
+def top_pair_utility(original: Trajectories, released: list, ks=(100, 200, 300)) -> dict[str, int]:
+    rel = Trajectories.from_lists([t for t, _ in released], original.n_locations, original.n_hours)
+    w = np.array([c for _, c in released], dtype=np.int64)
+    out = {}
+    for k in ks:
+        truth, found = top_pairs(original, k), top_pairs(rel, k, w)
+        out[f"pairs.top{k}.tp"] = len(truth & found)
+        out[f"pairs.top{k}.fp"] = len(found - truth)
+    return out
+
+
+def trajectory_pattern_utility(original: Trajectories, released_trajs: Trajectories, ks=(100, 200, 300)
+                               ) -> dict[str, int]:
+    """Top-k frequent sequential patterns of size > 1 over pair ids (PrefixSpan)."""
+    return {f"patterns.{k}": v for k, v in pattern_utility(original.pairs(), released_trajs.pairs(), ks=ks).items()}
