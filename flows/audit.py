@@ -5,21 +5,23 @@ from __future__ import annotations
 from prefect import flow
 
 from tasks.audit import read_ledger, reconcile, verify_ledger, write_audit_report
+from tasks.budget import load_policy
+from tasks.home import prepare_home
 from tasks.report import update_index
-from tasks.track import read_mirror, track_audit
+from tasks.track import read_anchors, read_mirror, track_audit
 from transit_release.audit import DEFAULT_DELTA_PRIME
-from transit_release.home import Home
 
 
 @flow(name="privacy-audit")
-def privacy_audit(home: str = ".", ledger: str | None = None, delta_prime: float = DEFAULT_DELTA_PRIME) -> dict:
-    """Check the ledger, the published releases and the MLflow mirror against one another."""
-    where = Home.at(home, ledger)
+def privacy_audit(home: str = ".", ledger: str | None = None, delta_prime: float = DEFAULT_DELTA_PRIME,
+                  policy: str | None = None) -> dict:
+    """Check the ledger, the published releases, the MLflow mirror and the ledger's anchors against one another."""
+    where = prepare_home(home, ledger)
+    caps = {c.unit_of_privacy: c.epsilon for c in reversed(load_policy(policy).caps)}
     problems = verify_ledger(where)
     entries = read_ledger(where)
-    mirror = read_mirror(where)
-    result = reconcile(where, entries, problems, mirror, delta_prime)
-    report_path = write_audit_report(where, result)
+    result = reconcile(where, entries, problems, read_mirror(where), read_anchors(where), delta_prime)
+    report_path = write_audit_report(where, result, caps)
     run_id = track_audit(where, result, report_path)
     update_index(where)
     return {**result, "report": report_path, "mlflow_run_id": run_id}

@@ -6,6 +6,8 @@ from prefect import flow
 
 from flows.opal_release import opal_release
 from flows.sequence_release import sequence_release
+from flows.sets_release import set_release
+from flows.trajectory_release import trajectory_release
 from tasks.schedule import locate_input, period_to_publish
 
 
@@ -26,12 +28,51 @@ def weekly_opal_release(trips_pattern: str, stops: str, home: str = ".", config:
 
 
 @flow(name="monthly-sequence-release")
-def monthly_sequence_release(input_pattern: str, epsilon: float, height: int, variant: str = "hybrid",
-                             taxonomy: str | None = None, fanout: int | None = None, home: str = ".",
+def monthly_sequence_release(input_pattern: str, epsilon: float, height: int | None = None,
+                             variant: str | None = "hybrid", taxonomy: str | None = None,
+                             locations: str | None = None, fanout: int | None = None, home: str = ".",
                              policy: str | None = None, timezone: str = "America/Montreal",
-                             month_of: str | None = None) -> dict:
-    """Publish the previous calendar month's passenger sequences (``input_pattern`` e.g. ``seq-{year}-{month}.txt``)."""
+                             month_of: str | None = None, mechanism: str = "prefix-tree", lmax: int | None = None,
+                             nmax: int | None = None) -> dict:
+    """Publish the previous calendar month's passenger sequences (``input_pattern`` e.g. ``seq-{year}-{month}.txt``)
+    over the public universe of ``taxonomy`` and/or ``locations``; the month is the declared period.
+
+    ``mechanism`` chooses ``prefix-tree`` (``height``, ``variant``, ``fanout``) or ``ngram`` (``lmax``, ``nmax``);
+    the deployment may list both mechanisms' parameters: only the chosen one's are passed on.
+    """
     period = period_to_publish("monthly", timezone, month_of)
     path = locate_input(input_pattern, period)
-    return sequence_release(input=path, epsilon=epsilon, height=height, variant=variant, taxonomy=taxonomy,
-                            fanout=fanout, home=home, policy=policy, scope=f"{period[0]}..{period[1]}")
+    own = (dict(lmax=lmax, nmax=nmax) if mechanism == "ngram"
+           else dict(height=height, variant=variant, fanout=fanout))
+    return sequence_release(input=path, epsilon=epsilon, period_start=period[0], period_end=period[1],
+                            locations=locations, taxonomy=taxonomy, home=home, policy=policy, mechanism=mechanism,
+                            **own)
+
+
+@flow(name="weekly-trajectory-release")
+def weekly_trajectory_release(input_pattern: str, epsilon: float, height: int, location_taxonomy: str | None = None,
+                              locations: str | None = None, location_fanout: int | None = None,
+                              time_fanout: int | None = None, thresholds: str = "paper", home: str = ".",
+                              policy: str | None = None, timezone: str = "America/Montreal",
+                              week_of: str | None = None) -> dict:
+    """Publish the previous full week's (Monday–Sunday) passenger trajectories (``input_pattern`` e.g.
+    ``traj-{start}.txt``, hours of that week) over the public universe of ``location_taxonomy`` and/or
+    ``locations``; the week is the declared period (a trajectory release covers one week: hours of the week)."""
+    period = period_to_publish("weekly", timezone, week_of)
+    path = locate_input(input_pattern, period)
+    return trajectory_release(input=path, epsilon=epsilon, height=height, period_start=period[0],
+                              period_end=period[1], locations=locations, location_taxonomy=location_taxonomy,
+                              location_fanout=location_fanout, time_fanout=time_fanout, thresholds=thresholds,
+                              home=home, policy=policy)
+
+
+@flow(name="monthly-set-release")
+def monthly_set_release(input_pattern: str, epsilon: float, locations: str, fanout: int = 10, home: str = ".",
+                        policy: str | None = None, timezone: str = "America/Montreal",
+                        month_of: str | None = None) -> dict:
+    """Publish the previous calendar month's station sets (``input_pattern`` e.g. ``sets-{year}-{month}.txt``) over
+    the public universe of the ``locations`` file; the month is the declared period."""
+    period = period_to_publish("monthly", timezone, month_of)
+    path = locate_input(input_pattern, period)
+    return set_release(input=path, locations=locations, epsilon=epsilon, fanout=fanout, period_start=period[0],
+                       period_end=period[1], home=home, policy=policy)

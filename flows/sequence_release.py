@@ -1,49 +1,87 @@
-"""The sequence release: read → screen → budget → charge → noisy prefix tree → evaluate → publish → track."""
+"""The sequence release: universe → budget → read → charge → prefix tree or n-grams → evaluate → publish → track."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from prefect import flow
+from prefect.utilities.annotations import quote
 
-from tasks.budget import charge_budget, load_policy
-from tasks.ingest import fingerprint_inputs
-from tasks.publish import commit_release
-from tasks.report import update_index, write_summary
-from tasks.sequences import (evaluate_sequences, plan_sequence_spend, read_sequences, resolve_sequence_release,
-                             sanitize_sequences, stage_sequence_release, track_sequence_release, tree_budget)
-from tasks.track import mark_published
-from transit_release.home import Home
+from flows.tail import publish_staged
+from tasks.budget import charge_budget, check_budget, load_policy, resolve_release
+from tasks.home import discard_run, prepare_home
+from flows.taps import clean_taps
+from tasks.ingest import fingerprint_inputs, ingest_stops
+from tasks.publish import load_manifest, stage_release
+from tasks.report import write_sequence_report
+from tasks.sequences import (declared_period, evaluate_sequences, load_universe, plan_sequence_spend, read_sequences,
+                             sanitize_sequences, sequence_budget, sequence_outputs, sequences_from_taps, stop_universe,
+                             tracking_record)
+from tasks.validate import validate_stops
+from tasks.summary import summarize, summarize_dry_run
+from tasks.track import anchor_ledger, check_store
+from transit_release import progress
+from transit_release.releases import sequences
 from transit_release.version import code_version
 
 
 @flow(name="sequence-release")
-def sequence_release(input: str, epsilon: float, height: int, variant: str = "hybrid", taxonomy: str | None = None,
-                     fanout: int | None = None, home: str = ".", release_id: str | None = None,
-                     scope: str | None = None, policy: str | None = None, ledger: str | None = None,
-                     quarantine_limit: float = 0.01, queries: int = 40_000,
-                     top_k: list[int] | None = None) -> dict:
-    """Publish an ε-DP release of passenger sequences (one spend: the whole tree)."""
-    where = Home.at(home, ledger)
+def sequence_release(epsilon: float, height: int | None = None, input: str | None = None,
+                     period_start: str | None = None, period_end: str | None = None, variant: str | None = None,
+                     locations: str | None = None, taxonomy: str | None = None, fanout: int | None = None,
+                     trips: str | None = None, stops: str | None = None, mode: str = "train", home: str = ".",
+                     release_id: str | None = None, policy: str | None = None, ledger: str | None = None,
+                     quarantine_limit: float = 0.01, queries: int = 40_000, top_k: list[int] | None = None,
+                     dry_run: bool = False, mechanism: str = "prefix-tree", lmax: int | None = None,
+                     nmax: int | None = None) -> dict:
+    """Publish an ε-DP release of the passenger sequences of a declared period (one spend).
+
+    ``mechanism``: ``prefix-tree`` (``height``, ``variant`` default hybrid, ``fanout``) or ``ngram``
+    (``lmax`` default 20, ``nmax`` default 5). Input: a one-sequence-a-line file over a public
+    universe (``locations`` and/or ``taxonomy`` files), or tap data (``trips`` and ``stops``: one
+    sequence per card over the period, the stop table's ``mode`` stations as universe). Everything
+    computed from the universe before the data is read is public: the taxonomy, the budget split,
+    the thresholds and the size check.
+    """
+    where = prepare_home(home, ledger)
     budget_policy = load_policy(policy)
-    data = read_sequences(input, quarantine_limit)
-    budget, tax = tree_budget(data, epsilon, height, variant, taxonomy, fanout)
-    fingerprint = fingerprint_inputs([input])
-    target = resolve_sequence_release(where, release_id, input, budget, fingerprint)
+    period = declared_period(period_start, period_end)
+    stop_table = validate_stops(ingest_stops(stops), stops) if trips else None
+    universe = stop_universe(stop_table, mode, stops) if trips else load_universe(locations, taxonomy)
+    budget, tax = sequence_budget(mechanism, universe, epsilon, height, variant, fanout, lmax, nmax)
+    inputs = [p for p in (input, locations, taxonomy, trips, stops) if p]
+    fingerprint = fingerprint_inputs(inputs)
+    target = resolve_release(where, release_id or sequences.default_release_id(mechanism, period),
+                             sequences.same_release(budget, fingerprint))
     if target.already_published:
-        return {"release_id": target.release_id, "status": "already published: nothing drawn or spent"}
-    scope_name = scope or Path(input).stem
-    event = plan_sequence_spend(target.release_id, scope_name, budget, fingerprint, code_version())
-    charged = charge_budget(where, [event], budget_policy)
-    release = sanitize_sequences(data, budget, tax, charged, target.release_id)
-    metrics = evaluate_sequences(data, release, height, queries, top_k if top_k is not None else [100, 200, 300])
-    staged = stage_sequence_release(where, target.release_id, scope_name, release, data, budget, event,
-                                    code_version())
-    run_id = track_sequence_release(where, staged.manifest, charged, metrics, data.quarantine_counts)
-    write_summary(where, target.release_id, metrics)
-    commit_release(where, staged)
-    mark_published(where, run_id)
-    update_index(where)
-    return {"release_id": target.release_id, "status": "published", "release_dir": str(staged.final_dir),
-            "epsilon": staged.manifest["privacy"]["epsilon"], "metrics": metrics, "mlflow_run_id": run_id,
-            "mlflow_ui": where.mlflow_ui_command()}
+        return summarize(where, load_manifest(where, target.release_id), "already published: nothing drawn or spent")
+    rid = target.release_id
+    with progress.stage("reading the sequences"):
+        if trips:
+            clean, _, _ = clean_taps(where, rid, trips, stops, period, quarantine_limit, dry_run)
+            data = sequences_from_taps(clean, stop_table, mode)
+        else:
+            data = read_sequences(input, universe, quarantine_limit)
+    event = plan_sequence_spend(rid, period, budget, fingerprint, code_version())
+    if dry_run:
+        return summarize_dry_run(rid, period, True, [event], check_budget(where, [event], budget_policy),
+                                 data.quarantine_counts)
+    check_store(where)  # MLflow must work before anything is spent
+    try:
+        charged = charge_budget(where, [event], budget_policy)
+        anchor_ledger(where, rid, "charge")
+        # the records and the release are large plain collections: quote() spares Prefect visiting every item
+        with progress.stage(f"sanitizing ({mechanism})"):
+            release, noise_kind = sanitize_sequences(quote(data), budget, tax, charged, rid)
+        with progress.stage("evaluating"):
+            metrics = evaluate_sequences(quote(data), quote(release), budget, queries,
+                                         top_k if top_k is not None else [100, 200, 300])
+        with progress.stage("publishing"):
+            tables, texts, manifest = sequence_outputs(rid, period, universe, budget, event, noise_kind, code_version(),
+                                                       quote(release))
+            staged = stage_release(where, rid, tables, texts, manifest, sequences.render_datacard, charged)
+            report = write_sequence_report(where, staged.manifest, metrics, data.quarantine_counts)
+            run_id = publish_staged(where, staged, charged, tracking_record(staged.manifest, metrics,
+                                                                            data.quarantine_counts), report)
+    except BaseException:
+        discard_run(where, rid, keep_reports=False)
+        raise
+    return {**summarize(where, staged.manifest, "published", run_id, f"{report}/report.html"), "metrics": metrics}

@@ -89,6 +89,7 @@ class EncodedTrips(pa.DataFrameModel):
     off_bin: Series[np.int16] = pa.Field(ge=-1)
     on_loc: Series[np.int32] = pa.Field(ge=-1)
     off_loc: Series[np.int32] = pa.Field(ge=-1)
+    kept: Series[bool] = pa.Field()  # survived contribution bounding (card level; always true at the trip level)
 
     class Config:
         strict = True

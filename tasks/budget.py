@@ -1,19 +1,16 @@
-"""Release identity and the privacy ledger: decide the id, then charge before any noise."""
+"""Release identity and the privacy ledger: decide the id, check the policy, then charge before any noise."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tasks import data_task
-from transit_release import opal
-from transit_release.accounting.events import StabilityHistogramEvent
+from transit_release.faults import crash_point
 from transit_release.accounting.ledger import Ledger
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
-from transit_release.config import ReleaseConfig
-from transit_release.home import Home
-from transit_release.partition_store import StoredPartition
-from transit_release.publish import already_published, check_release_id
-from transit_release.screening import Period
+from transit_release.home import Home, check_release_id
+from transit_release.publish import already_published
 
 
 @dataclass(frozen=True)
@@ -23,32 +20,45 @@ class ReleaseTarget:
 
 
 @data_task(name="resolve-release")
-def resolve_release(home: Home, requested_id: str | None, period: Period, config: ReleaseConfig,
-                    fingerprint: str) -> ReleaseTarget:
-    """Name the release; detect an identical earlier publication before anything is written.
+def resolve_release(home: Home, release_id: str, same: Callable[[list], bool]) -> ReleaseTarget:
+    """Check the id; detect an identical earlier publication before anything is written.
 
-    Re-publishing an already published release id from the same input and
-    parameters draws no noise and spends nothing; any other reuse of an id is
-    refused, so no earlier release, report or record is touched.
+    Re-publishing an already published release id from the same input and parameters draws no
+    noise and spends nothing; any other reuse of an id is refused, so no earlier release, report or
+    record is touched. ``same(earlier_events)`` says whether the earlier spends match this run.
     """
-    release_id = check_release_id(requested_id or opal.release_id_for(period.start, period.end))
-    wanted = {(name, b.epsilon, b.delta, fingerprint) for name, b in config.budgets.items()}
-    same = lambda earlier: wanted <= {(e.component, e.epsilon, e.delta, e.input_fingerprint) for e in earlier}  # noqa: E731
-    return ReleaseTarget(release_id, already_published(home.releases, Ledger(home.ledger), release_id, same))
+    release_id = check_release_id(release_id)
+    return ReleaseTarget(release_id, already_published(Ledger(home.ledger), home.release_dir(release_id),
+                                                       release_id, same))
 
 
-@data_task(name="plan-spends")
-def plan_spends(release_id: str, partitions: list[StoredPartition], config: ReleaseConfig, fingerprint: str,
-                code_version: str) -> list[StabilityHistogramEvent]:
-    """Describe every mechanism run as an event (one per partition and marginal)."""
-    return opal.plan_spends(partitions, config, release_id, fingerprint, code_version)
+def same_spend(component: str, epsilon: float, fingerprint: str) -> Callable[[list], bool]:
+    """``same`` for :func:`resolve_release` of a one-spend release kind: an earlier spend of this component, ε and
+    input fingerprint."""
+    wanted = (component, float(epsilon), fingerprint)
+    return lambda earlier: wanted in {(e.component, e.epsilon, e.input_fingerprint) for e in earlier}
+
+
+@data_task(name="check-budget")
+def check_budget(home: Home, events: list, policy: BudgetPolicy) -> dict:
+    """The dry run's verdict: would the policy allow these spends now? Reads the ledger, writes nothing."""
+    from transit_release.errors import BudgetError
+
+    existing = Ledger(home.ledger).entries() if home.ledger.exists() else []
+    try:
+        policy.check(existing, events)
+    except BudgetError as exc:
+        return {"allowed": False, "reason": str(exc)}
+    return {"allowed": True, "reason": ""}
 
 
 @data_task(name="charge-budget")
-def charge_budget(home: Home, events: list[StabilityHistogramEvent], policy: BudgetPolicy) -> list:
+def charge_budget(home: Home, events: list, policy: BudgetPolicy) -> list:
     """Check the budget policy and write every spend to the ledger, in one transaction,
     before any noise is drawn. A refusal writes nothing."""
-    return Ledger(home.ledger).charge(events, check=policy.check)
+    charged = Ledger(home.ledger).charge(events, check=policy.check)
+    crash_point("after-charge")
+    return charged
 
 
 @data_task(name="load-budget-policy")

@@ -9,8 +9,9 @@ from transit_release.config import ReleaseConfig, load_release_config
 
 @data_task(name="load-release-config")
 def load_config(path: str | None, epsilons: list[float] | None, delta: float | None,
-                quarantine_limit: float | None = None) -> ReleaseConfig:
-    return load_release_config(path).with_overrides(epsilons=epsilons, delta=delta, quarantine_limit=quarantine_limit)
+                quarantine_limit: float | None = None, unit: str | None = None) -> ReleaseConfig:
+    return load_release_config(path, unit).with_overrides(epsilons=epsilons, delta=delta,
+                                                          quarantine_limit=quarantine_limit)
 
 
 @data_task(name="check-scale-out")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tasks import data_task
-from transit_release import opal
+from transit_release.releases import opal
 
 
 @data_task(name="evaluate-utility")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tasks import data_task
-from transit_release import io
+from transit_release.inputs import tables as io
 
 
 @data_task(name="ingest-trips")

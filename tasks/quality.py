@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import json
+import shutil
+from datetime import datetime, timezone
 from functools import partial
+from pathlib import Path
 
 import pandas as pd
 
 from schemas import expectations
 from tasks import data_task
-from transit_release import opal
+from transit_release.releases import opal
 from transit_release.config import MARGINALS, ReleaseConfig
 from transit_release.errors import InputDataError, TransitReleaseError
 from transit_release.home import Home
-from transit_release.opal import OUTPUT_COLUMNS
+from transit_release.releases.opal import OUTPUT_COLUMNS
 from transit_release.partition_store import PartitionDataset
 from transit_release.preprocessing import location_label, time_label
-from transit_release.screening import Period
+from transit_release.inputs.screening import Period
 
 
 class RawQualityError(InputDataError):
@@ -34,22 +37,27 @@ def _failures(result: dict) -> str:
 
 
 @data_task(name="check-raw-quality")
-def check_raw_quality(home: Home, release_id: str, trips: pd.DataFrame, stops: pd.DataFrame, period: Period,
-                      config: ReleaseConfig) -> dict:
-    out = home.reports / release_id
+def check_raw_quality(home: Home, work: str, release_id: str, trips: pd.DataFrame, stops: pd.DataFrame,
+                      period: Period, config: ReleaseConfig) -> dict:
+    """The raw-data suite; results and Data Docs go to the run's working directory (copied to the report when the
+    release is published). A failing suite's results are kept next to the quarantine, and the error names them."""
+    out = Path(work) / "validation"
     result = expectations.validate_frames(out / "data_docs" / "raw", {
-        "raw_trips": (expectations.raw_view(trips),
-                      partial(expectations.raw_suite, period, config.quality, config.modes,
-                              sorted(int(x) for x in stops["stop_id"])))})
+        "raw_trips": (expectations.raw_view(trips, stops, config.modes),
+                      partial(expectations.raw_suite, period, config.quality, config.modes))})
     (out / "validation-raw.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     if not result["success"]:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        kept = home.quarantine / release_id / f"validation-{stamp}"
+        kept.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        shutil.move(str(out), kept)
         raise RawQualityError(f"raw-data quality suite failed ({_failures(result)}); "
-                              f"see {out / 'data_docs' / 'raw' / 'index.html'}")
+                              f"see {kept / 'data_docs' / 'raw' / 'index.html'}")
     return result
 
 
 @data_task(name="check-release-tables")
-def check_release_tables(home: Home, release_id: str, tables: dict[str, pd.DataFrame],
+def check_release_tables(home: Home, work: str, release_id: str, tables: dict[str, pd.DataFrame],
                          outcomes: list[opal.PartitionOutcome], dataset: PartitionDataset,
                          config: ReleaseConfig) -> dict:
     """Exact columns, counts ≥ each marginal's threshold, and only time bins and locations of the input."""
@@ -70,7 +78,7 @@ def check_release_tables(home: Home, release_id: str, tables: dict[str, pd.DataF
             expectations.release_suite, name, OUTPUT_COLUMNS[name], thresholds, config.modes,
             sorted(times) if has_time else None,
             {m: sorted(v) for m, v in locs.items()} if has_loc else None))
-    out = home.reports / release_id
+    out = Path(work) / "validation"
     result = expectations.validate_frames(out / "data_docs" / "release", frames)
     (out / "validation-release.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     if not result["success"]:

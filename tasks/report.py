@@ -1,41 +1,62 @@
-"""The internal report of a release."""
+"""Internal reports of releases, and the release index."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+from pathlib import Path
 
 import pandas as pd
 
 from tasks import data_task
-from transit_release import opal, release_index, report
+from transit_release import release_index, report
 from transit_release.home import Home
+from transit_release.releases import opal
 
 
-@data_task(name="write-report")
-def write_report(home: Home, manifest: dict, utility: pd.DataFrame, outcomes: list[opal.PartitionOutcome],
-                 quarantine: dict) -> str:
-    out = home.reports / manifest["release_id"]
-    release_dir = home.releases / manifest["release_id"]
-    links = {"Public data card (DATACARD.md)": os.path.relpath(release_dir / "DATACARD.md", out),
-             "Manifest (manifest.json)": os.path.relpath(release_dir / "manifest.json", out),
-             "Data Docs: raw-data quality (Great Expectations)": "data_docs/raw/index.html",
-             "Data Docs: release checks (Great Expectations)": "data_docs/release/index.html"}
-    path = report.write_report(out, manifest, utility, opal.released_vs_true(outcomes), links,
-                               quarantine)
-    _write_summary(out, {"trip_coverage": float(utility["trip_coverage"].mean())})
-    return str(path)
+def _links(home: Home, manifest: dict, out: Path) -> dict[str, str]:
+    release_dir = home.release_root(manifest["noise_source"]) / manifest["release_id"]
+    return {"Public data card (DATACARD.md)": os.path.relpath(release_dir / "DATACARD.md", out),
+            "Manifest (manifest.json)": os.path.relpath(release_dir / "manifest.json", out)}
 
 
-def _write_summary(out, summary: dict) -> None:
+def _keep_validation(work: str | None, out: Path) -> dict[str, str]:
+    """Copy the run's validation results and Data Docs into the report folder; links to them."""
+    src = Path(work) / "validation" if work else None
+    if not src or not src.is_dir():
+        return {}
+    shutil.copytree(src, out, dirs_exist_ok=True)
+    return {f"Data Docs: {label} (Great Expectations)": f"data_docs/{sub}/index.html"
+            for label, sub in (("raw-data quality", "raw"), ("release checks", "release"))
+            if (out / "data_docs" / sub / "index.html").exists()}
+
+
+def _write_summary(out: Path, summary: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / release_index.SUMMARY).write_text(json.dumps(summary, indent=1, sort_keys=True), encoding="utf-8")
 
 
-@data_task(name="write-release-summary")
-def write_summary(home: Home, release_id: str, summary: dict) -> None:
-    """The few utility figures the release index shows (internal, next to the reports)."""
-    _write_summary(home.reports / release_id, summary)
+@data_task(name="write-report")
+def write_report(home: Home, work: str, manifest: dict, utility: pd.DataFrame,
+                 outcomes: list[opal.PartitionOutcome], quarantine: dict) -> str:
+    """The Opal release's internal report (true next to released counts) and its index summary."""
+    out = home.reports / manifest["release_id"]
+    out.mkdir(parents=True, exist_ok=True)
+    links = {**_links(home, manifest, out), **_keep_validation(work, out)}
+    report.write_report(out, manifest, utility, opal.released_vs_true(outcomes), links, quarantine)
+    _write_summary(out, {"trip_coverage": float(utility["trip_coverage"].mean())})
+    return str(out)
+
+
+@data_task(name="write-sequence-report")
+def write_sequence_report(home: Home, manifest: dict, metrics: dict, quarantine: dict) -> str:
+    """The internal report of a sequence-like release (utility against the raw records) and its index summary."""
+    out = home.reports / manifest["release_id"]
+    out.mkdir(parents=True, exist_ok=True)
+    report.write_sequence_report(out, manifest, metrics, quarantine, _links(home, manifest, out))
+    _write_summary(out, metrics)
+    return str(out)
 
 
 @data_task(name="update-release-index")

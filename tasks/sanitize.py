@@ -1,14 +1,15 @@
 """Sanitization of one stored partition's six histograms with the SBH.
 
 This task is what the flow maps over the partitions, on Prefect's Dask task
-runner: it may run in another process or on another machine. It reads only its
-own partition's file, draws its noise there (from that process's
-cryptographically secure source) and returns the released histograms and
-internal figures, never the rows. It never writes to the ledger: every spend
-was charged, once, before the map started, and the task refuses to draw noise
-for a partition whose six charges are not among them. Should Dask re-run a
-task because its worker died, the lost draw was never seen by anyone, and
-only one result per partition is ever used.
+runner: it may run in another process or on another machine. It is given
+paths and names only (the dataset's directory, the partition's mode and date,
+the ledger's path and the release id), never data: nothing true crosses a task
+boundary or lands in Prefect's parameters. It reads only its own partition's
+file, reads (never writes) its six charges from the ledger, draws its noise
+there (from that process's cryptographically secure source) and returns the
+released histograms and internal figures, never the rows. Should Dask re-run a
+task because its worker died, the lost draw was never seen by anyone, and only
+one result per partition is ever used.
 """
 
 from __future__ import annotations
@@ -19,17 +20,21 @@ import socket
 
 from schemas import PartitionMarginals, marginals_frame, validate
 from tasks import data_task
-from transit_release import cluster, opal, partition_store
+from transit_release import cluster, partition_store
+from transit_release.accounting.ledger import Ledger
 from transit_release.config import ReleaseConfig
 from transit_release.noise import NoiseSource
+from transit_release.releases import opal
 
 
 @data_task(name="sanitize-partition")
-def sanitize_partition(dataset: partition_store.PartitionDataset, entry: partition_store.StoredPartition,
-                       config: ReleaseConfig, charged: list) -> opal.PartitionOutcome:
-    histograms = partition_store.read_partition(dataset, entry)
-    validate(PartitionMarginals, marginals_frame([histograms]), f"histograms of partition {entry.partition}")
-    outcome = opal.sanitize_and_evaluate(histograms, config, [e.event() for e in charged], dataset.key_space,
+def sanitize_partition(dataset_root: str, mode: str, date: str, config: ReleaseConfig, ledger_path: str,
+                       release_id: str) -> opal.PartitionOutcome:
+    dataset = partition_store.load_dataset(dataset_root)
+    histograms = partition_store.read_partition_histograms(dataset, mode, date)
+    validate(PartitionMarginals, marginals_frame([histograms]), f"histograms of partition {histograms.partition}")
+    charged = [e.event() for e in Ledger(ledger_path, key=b"", read_only=True).spends(release_id)]
+    outcome = opal.sanitize_and_evaluate(histograms, config, charged, dataset.key_space,
                                          NoiseSource.from_environment())
     return dataclasses.replace(outcome, process=f"{socket.gethostname()}/{os.getpid()}")
 
@@ -46,6 +51,8 @@ def describe_sanitizers(outcomes: list[opal.PartitionOutcome], dask_address: str
 
 
 @data_task(name="check-dask-cluster")
-def check_cluster(address: str, dataset: partition_store.PartitionDataset) -> int:
+def check_cluster(address: str, dataset_root: str) -> int:
     """Before any spend: the scheduler answers and all its workers see the partition dataset."""
-    return cluster.probe_scheduler(address, dataset.root)
+    from pathlib import Path
+
+    return cluster.probe_scheduler(address, Path(dataset_root))

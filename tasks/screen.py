@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime, timezone
+import os
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
@@ -10,7 +11,7 @@ from prefect import get_run_logger
 
 from schemas import TripsFile, validate
 from tasks import data_task
-from transit_release import screening
+from transit_release.inputs import screening
 from transit_release.config import ReleaseConfig
 from transit_release.errors import InputDataError
 from transit_release.home import Home
@@ -25,26 +26,26 @@ def validate_trips_file(trips: pd.DataFrame, path: str) -> pd.DataFrame:
 
 
 @data_task(name="release-period")
-def release_period(trips: pd.DataFrame, start: str | None, end: str | None) -> screening.Period:
-    """The declared period, or the one the tap-on dates show (stray dates ignored)."""
+def release_period(trips: pd.DataFrame, start: str | None, end: str | None, dry_run: bool = False) -> screening.Period:
+    """The declared period. A publishing run must declare it (the public period, the release id and which days
+    are published never depend on the data); a dry run without one uses the period the tap-on dates suggest."""
     if start is None and end is None:
-        return screening.infer_period(trips)
-    if start is None or end is None:
-        raise InputDataError("give both --period-start and --period-end, or neither")
-    try:
-        return screening.Period(date.fromisoformat(start), date.fromisoformat(end))
-    except ValueError:
-        raise InputDataError("--period-start and --period-end must be dates as YYYY-MM-DD") from None
+        if dry_run:
+            return screening.infer_period(trips)
+        raise InputDataError(screening.PERIOD_REQUIRED)
+    return screening.parse_period(start, end)
 
 
 @data_task(name="screen-trips")
 def screen_trips(home: Home, release_id: str, trips: pd.DataFrame, stops: pd.DataFrame,
-                 period: screening.Period, config: ReleaseConfig, path: str) -> screening.ScreenResult:
-    """Quarantine row-level problems (raw rows to ``private/``; counts only in logs) or abort the file."""
+                 period: screening.Period, config: ReleaseConfig, path: str,
+                 dry_run: bool = False) -> screening.ScreenResult:
+    """Quarantine row-level problems (raw rows to ``private/``; counts only in logs) or abort the file.
+    A dry run counts them and writes nothing."""
     logger = get_run_logger()
     name = Path(path).name
     result = screening.screen_trips(trips, stops, period, config.quality, config.modes)
-    where = _write_quarantine(home, release_id, result.quarantined)
+    where = None if dry_run else _write_quarantine(home, release_id, result.quarantined)
     if where:
         logger.warning("quarantined %d of %d rows (%.3f%%), by reason %s; raw rows kept privately in %s",
                        result.quarantined_rows, result.total_rows, 100 * result.share, result.counts, where)
@@ -61,8 +62,9 @@ def _write_quarantine(home: Home, release_id: str, rows: pd.DataFrame) -> str | 
     """Raw quarantined rows with their row number and reason, under ``private/`` only."""
     if not len(rows):
         return None
-    folder = home.private / "quarantine" / release_id
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = home.quarantine / release_id
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = folder / f"quarantine-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%fZ')}.parquet"
     rows.to_parquet(path, index=False)
+    os.chmod(path, 0o600)
     return str(path)

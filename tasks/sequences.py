@@ -1,130 +1,112 @@
-"""Tasks of the sequence release (prefix tree)."""
+"""Tasks of the sequence release kind (and the public universe every passenger-level kind reads)."""
 
 from __future__ import annotations
 
-import json
-import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 from prefect import get_run_logger
 
 from tasks import data_task
-from tasks.budget import ReleaseTarget
-from tasks.track import mlflow_client, log_to_run, experiment_id
-from transit_release import publish, sequence_release
-from transit_release.accounting.ledger import Ledger
+from tasks.budget import same_spend
 from transit_release.errors import InputDataError
-from transit_release.home import Home
-from transit_release.mechanisms.prefix_tree import Taxonomy, TreeBudget, check_tree_size
+from transit_release.inputs import universe as universes
+from transit_release.inputs.screening import Period, parse_period
+from transit_release.inputs.sequences import SequenceInput, read_sequence_file, sequences_from_trips
+from transit_release.mechanisms.prefix_tree import Taxonomy
 from transit_release.noise import NoiseSource
-from transit_release.sequence_io import SequenceInput, format_sequences, read_sequence_file
+from transit_release.releases import sequences
+
+
+@data_task(name="declared-period")
+def declared_period(start: str | None, end: str | None) -> Period:
+    """The release period, which a publishing run must declare (it is public: it names what is covered)."""
+    if start is None and end is None:
+        raise InputDataError("declare the period the records cover with --period-start and --period-end "
+                             "(YYYY-MM-DD): it is public, and releases of disjoint periods compose in parallel")
+    return parse_period(start, end)
+
+
+@data_task(name="load-universe")
+def load_universe(locations: str | None, taxonomy: str | None,
+                  taxonomy_flag: str = "--taxonomy") -> universes.LocationUniverse:
+    """The public location universe: a locations file, a taxonomy file's leaves, or both (they must agree)."""
+    return universes.load_universe(locations, taxonomy, taxonomy_flag)
+
+
+def check_quarantine(what: str, name: str, counts: dict[str, int], lines: int, limit: float) -> None:
+    bad = sum(counts.values())
+    if lines and bad / lines > limit:
+        parts = ", ".join(f"{r} {c:,}" for r, c in counts.items())
+        raise InputDataError(f"{what} {name}: {bad:,} of {lines:,} records ({bad / lines:.2%}) would be "
+                             f"quarantined, more than the limit of {limit:.2%}: {parts}")
+    if bad:
+        get_run_logger().warning("quarantined %d of %d records, by reason %s", bad, lines, counts)
+
+
+@data_task(name="stop-table-universe")
+def stop_universe(stops, mode: str, path: str) -> universes.LocationUniverse:
+    """The public universe of a release built from taps: the stop table's stations of ``mode``."""
+    return universes.from_stop_table(stops, mode, f"stops file {Path(path).name}")
 
 
 @data_task(name="read-sequences")
-def read_sequences(path: str, quarantine_limit: float) -> SequenceInput:
-    """Read and screen the sequences; too many bad lines abort (counts and line numbers only)."""
-    data = read_sequence_file(path)
-    bad = sum(data.quarantine_counts.values())
-    if data.lines and bad / data.lines > quarantine_limit:
-        parts = ", ".join(f"{r} {c:,}" for r, c in data.quarantine_counts.items())
-        raise InputDataError(f"sequence file {Path(path).name}: {bad:,} of {data.lines:,} lines "
-                             f"({bad / data.lines:.2%}) would be quarantined, more than the limit of "
-                             f"{quarantine_limit:.2%}: {parts}")
-    if bad:
-        get_run_logger().warning("quarantined %d of %d lines, by reason %s", bad, data.lines, data.quarantine_counts)
+def read_sequences(path: str, universe: universes.LocationUniverse, quarantine_limit: float) -> SequenceInput:
+    """Read and screen the sequences against the public universe; too many bad lines abort (counts and line
+    numbers only)."""
+    data = read_sequence_file(path, universe)
+    check_quarantine("sequence file", Path(path).name, data.quarantine_counts, data.lines, quarantine_limit)
     return data
 
 
-@data_task(name="tree-budget")
-def tree_budget(data: SequenceInput, epsilon: float, height: int, variant: str, taxonomy: str | None,
-                fanout: int | None) -> tuple[TreeBudget, Taxonomy | None]:
-    if variant == "hybrid":
-        if (taxonomy is None) == (fanout is None):
-            raise InputDataError("the hybrid variant needs exactly one of --taxonomy FILE or --fanout F")
-        tax = (sequence_release.load_taxonomy(taxonomy, data.vocabulary) if taxonomy
-               else Taxonomy.from_fanout(data.sequences.n_locations, fanout))
-    else:
-        tax = None
-    try:
-        budget = TreeBudget.of(epsilon, height, variant, tax)
-        check_tree_size(budget, data.sequences.n_locations)
-        return budget, tax
-    except ValueError as exc:
-        raise InputDataError(str(exc)) from None
+@data_task(name="sequences-from-taps")
+def sequences_from_taps(trips, stops, mode: str) -> SequenceInput:
+    """One sequence per card over the period (its tap-ons in time order), the stop table's names as universe."""
+    return sequences_from_trips(trips, stops, mode)
 
 
-@data_task(name="resolve-sequence-release")
-def resolve_sequence_release(home: Home, requested: str | None, input_path: str, budget: TreeBudget,
-                             fingerprint: str) -> ReleaseTarget:
-    rid = publish.check_release_id(requested or f"sequences-{Path(input_path).stem}")
-    wanted = ("prefix_tree", float(budget.epsilon), fingerprint)
-    same = lambda earlier: wanted in {(e.component, e.epsilon, e.input_fingerprint) for e in earlier}  # noqa: E731
-    return ReleaseTarget(rid, publish.already_published(home.releases, Ledger(home.ledger), rid, same))
+@data_task(name="sequence-budget")
+def sequence_budget(mechanism: str, universe: universes.LocationUniverse, epsilon: float, height: int | None,
+                    variant: str | None, fanout: int | None, lmax: int | None,
+                    nmax: int | None) -> tuple[sequences.Budget, Taxonomy | None]:
+    """Budget (and the hybrid tree's taxonomy) and size check from the public universe and parameters only
+    (before the data is read)."""
+    return sequences.budget_for(mechanism, universe, epsilon, height, variant, fanout, lmax, nmax)
 
 
 @data_task(name="plan-sequence-spend")
-def plan_sequence_spend(release_id: str, scope: str, budget: TreeBudget, fingerprint: str, code_version: str):
-    return sequence_release.plan_spend(release_id, scope, budget, fingerprint, code_version)
+def plan_sequence_spend(release_id: str, period: Period, budget: sequences.Budget, fingerprint: str,
+                        code_version: str):
+    return sequences.plan_spend(release_id, period, budget, fingerprint, code_version)
 
 
 @data_task(name="sanitize-sequences")
-def sanitize_sequences(data: SequenceInput, budget: TreeBudget, taxonomy: Taxonomy | None, charged: list,
-                       release_id: str) -> list:
-    """Build the noisy tree only after its spend is on the ledger."""
-    if not any(e.event().kind == "prefix_tree" and e.release_id == release_id for e in charged):
+def sanitize_sequences(data: SequenceInput, budget: sequences.Budget, taxonomy: Taxonomy | None, charged: list,
+                       release_id: str) -> tuple[sequences.SequenceRelease, str]:
+    """Sanitize only after the spend is on the ledger; returns the release and the noise source kind."""
+    kind = sequences.event_kind(budget)
+    if not any(e.event().kind == kind and e.release_id == release_id for e in charged):
         raise RuntimeError("no ledger charge for this sequence release: noise is never drawn before its spend")
-    _, release = sequence_release.sanitize(data.sequences, budget, taxonomy, NoiseSource.from_environment(),
-                                           release_id)
-    return release
+    noise = NoiseSource.from_environment()
+    return sequences.sanitize(data.sequences, budget, taxonomy, noise, release_id), noise.kind
 
 
 @data_task(name="evaluate-sequences")
-def evaluate_sequences(data: SequenceInput, release: list, height: int, queries: int, top_k: list[int]) -> dict:
-    return sequence_release.evaluate(data.sequences, release, height, queries, tuple(top_k))
+def evaluate_sequences(data: SequenceInput, release: sequences.SequenceRelease, budget: sequences.Budget,
+                       queries: int, top_k: list[int]) -> dict:
+    return sequences.evaluate(data.sequences, release.sequences, sequences.workload_height(budget), queries,
+                              tuple(top_k))
 
 
-@data_task(name="stage-sequence-release")
-def stage_sequence_release(home: Home, release_id: str, scope: str, release: list, data: SequenceInput,
-                           budget: TreeBudget, event, code_version: str) -> publish.StagedRelease:
-    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    manifest = sequence_release.build_manifest(release_id, scope, budget, event,
-                                               NoiseSource.from_environment().kind, code_version, created)
-    text = format_sequences(release, data.vocabulary, header=f"{release_id}: one passenger sequence per line")
-    n_lines = sum(c for _, c in release)
-    return publish.stage_release(home.releases, release_id, {}, manifest,
-                                 sequence_release.render_datacard(manifest, n_lines), texts={"sequences.txt": text})
+@data_task(name="sequence-outputs")
+def sequence_outputs(release_id: str, period: Period, universe: universes.LocationUniverse, budget: sequences.Budget,
+                     event, noise_kind: str, code_version: str,
+                     release: sequences.SequenceRelease) -> tuple[dict, dict, dict]:
+    """(tables, texts, manifest) of a sequence release."""
+    return sequences.outputs(release_id, period, universe, budget, event, noise_kind, code_version,
+                             datetime.now(timezone.utc).isoformat(timespec="seconds"), release)
 
 
-@data_task(name="track-sequence-release")
-def track_sequence_release(home: Home, manifest: dict, charged: list, metrics: dict, quarantine: dict) -> str:
-    client = mlflow_client(home)
-    exp = experiment_id(client, home)
-    p = manifest["privacy"]
-    rid = manifest["release_id"]
-    tags = {"release_id": rid, "kind": "sequences", "mechanism": "prefix_tree", "unit_of_privacy": p["unit_of_privacy"],
-            "neighbouring": "add-remove-one", "scope": manifest["scope"], "period": manifest["scope"],
-            "noise_source": manifest["noise_source"],
-            "code_version": manifest["code_version"], "published": "false"}
-    run = client.create_run(exp, run_name=rid, tags=tags).info.run_id
-    params = {"mechanism": "prefix_tree", "epsilon": p["epsilon"], "height": p["height"], "fanout": p["fanout"],
-              "variant": manifest["privacy"]["mechanism"].split(", ")[1].split(" ")[0],
-              "station_threshold": p["station_threshold"], "generalized_threshold": p["generalized_threshold"]}
-    for e in charged:
-        ev = e.event()
-        params.update({"prefix_tree.epsilon": ev.epsilon, "prefix_tree.delta": ev.delta,
-                       "prefix_tree.ledger_seq": e.seq})
-    m = {"privacy.epsilon": p["epsilon"], "privacy.delta": p["delta"], **metrics,
-         "rows.released": manifest["files"]["sequences.txt"]["rows"],
-         **{f"input.quarantined.{k}": v for k, v in quarantine.items()}}
-    log_to_run(client, run, params, m)
-    with tempfile.TemporaryDirectory() as tmp:
-        f = Path(tmp) / "manifest.json"
-        f.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-        client.log_artifact(run, str(f))
-        g = Path(tmp) / "ledger_spends.json"
-        g.write_text(json.dumps([{"seq": e.seq, "hash": e.hash, "event": e.data()} for e in charged], indent=1))
-        client.log_artifact(run, str(g))
-    client.set_terminated(run, "FINISHED", end_time=int(time.time() * 1000))
-    return run
+@data_task(name="sequence-tracking-record")
+def tracking_record(manifest: dict, metrics: dict, quarantine: dict) -> dict:
+    return sequences.tracking(manifest, metrics, quarantine)

@@ -1,4 +1,4 @@
-"""The end-of-run summary (no raw value, no true count)."""
+"""The end-of-run summaries the command prints (no raw value, no true count)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,50 @@ from transit_release.home import Home
 def summarize(home: Home, manifest: dict, status: str, mlflow_run_id: str | None = None,
               report: str | None = None, quarantine: dict | None = None) -> dict:
     rid = manifest["release_id"]
-    files = {k: v["rows"] for k, v in manifest["files"].items() if k.endswith(".csv")}
+    files = {k: v["rows"] for k, v in manifest["files"].items() if "rows" in v and k.endswith((".csv", ".txt"))}
+    p = manifest["privacy"]
     return {
         "release_id": rid,
         "status": status,
         "period": f"{manifest['period']['start']} .. {manifest['period']['end']}",
-        "epsilon": manifest["privacy"]["epsilon"],
-        "delta": manifest["privacy"]["delta"],
-        "unit_of_privacy": manifest["privacy"]["unit_of_privacy"],
+        "epsilon": p["epsilon"],
+        "delta": p["delta"],
+        "unit_of_privacy": p["unit_of_privacy"],
+        "neighbouring": p["neighbouring_relation"],
+        "cumulative": p.get("cumulative_at_publication"),
         "rows": files,
-        "thresholds": {k: v["threshold"] for k, v in manifest["privacy"]["marginals"].items()},
-        "release_dir": str(home.releases / rid),
+        "thresholds": _thresholds(p),
+        "release_dir": str(home.release_dir(rid)),
+        "noise_source": manifest["noise_source"],
         "report": report or str(home.reports / rid / "report.html"),
         "mlflow_run_id": mlflow_run_id,
         "mlflow_ui": home.mlflow_ui_command(),
         "quarantine": quarantine,
     }
+
+
+def _thresholds(p: dict) -> dict:
+    """The public thresholds: per marginal (Opal), generalized and station (sequences), per taxonomy step
+    (trajectories)."""
+    if "marginals" in p:
+        return {k: v["threshold"] for k, v in p["marginals"].items()}
+    steps = {k[: -len("_taxonomy")]: "/".join(map(str, p[k]["thresholds"]))
+             for k in ("location_taxonomy", "time_taxonomy") if isinstance(p.get(k), dict) and "thresholds" in p[k]}
+    return steps or {k: p[k] for k in ("generalized_threshold", "station_threshold", "level1_threshold")
+                     if p.get(k) is not None}
+
+
+@data_task(name="summarize-dry-run")
+def summarize_dry_run(release_id: str, period, period_declared: bool, events: list, verdict: dict,
+                      quarantine: dict | None) -> dict:
+    """What a dry run would spend, and whether the policy allows it; nothing was charged or written."""
+    from transit_release.accounting.accountant import compose
+
+    spends = []
+    for (unit, relation), report in compose(events).items():
+        for label, loss in report.per_partition.items():
+            spends.append({"unit_of_privacy": unit, "scope": label, "epsilon": loss.epsilon, "delta": loss.delta})
+    return {"release_id": release_id, "status": "dry run: nothing charged, drawn or written",
+            "period": f"{period.start.isoformat()} .. {period.end.isoformat()}",
+            "period_declared": period_declared, "spends": spends, "events": len(events),
+            "allowed": verdict["allowed"], "reason": verdict["reason"], "quarantine": quarantine}

@@ -1,8 +1,11 @@
-"""MLflow: one parent run per release, one nested run per partition.
+"""MLflow: one run per release (one nested run per partition for Opal), ledger anchors, audits.
 
-The run mirrors the ledger (every spend's parameters and ledger sequence number)
-and carries the internal utility metrics, the manifest and the report. MLflow
-is for review; the ledger stays the source of truth.
+The run mirrors the ledger (every spend as a ``spend.<seq>`` parameter) and
+carries the internal utility metrics, the manifest and the report. The ledger
+head is anchored in MLflow after every charge and every publication (the
+experiment ``transit-release-ledger``), so rewriting or truncating the ledger
+file alone is noticed by the audit. MLflow is for review; the ledger stays the
+source of truth.
 """
 
 from __future__ import annotations
@@ -10,21 +13,19 @@ from __future__ import annotations
 import fcntl
 import json
 import math
-from contextlib import contextmanager
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
-import pandas as pd
-
 from tasks import data_task
-from transit_release.config import MARGINALS
+from transit_release.accounting.ledger import Ledger
 from transit_release.home import Home
+from transit_release.publish import rows_released
 
 EXPERIMENT = "transit-release"
 AUDIT_EXPERIMENT = "transit-release-audit"
-METRICS = ("kept_point_share", "trip_coverage", "mean_abs_error", "max_abs_error", "total_variation",
-           "top_rank_correlation", "points", "points_released")
+ANCHOR_EXPERIMENT = "transit-release-ledger"
 
 
 @contextmanager
@@ -72,95 +73,78 @@ def log_to_run(client, run_id: str, params: dict, metrics: dict, tags: dict | No
         client.log_batch(run_id, metrics=m[i:i + 100], params=p[i:i + 100], tags=t[i:i + 100])
 
 
-def _marginal_params(privacy: dict) -> dict:
+@data_task(name="check-mlflow-store")
+def check_store(home: Home) -> None:
+    """Before any spend: the MLflow store opens and its experiments exist (a failure here costs nothing)."""
+    client = mlflow_client(home)
+    experiment_id(client, home)
+    _experiment(client, home, ANCHOR_EXPERIMENT, home.mlflow_artifacts / "ledger")
+
+
+@data_task(name="anchor-ledger-head")
+def anchor_ledger(home: Home, release_id: str, event: str) -> dict:
+    """Record the ledger's head (sequence number and hash) in MLflow, outside the ledger file."""
+    head = Ledger(home.ledger).head()
+    client = mlflow_client(home)
+    exp = _experiment(client, home, ANCHOR_EXPERIMENT, home.mlflow_artifacts / "ledger")
+    run = client.create_run(exp, run_name=f"{release_id} {event}",
+                            tags={"release_id": release_id, "event": event, "head_seq": str(head.seq),
+                                  "head_hash": head.hash}).info.run_id
+    client.set_terminated(run, "FINISHED")
+    return head.to_dict()
+
+
+def spend_mirror(charged: list) -> dict[str, str]:
+    """``spend.<seq>`` → ``<component> <ε> <δ>``: the ledger's spends as run parameters (what the audit compares)."""
     out = {}
-    for name, mp in privacy["marginals"].items():
-        out[f"{name}.epsilon"] = mp["epsilon"]
-        out[f"{name}.delta"] = mp["delta"]
-        out[f"{name}.threshold"] = mp["threshold"]
-        out[f"{name}.noise_scale"] = mp["noise_scale"]
+    for e in charged:
+        ev = e.event()
+        out[f"spend.{e.seq}"] = f"{ev.component} {ev.epsilon!r} {ev.delta!r}"
     return out
 
 
 @data_task(name="track-in-mlflow")
-def track_release(home: Home, manifest: dict, utility: pd.DataFrame, charged: list, report_path: str,
-                  quarantine: dict, validations: dict, sanitizers: dict) -> str:
-    """Log the release; returns the parent run id."""
+def track_release(home: Home, manifest: dict, charged: list, record: dict, report_dir: str | None) -> str:
+    """One run per release (named by its id) with the same tags and metric names for every kind; returns its id."""
     client = mlflow_client(home)
     exp = experiment_id(client, home)
     privacy = manifest["privacy"]
     rid = manifest["release_id"]
-    tags = {"release_id": rid, "kind": "opal", "mechanism": "stability_histogram",
-            "unit_of_privacy": privacy["unit_of_privacy"], "neighbouring": "replace-one",
-            "period_start": manifest["period"]["start"], "period_end": manifest["period"]["end"],
-            "modes": ",".join(manifest["modes"]), "mode_set": "+".join(sorted(manifest["modes"])),
-            "period": f"{manifest['period']['start']}..{manifest['period']['end']}",
-            "noise_source": manifest["noise_source"],
-            "code_version": manifest["code_version"], "published": "false",
-            "sanitize.runner": sanitizers["runner"]}
+    period = manifest.get("period") or {}
+    tags = {"release_id": rid, "kind": record["kind"], "mechanism": record["mechanism"],
+            "unit_of_privacy": privacy["unit_of_privacy"],
+            "neighbouring": charged[0].event().neighbouring if charged else "",
+            "period_start": period.get("start", ""), "period_end": period.get("end", ""),
+            "period": f"{period.get('start', '')}..{period.get('end', '')}",
+            "noise_source": manifest["noise_source"], "code_version": manifest["code_version"],
+            "published": "false", **record.get("tags", {})}
     parent = client.create_run(exp, run_name=rid, tags=tags).info.run_id
     seqs = [e.seq for e in charged]
-    params = {"mechanism": "stability_histogram", "bin_minutes": manifest["parameters"]["bin_minutes"],
-              "epsilon": privacy["epsilon"], "delta": privacy["delta"], "partitions": utility["partition"].nunique(),
+    cumulative = privacy.get("cumulative_at_publication") or {}
+    params = {"mechanism": record["mechanism"], "epsilon": privacy["epsilon"], "delta": privacy["delta"],
               "ledger.first_seq": min(seqs), "ledger.last_seq": max(seqs), "ledger.spends": len(seqs),
-              "sanitize.processes": sanitizers["processes"], **_marginal_params(privacy)}
+              "ledger.head_seq": manifest.get("ledger_head", {}).get("seq"),
+              **record.get("params", {}), **spend_mirror(charged)}
     metrics = {"privacy.epsilon": privacy["epsilon"], "privacy.delta": privacy["delta"],
-               "privacy.spends": len(seqs), "partitions": utility["partition"].nunique()}
-    for f, meta in manifest["files"].items():
-        if "rows" in meta and f.endswith(".csv"):
-            metrics[f"rows.{f[:-4]}"] = meta["rows"]
-    agg = utility.groupby("marginal")[list(METRICS)].mean(numeric_only=True)
-    for name in agg.index:
-        for k in METRICS:
-            metrics[f"{name}.{k}"] = agg.loc[name, k]
-    metrics["trip_coverage"] = utility["trip_coverage"].mean()
-    metrics["rows.released"] = sum(meta["rows"] for f, meta in manifest["files"].items()
-                                   if "rows" in meta and f.endswith(".csv"))
-    metrics["input.rows"] = quarantine["rows"]
-    metrics["input.quarantined"] = quarantine["quarantined"]
-    metrics["input.quarantined_share"] = quarantine["quarantined_share"]
-    for reason, count in quarantine["by_reason"].items():
-        metrics[f"input.quarantined.{reason}"] = count
-    for name, result in validations.items():
-        metrics[f"validation.{name}.success"] = float(result["success"])
+               "privacy.spends": len(seqs), "privacy.cumulative_epsilon": cumulative.get("epsilon"),
+               "privacy.cumulative_delta": cumulative.get("delta"),
+               "rows.released": rows_released(manifest["files"]),
+               **record.get("metrics", {})}
     log_to_run(client, parent, params, metrics)
-
-    by_part = {}
-    for e in charged:
-        ev = e.event()
-        by_part.setdefault(ev.partition, []).append((e, ev))
-    for part, rows in utility.groupby("partition", sort=True):
-        mode, date = part.split("/")
-        child = client.create_run(exp, run_name=f"{rid}/{part}",
-                                  tags={**tags, "mlflow.parentRunId": parent, "partition": part,
-                                        "mode": mode, "date": date}).info.run_id
-        p, m = {"mechanism": "stability_histogram"}, {}
-        for entry, ev in by_part.get(part, []):
-            p[f"{ev.marginal}.epsilon"] = ev.epsilon
-            p[f"{ev.marginal}.delta"] = ev.delta
-            p[f"{ev.marginal}.threshold"] = ev.threshold
-            p[f"{ev.marginal}.ledger_seq"] = entry.seq
-        for _, r in rows.iterrows():
-            for k in METRICS:
-                m[f"{r['marginal']}.{k}"] = r[k]
-        m["privacy.epsilon"] = sum(ev.epsilon for _, ev in by_part.get(part, []))
-        m["privacy.delta"] = sum(ev.delta for _, ev in by_part.get(part, []))
-        log_to_run(client, child, p, m)
-        client.set_terminated(child, "FINISHED")
-
+    for child in record.get("children", []):
+        run = client.create_run(exp, run_name=f"{rid}/{child['name']}",
+                                tags={**tags, "mlflow.parentRunId": parent, **child.get("tags", {})}).info.run_id
+        log_to_run(client, run, child.get("params", {}), child.get("metrics", {}))
+        client.set_terminated(run, "FINISHED")
     with tempfile.TemporaryDirectory() as tmp:
-        ledger_json = Path(tmp) / "ledger_spends.json"
-        ledger_json.write_text(json.dumps([{"seq": e.seq, "hash": e.hash, "event": e.data()} for e in charged],
-                                          indent=1), encoding="utf-8")
-        manifest_json = Path(tmp) / "manifest.json"
-        manifest_json.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-        client.log_artifact(parent, str(ledger_json))
-        client.log_artifact(parent, str(manifest_json))
-        quality_json = Path(tmp) / "input_quality.json"
-        quality_json.write_text(json.dumps({"screen": quarantine, "validations": validations}, indent=2),
-                                encoding="utf-8")
-        client.log_artifact(parent, str(quality_json))
-    client.log_artifacts(parent, str(Path(report_path).parent), artifact_path="report")
+        files = {"ledger_spends.json": [{"seq": e.seq, "hash": e.hash, "event": e.data()} for e in charged],
+                 "manifest.json": manifest, **record.get("artifacts", {})}
+        for name, content in files.items():
+            path = Path(tmp) / name
+            path.write_text(json.dumps(content, indent=1, ensure_ascii=False), encoding="utf-8")
+            client.log_artifact(parent, str(path))
+    if report_dir and Path(report_dir).is_dir():
+        client.log_artifacts(parent, report_dir, artifact_path="report")
     client.set_terminated(parent, "FINISHED")
     return parent
 
@@ -171,20 +155,10 @@ def mark_published(home: Home, run_id: str) -> None:
     mlflow_client(home).set_tag(run_id, "published", "true")
 
 
-__all__ = ["track_release", "experiment_id", "EXPERIMENT", "MARGINALS"]
-
-
-@data_task(name="read-mlflow-mirror")
-def read_mirror(home: Home) -> list:
-    """Every run of the release experiment, deleted ones included, as the audit needs them."""
+def _all_runs(client, experiment_name: str) -> list:
     from mlflow.entities import ViewType
 
-    from transit_release.audit import MirrorRun
-
-    if not home.mlflow_db.exists():
-        return []
-    client = mlflow_client(home)
-    exp = client.get_experiment_by_name(EXPERIMENT)
+    exp = client.get_experiment_by_name(experiment_name)
     if exp is None:
         return []
     runs, token = [], None
@@ -194,23 +168,72 @@ def read_mirror(home: Home) -> list:
         runs.extend(page)
         token = page.token
         if not token:
-            break
+            return runs
+
+
+def _mirrored_spends(params: dict) -> dict[int, tuple[str, float, float]]:
+    """The spends a run mirrors: ``spend.<seq>`` parameters, or the older per-component form
+    (``<component>.ledger_seq`` with ``<component>.epsilon`` and ``.delta``) of runs made before it."""
+    seqs = {}
+    for k, v in params.items():
+        if k.startswith("spend.") and k[6:].isdigit():
+            component, eps, delta = v.rsplit(" ", 2)
+            seqs[int(k[6:])] = (component, float(eps), float(delta))
+        elif k.endswith(".ledger_seq"):
+            component = k[: -len(".ledger_seq")]
+            seqs[int(v)] = (component, float(params[f"{component}.epsilon"]), float(params[f"{component}.delta"]))
+    return seqs
+
+
+@data_task(name="read-mlflow-mirror")
+def read_mirror(home: Home) -> list:
+    """Every run of the release experiment, deleted ones included, as the audit needs them."""
+    from transit_release.audit import MirrorRun
+
+    if not home.mlflow_db.exists():
+        return []
     out = []
-    for r in runs:
-        tags, params = r.data.tags, r.data.params
+    for r in _all_runs(mlflow_client(home), EXPERIMENT):
+        tags = r.data.tags
         if "release_id" not in tags:
             continue
-        seqs = {}
-        for k, v in params.items():
-            if k.endswith(".ledger_seq"):
-                marginal = k[: -len(".ledger_seq")]
-                seqs[int(v)] = (marginal, float(params[f"{marginal}.epsilon"]), float(params[f"{marginal}.delta"]))
         out.append(MirrorRun(run_id=r.info.run_id, release_id=tags["release_id"],
                              parent="mlflow.parentRunId" not in tags,
                              deleted=r.info.lifecycle_stage == "deleted",
-                             published_tag=tags.get("published"), ledger_seqs=seqs,
+                             published_tag=tags.get("published"), ledger_seqs=_mirrored_spends(r.data.params),
                              partition=tags.get("partition")))
     return out
+
+
+@data_task(name="read-ledger-anchors")
+def read_anchors(home: Home) -> list[dict]:
+    """The ledger heads anchored in MLflow (deleted anchor runs included: deleting one hides nothing)."""
+    if not home.mlflow_db.exists():
+        return []
+    out = []
+    for r in _all_runs(mlflow_client(home), ANCHOR_EXPERIMENT):
+        t = r.data.tags
+        if "head_seq" in t and "head_hash" in t:
+            out.append({"run_id": r.info.run_id, "release_id": t.get("release_id", ""), "event": t.get("event", ""),
+                        "seq": int(t["head_seq"]), "hash": t["head_hash"],
+                        "deleted": r.info.lifecycle_stage == "deleted"})
+    return out
+
+
+@data_task(name="tag-published-runs")
+def tag_published_runs(home: Home, published: list[str]) -> list[str]:
+    """Repair: tag ``published=true`` on the runs of releases the ledger records as published."""
+    if not home.mlflow_db.exists():
+        return []
+    client = mlflow_client(home)
+    fixed = []
+    for r in _all_runs(client, EXPERIMENT):
+        tags = r.data.tags
+        if (tags.get("release_id") in published and "mlflow.parentRunId" not in tags
+                and tags.get("published") != "true" and r.info.lifecycle_stage != "deleted"):
+            client.set_tag(r.info.run_id, "published", "true")
+            fixed.append(tags["release_id"])
+    return sorted(fixed)
 
 
 @data_task(name="track-audit-in-mlflow")
@@ -227,8 +250,9 @@ def track_audit(home: Home, result: dict, report_path: str) -> str:
     for unit, loss in result["loss"].items():
         metrics[f"{unit}.epsilon"] = loss["basic"]["epsilon"]
         metrics[f"{unit}.delta"] = loss["basic"]["delta"]
-        metrics[f"{unit}.advanced_epsilon"] = loss["advanced"]["epsilon"]
-        params[f"{unit}.advanced_delta_prime"] = loss["advanced"]["delta_prime"]
+        if loss.get("advanced"):
+            metrics[f"{unit}.advanced_epsilon"] = loss["advanced"]["epsilon"]
+            params[f"{unit}.advanced_delta_prime"] = loss["advanced"]["delta_prime"]
         for mode, x in loss["per_mode"].items():
             metrics[f"{unit}.{mode}.epsilon"] = x["epsilon"]
     log_to_run(client, run, params, metrics)

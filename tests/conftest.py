@@ -13,6 +13,20 @@ import pytest  # noqa: E402
 from transit_release.noise import TEST_SEED_ENV  # noqa: E402
 
 SMALL_SCALE = 0.01
+#: The synthetic week's period, declared as a publishing run must (flow keyword arguments and CLI flags).
+WEEK = {"period_start": "2016-08-08", "period_end": "2016-08-14"}
+WEEK_FLAGS = ["--period-start", "2016-08-08", "--period-end", "2016-08-14"]
+
+
+def _week_period():
+    from datetime import date
+
+    from transit_release.inputs.screening import Period
+
+    return Period(date(2016, 8, 8), date(2016, 8, 14))
+
+
+WEEK_PERIOD = _week_period()
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,8 @@ import sqlite3
 
 import pytest
 
+from tests.conftest import WEEK
+
 from transit_release.cli import EXIT_AUDIT_FAILED, main
 
 pytestmark = pytest.mark.flow
@@ -18,7 +20,7 @@ def released_home(prefect_harness, small_week, tmp_path_factory):
     from flows.opal_release import opal_release
 
     home = tmp_path_factory.mktemp("audited")
-    opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(home))
+    opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(home), **WEEK)
     return home
 
 
@@ -46,7 +48,10 @@ def test_clean_record_passes_and_reports_the_loss(home, capsys):
     assert trip["per_mode"]["ferry"]["epsilon"] == 8.0
     assert len(trip["per_partition"]) == 28
     assert trip["per_partition_marginal"]["bus/20160808"]["tap_on_time_location"] == 2.0
-    assert "Theorem 3.20" in trip["advanced"]["theorem"]
+    # one release: advanced composition (52.1 here) is worse than basic (8), so it is not reported
+    assert trip["advanced"] is None
+    assert any("not keyed" in t for t in result["threat_model"])
+    assert result["anchors_checked"] == {"manifests": 1, "mlflow": 2} and result["leftovers"] == []
     assert result["charged_not_published"] == {}
     report = result["report"]
     assert report.endswith("audit.html") and "/release_reports/audit-" in report
@@ -91,7 +96,10 @@ def test_deleted_mlflow_run(home, capsys):
     rc, result, _ = audit(home, capsys)
     assert rc == EXIT_AUDIT_FAILED
     assert f"mlflow: opal-20160808-20160814: run {child.info.run_id} was deleted" in result["discrepancies"]
-    assert any("are not in MLflow" in d for d in result["discrepancies"])
+    parent = client.get_run(child.data.tags["mlflow.parentRunId"])
+    client.delete_run(parent.info.run_id)
+    rc, result, _ = audit(home, capsys)
+    assert "mlflow: opal-20160808-20160814: published release has no MLflow run" in result["discrepancies"]
 
 
 def test_modified_published_file(home, capsys):

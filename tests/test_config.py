@@ -1,6 +1,6 @@
 import pytest
 
-from transit_release.config import MARGINALS, ReleaseConfig, load_release_config
+from transit_release.config import MARGINALS, ReleaseConfig, default_config_path, load_release_config
 from transit_release.errors import ConfigError
 
 
@@ -35,3 +35,32 @@ def test_bad_config_files(tmp_path):
     d["marginals"]["tap_on_time"]["epsilon"] = 0
     with pytest.raises(ConfigError, match=r"marginals.tap_on_time.epsilon must be a positive number. Found 0.0."):
         ReleaseConfig.from_dict({"release": d})
+
+
+@pytest.mark.parametrize("patch,message", [
+    ("  bin_minutes: .nan\n", "bin_minutes must be finite. Found nan"),
+    ("  bin_minutes: fifteen\n", "bin_minutes must be a number. Found text 'fifteen'"),
+    ("  bin_minutes: 15.9\n", "bin_minutes must be a whole number of minutes. Found 15.9"),
+    ("  modes: [bus, bus]\n", r"'modes:' lists a mode twice. Found \['bus', 'bus'\]"),
+    ("  modes: bus\n", "'modes:' must be a list of modes"),
+])
+def test_config_values_that_would_be_misread_are_refused(tmp_path, patch, message):
+    base = default_config_path().read_text()
+    text = base.replace("  bin_minutes: 15\n", patch) if "bin_minutes" in patch else \
+        base.replace("  modes: [bus, ferry, lightrail, train]\n", patch)
+    assert text != base
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_release_config(p)
+
+
+def test_epsilon_true_and_non_utf8_config_are_refused(tmp_path):
+    p = tmp_path / "c.yaml"
+    base = load_release_config().to_dict()
+    base["marginals"]["tap_on_time"]["epsilon"] = True
+    with pytest.raises(ConfigError, match="marginals.tap_on_time.epsilon must be a number. Found bool True"):
+        ReleaseConfig.from_dict({"release": base}, source="release config c.yaml")
+    p.write_bytes("release:\n  bin_minutes: 15 # caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="the text is not valid UTF-8"):
+        load_release_config(p)

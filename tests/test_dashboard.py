@@ -12,6 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import WEEK_FLAGS
+
 from flows.deployments import free_port
 from transit_release.cli import main
 from transit_release.release_index import collect_releases, render_index
@@ -24,12 +26,12 @@ def two_releases(prefect_harness, small_week, tmp_path_factory):
     """A home with two published releases: one Opal week and one sequence release."""
     home = tmp_path_factory.mktemp("dashboard-home")
     data = tmp_path_factory.mktemp("metro")
-    assert main(["release", "--trips", str(small_week["trips"]), "--stops", str(small_week["stops"]),
+    assert main(["release", "--trips", str(small_week["trips"]), "--stops", str(small_week["stops"]), *WEEK_FLAGS,
                  "--home", str(home), "--release-id", "opal-week-2016-08-08"]) == 0
     assert main(["synth-metro", "--out", str(data), "--passengers", "20000"]) == 0
     assert main(["sequences", "--input", str(data / "sequences.txt"), "--epsilon", "1", "--height", "8",
                  "--taxonomy", str(data / "taxonomy.csv"), "--home", str(home), "--release-id", "metro-month-1",
-                 "--queries", "400"]) == 0
+                 "--queries", "400", "--period-start", "2016-09-01", "--period-end", "2016-09-30"]) == 0
     return home
 
 
@@ -145,3 +147,50 @@ def test_browser_opens_the_index_and_a_report(two_releases, tmp_path):
         browser.close()
     assert all(u.startswith("file://") for u in requests), [u for u in requests if not u.startswith("file://")]
     assert (shots / "index.png").stat().st_size > 10_000
+
+
+def test_data_docs_work_offline_styled_and_complete(two_releases, tmp_path):
+    """A release's Great Expectations Data Docs in Chromium with every non-file request refused (an air-gapped
+    agency): nothing is fetched from the network, Bootstrap styles the pages, the index lists the validations
+    (bootstrap-table draws it with jQuery) and Font Awesome draws the status icons."""
+    from playwright.sync_api import sync_playwright
+
+    docs = two_releases / "release_reports" / "opal-week-2016-08-08" / "data_docs"
+    shots = Path(os.environ.get("TRANSIT_RELEASE_SCREENSHOTS", tmp_path))
+    shots.mkdir(parents=True, exist_ok=True)
+    requests: list[str] = []
+    errors: list[str] = []
+    icons_loaded = """async () => { await document.fonts.ready;
+        return [...document.fonts].some(f => f.family.includes('Font Awesome') && f.status === 'loaded'); }"""
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        context = browser.new_context(viewport={"width": 1300, "height": 900})
+        context.route(lambda url: not url.startswith("file:"), lambda route: route.abort())
+        page = context.new_page()
+        page.on("request", lambda r: requests.append(r.url))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        for site in ("raw", "release"):
+            page.goto((docs / site / "index.html").as_uri())
+            page.wait_for_load_state("load")
+            remote = [u for u in requests if not u.startswith("file://")]
+            assert not remote, f"the {site} Data Docs load from the network: {remote}"
+            assert not errors, errors
+            assert page.evaluate("getComputedStyle(document.querySelector('nav.navbar')).display") == "flex"
+            rows = page.locator("table.ge-index-page-validation-results-table tbody tr.clickable-row")
+            rows.first.wait_for(timeout=15_000)
+            assert page.evaluate(icons_loaded)
+            page.screenshot(path=str(shots / f"data_docs_{site}_index.png"))
+            rows.first.click()  # the validation result
+            page.wait_for_load_state("load")
+            assert "/validations/" in page.url
+            assert page.locator("table tbody tr").count() > 1
+            assert page.evaluate(icons_loaded)
+            assert page.evaluate("getComputedStyle(document.querySelector('.card')).borderStyle") == "solid"
+            page.screenshot(path=str(shots / f"data_docs_{site}_validation.png"))
+        browser.close()
+    assert requests and all(u.startswith("file://") for u in requests), \
+        [u for u in requests if not u.startswith("file://")]
+    assert not errors, errors

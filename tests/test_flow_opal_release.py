@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.conftest import WEEK
+
 from transit_release.accounting.ledger import Ledger
 from transit_release.errors import ReleaseExistsError, SchemaViolationError
 from transit_release.home import Home
@@ -29,7 +31,7 @@ def released(prefect_harness, small_week, tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
     os.environ[TEST_SEED_ENV] = "99"
     try:
-        summary = opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(home))
+        summary = opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(home), **WEEK)
     finally:
         os.environ.pop(TEST_SEED_ENV, None)
     return Home.at(home), summary
@@ -45,7 +47,7 @@ def test_files_and_columns(released):
     home, summary = released
     rid = summary["release_id"]
     assert rid == "opal-20160808-20160814" and summary["status"] == "published"
-    d = home.releases / rid
+    d = home.release_dir(rid)
     expected = {"time": "mode,date,tap,time,count", "location": "mode,date,tap,loc,count",
                 "time-loc": "mode,date,tap,time,loc,count"}
     for name, header in expected.items():
@@ -66,7 +68,7 @@ def test_files_and_columns(released):
 
 def test_manifest_hashes_and_privacy_statement(released):
     home, summary = released
-    d = home.releases / summary["release_id"]
+    d = home.release_dir(summary["release_id"])
     m = json.loads((d / "manifest.json").read_text())
     for name, meta in m["files"].items():
         assert hashlib.sha256((d / name).read_bytes()).hexdigest() == meta["sha256"]
@@ -76,7 +78,7 @@ def test_manifest_hashes_and_privacy_statement(released):
     assert m["noise_source"] == "test-seed"
     assert m["code_version"]
     assert (d / "DATACARD.md").read_text().startswith(f"# {summary['release_id']}")
-    assert not list(home.releases.glob(".tmp-*"))
+    assert not list(home.releases.glob(".tmp-*")) and not list(home.test_releases.glob(".tmp-*"))
 
 
 def test_ledger_records_every_spend_and_the_publication(released):
@@ -111,6 +113,8 @@ def test_mlflow_run_has_params_metrics_and_artifacts(released):
     assert "tap_on_location.top_rank_correlation" in p.data.metrics
     c = next(r for r in children if r.data.tags["partition"] == "bus/20160808")
     assert c.data.params["tap_off_location.delta"] == "1.25e-07"
+    mirrored = {k for k in p.data.params if k.startswith("spend.")}
+    assert len(mirrored) == 168  # the parent run mirrors every ledger spend
     assert c.data.metrics["privacy.epsilon"] == 8.0
     for k in ("kept_point_share", "trip_coverage", "mean_abs_error", "max_abs_error", "total_variation"):
         assert f"tap_on_time.{k}" in c.data.metrics
@@ -128,7 +132,7 @@ def test_no_card_id_anywhere(released, small_week):
     trips = pd.read_csv(small_week["trips"], usecols=["card_id"])
     sample = np.random.default_rng(0).choice(trips["card_id"].unique(), 300, replace=False)
     needles = [str(c).encode() for c in sample]
-    roots = [home.releases, home.reports, home.mlflow_artifacts]
+    roots = [home.releases, home.test_releases, home.reports, home.mlflow_artifacts]
     for root in roots:
         for path, data in all_bytes(root):
             assert b"card_id" not in data, path
@@ -155,7 +159,7 @@ def test_republishing_the_same_release_draws_and_spends_nothing(released, small_
 
     home, summary = released
     before = Ledger(home.ledger).entries()
-    again = opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(home.root))
+    again = opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(home.root), **WEEK)
     assert again["status"] == "already published: nothing drawn or spent"
     assert Ledger(home.ledger).entries() == before
 
@@ -168,11 +172,11 @@ def test_same_id_from_other_input_is_refused_and_spends_nothing(released, small_
     other = tmp_path / "trips.csv"
     trips.iloc[:-10].to_csv(other, index=False)
     before = Ledger(home.ledger).entries()
-    files_before = {p: d for p, d in all_bytes(home.releases)}
+    files_before = {p: d for p, d in all_bytes(home.root / "private" / "test-releases")}
     with pytest.raises(ReleaseExistsError, match="already exists and was made from other input or parameters"):
-        opal_release(trips=str(other), stops=str(small_week["stops"]), home=str(home.root))
+        opal_release(trips=str(other), stops=str(small_week["stops"]), home=str(home.root), **WEEK)
     assert Ledger(home.ledger).entries() == before
-    assert {p: d for p, d in all_bytes(home.releases)} == files_before
+    assert {p: d for p, d in all_bytes(home.root / "private" / "test-releases")} == files_before
 
 
 def test_bad_input_publishes_and_spends_nothing(prefect_harness, small_week, tmp_path):
@@ -184,9 +188,9 @@ def test_bad_input_publishes_and_spends_nothing(prefect_harness, small_week, tmp
     trips.to_csv(bad, index=False)
     home = tmp_path / "home"
     with pytest.raises(SchemaViolationError) as info:
-        opal_release(trips=str(bad), stops=str(small_week["stops"]), home=str(home))
+        opal_release(trips=str(bad), stops=str(small_week["stops"]), home=str(home), **WEEK)
     assert str(info.value) == ("trips file bad.csv: 1 problem(s): column 'card_id': wrong type (Int64): "
                                "2 row(s), first at row(s) 4, 8")
     assert "hovercraft" not in str(info.value)
-    assert not (home / "releases").exists()
+    assert not any((home / "releases").iterdir())
     assert not Ledger(home / "ledger.sqlite").entries()

@@ -9,16 +9,21 @@ import pytest
 
 from transit_release.accounting.ledger import Ledger
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
-from transit_release.errors import BudgetExceededError, ConfigError
+from transit_release.accounting.units import UNITS
+from transit_release.errors import BudgetExceededError, ConfigError, UncappedSpendError
 from tests.test_accounting import partition_events
 
 
-def policy(eps=8.0, delta=1e-6, period="all-time", modes=None):
+OTHER_UNITS = [{"name": f"{u}-cap", "unit_of_privacy": u, "per": UNITS[u].per, "epsilon": 1.0, "delta": 1e-9}
+               for u in sorted(UNITS) if u != "trip"]
+
+
+def policy(eps=8.0, delta=1e-6, period="all-time", modes=None, extra=()):
     cap = {"name": "trip-partition", "unit_of_privacy": "trip", "per": "partition", "period": period,
            "epsilon": eps, "delta": delta}
     if modes:
         cap["modes"] = modes
-    return BudgetPolicy.from_dict({"policy": {"caps": [cap]}})
+    return BudgetPolicy.from_dict({"policy": {"caps": [cap, *extra, *OTHER_UNITS]}})
 
 
 def test_default_policy_caps_a_partition_at_one_opal_release():
@@ -55,7 +60,8 @@ def test_several_partitions_over_the_cap_are_counted(tmp_path):
 
 def test_mode_specific_cap(tmp_path):
     ledger = Ledger(tmp_path / "l.sqlite")
-    ferry_only = policy(eps=4.0, modes=["ferry"])
+    ferry_only = policy(eps=4.0, modes=["ferry"], extra=[{"name": "all-modes", "unit_of_privacy": "trip",
+                                                           "per": "partition", "epsilon": 8, "delta": 1e-6}])
     ledger.charge(partition_events("r1", mode="bus"), check=ferry_only.check)
     with pytest.raises(BudgetExceededError, match="Cannot release 'ferry/20160808'"):
         ledger.charge(partition_events("r2", mode="ferry"), check=ferry_only.check)
@@ -74,9 +80,67 @@ def test_calendar_year_period_counts_only_this_years_spends(tmp_path):
 
 def test_policy_file_errors(tmp_path):
     p = tmp_path / "p.yaml"
-    p.write_text("policy:\n  caps:\n    - {epsilon: 1, delta: 0, period: weekly}\n")
+    p.write_text("policy:\n  caps:\n    - {name: a, unit_of_privacy: trip, per: partition, epsilon: 1, delta: 0, "
+                 "period: weekly}\n")
     with pytest.raises(ConfigError, match=r"caps\[0\]: period must be one of \['all-time', 'calendar-year'\]"):
         load_budget_policy(p)
+
+
+TRIP_CAP = "{name: t, unit_of_privacy: trip, per: partition, epsilon: 8, delta: 1.0e-6}"
+
+
+@pytest.mark.parametrize("text,message", [
+    ("policy:\n  cap:\n    - " + TRIP_CAP, r"'policy:' must hold exactly 'caps:'; unknown keys \['cap'\]"),
+    ("policy:\n  caps: []", "'caps:' must be a non-empty list"),
+    ("policy:\n  caps: 5", "'caps:' must be a non-empty list"),
+    ("policy:\n  caps:\n    - " + TRIP_CAP + "\n  extra: 1", r"unknown keys \['extra'\]"),
+    ("polcy:\n  caps: []", "expected exactly one top-level key 'policy:'"),
+    ("policy:\n  caps:\n    - {name: t, unit_of_privacy: trips, per: partition, epsilon: 8, delta: 0}",
+     "unknown unit_of_privacy 'trips'"),
+    ("policy:\n  caps:\n    - {name: t, unit_of_privacy: trip, per: partition, epsilon: .nan, delta: 0}",
+     "'epsilon' must be finite. Found nan"),
+    ("policy:\n  caps:\n    - {name: t, unit_of_privacy: trip, per: partition, epsilon: .inf, delta: 0}",
+     "'epsilon' must be finite. Found inf"),
+    ("policy:\n  caps:\n    - {name: t, unit_of_privacy: trip, per: partition, epsilon: true, delta: 0}",
+     "'epsilon' must be a number. Found bool"),
+    ("policy:\n  caps:\n    - {name: t, unit_of_privacy: trip, per: partition, delta: 0}", "'epsilon' is missing"),
+    ("policy:\n  caps:\n    - {name: t, unit_of_privacy: trip, per: partition, epsilon: 1, delta: 0, mode: [bus]}",
+     r"unknown keys \['mode'\]"),
+    ("policy:\n  caps:\n    - {name: t, unit_of_privacy: trip, per: period, epsilon: 1, delta: 0}",
+     "a cap on unit 'trip' is measured per 'partition'. Found 'period'"),
+    ("policy:\n  caps:\n    - " + TRIP_CAP, r"every unit of privacy the project can spend needs a cap; missing: \['card'"),
+    ("policy:\n  caps: {name: t}", "'caps:' must be a non-empty list"),
+])
+def test_a_policy_that_would_fail_open_is_refused(tmp_path, text, message):
+    p = tmp_path / "p.yaml"
+    p.write_text(text + "\n")
+    with pytest.raises(ConfigError, match=message):
+        load_budget_policy(p)
+
+
+def test_caps_restricted_to_some_modes_must_cover_every_mode():
+    with pytest.raises(ConfigError, match=r"the caps of unit 'trip' cover only the modes \['ferry'\]"):
+        BudgetPolicy.from_dict({"policy": {"caps": [
+            {"name": "f", "unit_of_privacy": "trip", "per": "partition", "epsilon": 1, "delta": 0,
+             "modes": ["ferry"]}, *OTHER_UNITS]}})
+
+
+def test_a_spend_no_cap_covers_is_refused(tmp_path):
+    import dataclasses
+
+    p = policy()
+    uncovered = BudgetPolicy(tuple(c for c in p.caps if c.unit_of_privacy != "trip"))
+    with pytest.raises(UncappedSpendError, match="no cap of the budget policy covers a spend of unit 'trip' for "
+                                                 "mode 'bus' \\(6 spend\\(s\\) in all\\): refused"):
+        uncovered.check([], partition_events("r1"))
+    odd = [dataclasses.replace(e, unit_of_privacy="card-day") for e in partition_events("r1")]
+    with pytest.raises(UncappedSpendError, match="unit 'card-day'"):
+        p.check([], odd)
+    assert Ledger(tmp_path / "l.sqlite").entries() == []
+
+
+def test_the_default_policy_caps_every_unit():
+    assert {c.unit_of_privacy for c in load_budget_policy().caps} == set(UNITS)
 
 
 def _charge(args):

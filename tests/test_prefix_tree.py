@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transit_release.mechanisms.prefix_tree import (Level, NoisyPrefixTree, Sequences, Taxonomy, TreeBudget,
-                                                    _isotonic_paths, _sample_empty, _water_fill_groups,
+                                                    _isotonic_paths, _water_fill_groups,
                                                     constrained_inference, release_sequences, sanitize_sequences)
 from transit_release.noise import NoiseSource, discrete_laplace, discrete_laplace_table
 
@@ -41,44 +41,6 @@ def test_budget_errors():
         TreeBudget.of(1.0, 12, "hybrid")
     with pytest.raises(ValueError, match="variant must be one of"):
         TreeBudget.of(1.0, 12, "fancy")
-
-
-# ---- empty-node sampling equals explicit testing -------------------------------------------------
-
-@pytest.mark.slow
-def test_empty_node_sampling_equals_explicit_per_candidate_testing():
-    from scipy import stats
-
-    scale, threshold, m, trials = Fraction(4), 6, 60, 20_000
-    gen = NoiseSource(seed=3).stream("explicit")
-    z = discrete_laplace(gen, scale, m * trials).reshape(trials, m)
-    explicit_k = (z >= threshold).sum(axis=1)
-    explicit_counts = z[z >= threshold]
-    gen2 = NoiseSource(seed=3).stream("sampled")
-    parents = np.arange(trials, dtype=np.int64)
-    p, x, c = _sample_empty(gen2, parents, np.full(trials, m), lambda q: np.arange(m), lambda q: np.zeros(0, int),
-                            threshold, scale, universe_size=m, taken_keys=np.zeros(0, dtype=np.int64))
-    sampled_k = np.bincount(p, minlength=trials)
-    # the number passing: same binomial
-    assert abs(explicit_k.mean() - sampled_k.mean()) < 4 * np.sqrt(m * 0.1 / trials) + 0.01
-    assert stats.ks_2samp(explicit_k, sampled_k).pvalue > 1e-3
-    # their counts: same tail
-    assert c.min() >= threshold
-    assert stats.ks_2samp(explicit_counts, c).pvalue > 1e-3
-    # the chosen candidates are uniform and distinct within a parent
-    assert len(set(zip(p.tolist(), x.tolist()))) == p.size
-    assert stats.chisquare(np.bincount(x, minlength=m)).pvalue > 1e-3
-    assert discrete_laplace_table(scale).upper_tail(threshold) == pytest.approx(explicit_k.mean() / m, rel=0.05)
-
-
-def test_rejection_never_picks_a_non_empty_candidate():
-    gen = NoiseSource(seed=4).stream("rej")
-    taken = np.array([0 * 10 + 1, 0 * 10 + 2, 1 * 10 + 5])
-    p, x, _ = _sample_empty(gen, np.array([0, 1]), np.array([8, 9]), None, None, 1, Fraction(50),
-                            universe_size=10, taken_keys=taken)
-    keys = set((p * 10 + x).tolist())
-    assert not keys & set(taken.tolist())
-    assert len(keys) == p.size
 
 
 # ---- constrained inference -----------------------------------------------------------------------
@@ -214,3 +176,53 @@ def test_an_impossible_simple_tree_is_refused_before_any_noise_is_drawn():
     hybrid = TreeBudget.of(1.0, 12, "hybrid", Taxonomy.from_fanout(944, 16))
     assert false_node_growth(hybrid, 944) < 0.1
     build_noisy_prefix_tree(seqs, hybrid, Taxonomy.from_fanout(944, 16), gen)
+
+
+# ---- δ slack and extreme ε (plan time, before any draw) --------------------------------------------
+
+def test_delta_slack_charges_each_sub_level_tv_once_per_level():
+    import math
+
+    from transit_release.mechanisms.prefix_tree import delta_slack
+
+    hybrid = TreeBudget.of(1.0, 12, "hybrid", Taxonomy.from_fanout(68, 17))
+    expected = 12 * sum((1 + math.exp(float(e))) * discrete_laplace_table(1 / e).total_variation
+                        for e in (hybrid.generalized_epsilon, hybrid.station_epsilon))
+    assert expected <= delta_slack(hybrid) <= expected * (1 + 1e-11)
+    simple = TreeBudget.of(1.0, 12, "simple")
+    expected = 12 * (1 + math.exp(1 / 12)) * discrete_laplace_table(Fraction(12)).total_variation
+    assert expected <= delta_slack(simple) <= expected * (1 + 1e-11)
+    assert delta_slack(hybrid) < 1e-13 and delta_slack(simple) < 1e-14
+
+
+@pytest.mark.parametrize("variant", ["simple", "hybrid"])
+@pytest.mark.parametrize("eps,match", [
+    (1e-5, r"ε = 1e-05 gives noise scale .*, above the largest supported scale 100,000 .*Use ε ≥ "),
+    (1e308, r"ε = 1e\+308 gives noise scale .*, below the smallest supported scale 1/16 .*Use ε ≤ "),
+    (float("inf"), r"epsilon must be a finite number. Found inf."),
+    (float("nan"), r"epsilon must be a finite number. Found nan."),
+])
+def test_extreme_epsilons_are_refused_when_the_budget_is_built(variant, eps, match):
+    import re
+    import time
+
+    from transit_release.errors import NoiseParameterError
+
+    tax = Taxonomy.from_fanout(68, 17)
+    start = time.process_time()
+    with pytest.raises(NoiseParameterError, match=match) as info:
+        TreeBudget.of(eps, 12, variant, tax)
+    assert time.process_time() - start < 1.0
+    suggestion = re.search(r"Use ε [≥≤] (\S+)\.$", str(info.value))
+    if suggestion:  # the suggested ε is accepted: the message names the binding sub-level
+        TreeBudget.of(float(suggestion.group(1)), 12, variant, tax)
+
+
+def test_an_unsupported_epsilon_draws_nothing():
+    from transit_release.errors import NoiseParameterError
+
+    seqs = Sequences.from_lists([[1, 2, 3]], 8)
+    gen, twin = NoiseSource(seed=12).stream("t"), NoiseSource(seed=12).stream("t")
+    with pytest.raises(NoiseParameterError):
+        sanitize_sequences(seqs, 1e-5, 4, "simple", None, gen)
+    assert gen.integers(0, 2**62, 4).tolist() == twin.integers(0, 2**62, 4).tolist()

@@ -4,7 +4,7 @@ import pytest
 
 from transit_release.config import MARGINAL_BY_NAME, load_release_config
 from transit_release.noise import NoiseSource
-from transit_release.opal import release_tables, sanitize_partition
+from transit_release.releases.opal import release_tables, sanitize_partition
 from transit_release.preprocessing import (build_location_index, encode_trips, key_space, partition_histograms,
                                            time_label)
 
@@ -50,7 +50,7 @@ def test_encoding_drops_the_card_and_maps_stops(stops):
 
 
 def test_histograms_equal_a_groupby(small_week):
-    from transit_release.io import read_stops, read_trips
+    from transit_release.inputs.tables import read_stops, read_trips
 
     t = read_trips(small_week["trips"])
     s = read_stops(small_week["stops"])
@@ -79,7 +79,7 @@ def test_time_labels():
 
 def test_permuting_input_rows_does_not_change_the_release(small_week):
     """With a fixed test seed, shuffled input rows give identical output files."""
-    from transit_release.io import read_stops, read_trips
+    from transit_release.inputs.tables import read_stops, read_trips
 
     cfg = load_release_config()
     t = read_trips(small_week["trips"])
@@ -99,7 +99,7 @@ def test_permuting_input_rows_does_not_change_the_release(small_week):
 
 
 def test_no_point_absent_from_the_input_is_released(small_week):
-    from transit_release.io import read_stops, read_trips
+    from transit_release.inputs.tables import read_stops, read_trips
 
     cfg = load_release_config()
     t = read_trips(small_week["trips"])

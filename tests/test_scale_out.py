@@ -9,6 +9,8 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 
+from tests.conftest import WEEK, WEEK_PERIOD
+
 from transit_release.config import load_release_config
 from transit_release.errors import ClusterError, ConfigError
 from transit_release.home import Home
@@ -21,7 +23,7 @@ MODES = ("bus", "ferry", "lightrail", "train")
 
 @pytest.fixture(scope="module")
 def encoded(small_week):
-    from transit_release.io import read_stops, read_trips
+    from transit_release.inputs.tables import read_stops, read_trips
 
     return encode_trips(read_trips(small_week["trips"]),
                         build_location_index(read_stops(small_week["stops"]), MODES), 15)
@@ -40,7 +42,7 @@ def test_dataset_round_trip_equals_the_in_memory_histograms(encoded, tmp_path):
     # a standard hive-partitioned Parquet dataset: any reader sees the whole period, no identifier
     whole = pads.dataset(ds.root, partitioning="hive").to_table()
     assert whole.num_rows == len(encoded.frame)
-    assert set(whole.column_names) == {"on_bin", "off_bin", "on_loc", "off_loc", "mode", "date"}
+    assert set(whole.column_names) == {"on_bin", "off_bin", "on_loc", "off_loc", "kept", "mode", "date"}
     assert sorted(p.name for p in (tmp_path / "rid").iterdir()) == ["partitions"]  # no staging left behind
 
 
@@ -121,13 +123,13 @@ def test_two_local_workers_give_the_single_process_release_and_charge_once(prefe
     work happens. Each of the 168 spends is on the ledger once."""
     from flows.opal_release import opal_release
     from schemas import Stops, validate
-    from transit_release.io import read_stops, read_trips
+    from transit_release.inputs.tables import read_stops, read_trips
     from transit_release.noise import NoiseSource
-    from transit_release.opal import release_tables, sanitize_partition
+    from transit_release.releases.opal import release_tables, sanitize_partition
     from transit_release.preprocessing import key_space
 
     home = Home.at(tmp_path)
-    summary = opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(tmp_path),
+    summary = opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(tmp_path), **WEEK,
                            workers=2)
     rid = summary["release_id"]
     assert summary["status"] == "published"
@@ -139,7 +141,7 @@ def test_two_local_workers_give_the_single_process_release_and_charge_once(prefe
     expected = release_tables([sanitize_partition(p, cfg, noise) for p in partition_histograms(enc)],
                               key_space(enc), enc.vocab, cfg.bin_minutes)
     for name, table in expected.items():
-        published = pd.read_csv(home.releases / rid / f"{name}.csv", dtype=str, keep_default_na=False)
+        published = pd.read_csv(home.release_dir(rid) / f"{name}.csv", dtype=str, keep_default_na=False)
         pd.testing.assert_frame_equal(published.astype({"count": np.int64}), table, check_dtype=False)
 
     keys = [(e.mode, e.date, e.marginal) for e in _spends(home) if e.release_id == rid]
@@ -148,7 +150,7 @@ def test_two_local_workers_give_the_single_process_release_and_charge_once(prefe
     assert run.data.params["sanitize.processes"] == "2"
     assert run.data.tags["sanitize.runner"] == "local-dask 2 workers"
     assert run.data.params["ledger.spends"] == "168"
-    assert not home.partition_dataset(rid).exists()  # the per-trip files are gone once published
+    assert not home.work.exists() or not any(home.work.iterdir())  # the per-trip files are gone once published
 
 
 @pytest.mark.flow
@@ -160,7 +162,7 @@ def test_release_on_an_existing_scheduler(prefect_harness, small_week, tmp_path)
 
     env = {"PREFECT_API_URL": PREFECT_API_URL.value()}
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, env=env) as cluster:
-        summary = opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(tmp_path),
+        summary = opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(tmp_path), **WEEK,
                                dask_address=cluster.scheduler_address)
     run = _mlflow_run(Home.at(tmp_path), summary["release_id"])
     assert summary["status"] == "published"
@@ -175,7 +177,7 @@ def test_an_unreachable_scheduler_is_refused_before_any_spend(prefect_harness, s
 
     address = f"tcp://127.0.0.1:{free_port()}"
     with pytest.raises(ClusterError, match=f"cannot reach the Dask scheduler at {address}"):
-        opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(tmp_path),
+        opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(tmp_path), **WEEK,
                      dask_address=address)
     home = Home.at(tmp_path)
     assert _spends(home) == []
@@ -183,13 +185,13 @@ def test_an_unreachable_scheduler_is_refused_before_any_spend(prefect_harness, s
 
 
 def test_a_sanitizer_refuses_without_its_charges_and_mixed_noise_sources_are_refused(encoded, tmp_path):
-    from transit_release import opal
+    from transit_release.releases import opal
     from transit_release.errors import NoiseSourceMismatchError
     from transit_release.noise import NoiseSource
 
     cfg = load_release_config()
     ds = write_dataset(encoded, tmp_path / "partitions")
-    events = opal.plan_spends(ds.partitions, cfg, "rid", "fp", "test")
+    events = opal.plan_spends(WEEK_PERIOD, cfg, "rid", "fp", "test")
     first, second = (read_partition(ds, e) for e in ds.partitions[:2])
     missing = [e for e in events if not (e.mode == first.mode and e.date == first.date and e.marginal == "tap_off_time")]
     with pytest.raises(RuntimeError, match=f"no ledger charge for {first.partition} tap_off_time"):

@@ -65,3 +65,20 @@ def test_deterministic_for_a_seed():
     c = synthesize_week(scale=0.005, seed=4)
     pd.testing.assert_frame_equal(a.trips, b.trips)
     assert not a.trips.equals(c.trips)
+
+
+def test_cards_ride_like_opal_riders():
+    """Most card-days have 1–2 trips, commuters make about 10 trips a week, many cards ride once or twice,
+    and a card rarely has more than two trips in one (mode, date) partition."""
+    t = synthesize_week(scale=0.02, seed=1).trips
+    day = t["tap_on_time"].dt.normalize()
+    per_day = t.groupby([day, "card_id"]).size()
+    assert 0.7 <= per_day.isin([1, 2]).mean() <= 0.9
+    per_week = t.groupby("card_id").size()
+    assert per_week.le(2).mean() >= 0.2
+    assert per_week.ge(10).mean() >= 0.15
+    assert 4 <= per_week.median() <= 8
+    per_partition = t.groupby(["card_id", "mode", day]).size()
+    assert per_partition.le(2).mean() >= 0.95
+    assert per_partition.max() >= 3
+    assert t.groupby("card_id")["mode"].nunique().eq(1).mean() >= 0.3

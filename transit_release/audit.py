@@ -1,9 +1,12 @@
 """Compliance audit: is the record intact, and how much privacy has been spent?
 
-Three records must agree: the ledger (source of truth), the published
-release directories (manifests and file hashes) and the MLflow mirror. This
-module compares them as plain data; reading MLflow is the caller's job, so the
-library stays free of MLflow.
+Records that must agree: the ledger (source of truth), the published release
+directories (manifests and file hashes), the MLflow mirror of every spend, and
+the anchors of the ledger's head kept outside the ledger file (each public
+manifest, and MLflow after every charge and publication). With a ledger key
+(kept outside the home) the keyed chain is checked too. This module compares
+them as plain data; reading MLflow is the caller's job, so the library stays
+free of MLflow.
 """
 
 from __future__ import annotations
@@ -15,14 +18,17 @@ from pathlib import Path
 from transit_release.accounting.accountant import ADVANCED_COMPOSITION, compose
 from transit_release.accounting.ledger import PUBLISHED, SPEND, LedgerEntry
 from transit_release.errors import LedgerIntegrityError
+from transit_release.home import Home
 from transit_release.publish import MANIFEST, sha256_file, verify_release
 
 DEFAULT_DELTA_PRIME = 1e-7
+#: The δ at which the audit states the privacy-loss-distribution figure (the thresholds' δ is added beside it).
+DEFAULT_PLD_DELTA = 1e-7
 
 
 @dataclass(frozen=True)
 class Discrepancy:
-    record: str  # ledger | release | mlflow
+    record: str  # ledger | release | mlflow | anchor
     subject: str
     problem: str
 
@@ -39,7 +45,7 @@ class MirrorRun:
     parent: bool
     deleted: bool
     published_tag: str | None
-    ledger_seqs: dict[int, tuple[str, float, float]]  # seq -> (marginal, ε, δ) from a partition run's params
+    ledger_seqs: dict[int, tuple[str, float, float]]  # seq -> (component, ε, δ) the run mirrors
     partition: str | None = None
 
 
@@ -48,7 +54,13 @@ class AuditResult:
     entries: int = 0
     releases_published: list[str] = field(default_factory=list)
     charged_not_published: dict[str, int] = field(default_factory=dict)  # release id -> spends
+    pending_publications: list[str] = field(default_factory=list)  # interrupted after the intent: run repair
     staging_leftovers: list[str] = field(default_factory=list)
+    leftovers: list[str] = field(default_factory=list)  # what dead runs left (paths relative to the home)
+    anchors_checked: dict[str, int] = field(default_factory=dict)  # where -> how many anchors matched
+    card_unbounded_periods: list[str] = field(default_factory=list)  # periods of trip-level releases
+    keyed: bool = False
+    threat_model: list[str] = field(default_factory=list)
     discrepancies: list[Discrepancy] = field(default_factory=list)
     loss: dict = field(default_factory=dict)
 
@@ -75,22 +87,31 @@ def check_ledger(verify) -> list[Discrepancy]:
     return []
 
 
-def check_releases(releases_dir: Path, published: dict[str, LedgerEntry]) -> tuple[list[Discrepancy], list[str]]:
-    """Every published release is on disk, intact, and every release on disk is on the ledger."""
+def _release_dirs(home: Home) -> dict[str, tuple[Path, bool]]:
+    """Release id → (directory, under the public ``releases/``), staging directories excluded."""
+    out = {}
+    for root, public in ((home.test_releases, False), (home.releases, True)):
+        if root.is_dir():
+            for d in sorted(root.iterdir()):
+                if d.is_dir() and not d.name.startswith("."):
+                    out[d.name] = (d, public)
+    return out
+
+
+def check_releases(home: Home, published: dict[str, LedgerEntry]) -> tuple[list[Discrepancy], list[str], dict]:
+    """Every published release is on disk, intact and exactly what its manifest lists; every release on disk is
+    on the ledger; nothing under ``releases/`` was made with the test seed. Returns the problems, the staging
+    leftovers and each published release's manifest (for the anchors)."""
     problems: list[Discrepancy] = []
-    leftovers: list[str] = []
-    on_disk = {}
-    if releases_dir.is_dir():
-        for d in sorted(releases_dir.iterdir()):
-            if d.name.startswith(".tmp-"):
-                leftovers.append(d.name)
-            elif d.is_dir():
-                on_disk[d.name] = d
+    leftovers = [d.name for root in (home.releases, home.test_releases) if root.is_dir()
+                 for d in sorted(root.glob(".tmp-*"))]
+    on_disk = _release_dirs(home)
+    manifests = {}
     for rid, entry in sorted(published.items()):
-        d = on_disk.get(rid)
-        if d is None:
+        if rid not in on_disk:
             problems.append(Discrepancy("release", rid, "published on the ledger but missing from releases/"))
             continue
+        d, public = on_disk[rid]
         manifest = d / MANIFEST
         if not manifest.is_file():
             problems.append(Discrepancy("release", rid, f"{MANIFEST} is missing"))
@@ -99,9 +120,46 @@ def check_releases(releases_dir: Path, published: dict[str, LedgerEntry]) -> tup
             problems.append(Discrepancy("release", rid, f"{MANIFEST} differs from the one recorded at publication"))
         for p in verify_release(d):
             problems.append(Discrepancy("release", rid, p.removeprefix(f"{rid}/").removeprefix(f"{rid}: ")))
-    for rid in sorted(set(on_disk) - set(published)):
-        problems.append(Discrepancy("release", rid, "in releases/ but never recorded as published on the ledger"))
-    return problems, leftovers
+        try:
+            manifests[rid] = json.loads(manifest.read_text(encoding="utf-8"))
+        except ValueError:
+            continue
+    for rid, (d, public) in on_disk.items():
+        if rid not in published:
+            problems.append(Discrepancy("release", rid, "in releases/ but never recorded as published on the ledger"))
+        if public:
+            try:
+                source = json.loads((d / MANIFEST).read_text(encoding="utf-8")).get("noise_source")
+            except (OSError, ValueError):
+                source = None
+            if source == "test-seed":
+                problems.append(Discrepancy("release", rid, "made with the test-only noise seed but placed under "
+                                            "releases/: its noise can be regenerated; withdraw it"))
+    return problems, leftovers, manifests
+
+
+def check_anchors(check_anchor, manifests: dict[str, dict], mlflow_anchors: list[dict]) -> tuple[list[Discrepancy],
+                                                                                                 dict[str, int]]:
+    """Every ledger head recorded outside the ledger still matches it (``check_anchor(seq, hash)``)."""
+    problems = []
+    matched = {"manifests": 0, "mlflow": 0}
+    for rid, m in sorted(manifests.items()):
+        head = m.get("ledger_head")
+        if not head:
+            continue  # releases made before heads were anchored
+        err = check_anchor(int(head["seq"]), head["hash"])
+        if err:
+            problems.append(Discrepancy("anchor", rid, f"the ledger head in its public manifest does not match: {err}"))
+        else:
+            matched["manifests"] += 1
+    for a in mlflow_anchors:
+        err = check_anchor(a["seq"], a["hash"])
+        if err:
+            problems.append(Discrepancy("anchor", a["release_id"] or a["run_id"],
+                                        f"the ledger head anchored in MLflow at {a['event']} does not match: {err}"))
+        else:
+            matched["mlflow"] += 1
+    return problems, matched
 
 
 def check_mirror(spends: list[LedgerEntry], published: dict[str, LedgerEntry],
@@ -132,7 +190,8 @@ def check_mirror(spends: list[LedgerEntry], published: dict[str, LedgerEntry],
             problems.append(Discrepancy("mlflow", rid, "published release has no MLflow run"))
             continue
         if all(r.published_tag != "true" for r in parents):
-            problems.append(Discrepancy("mlflow", rid, "MLflow run is not tagged published"))
+            problems.append(Discrepancy("mlflow", rid, "MLflow run is not tagged published "
+                                        "(run `transit-release repair`)"))
         mirrored: dict[int, tuple[str, float, float]] = {}
         for r in live:
             mirrored.update(r.ledger_seqs)
@@ -161,38 +220,120 @@ def _ranges(seqs: list[int]) -> str:
     return ", ".join(out)
 
 
-def cumulative_loss(entries: list[LedgerEntry], delta_prime: float = DEFAULT_DELTA_PRIME) -> dict:
-    """All-time loss per unit of privacy: overall, per mode, per partition, per marginal, over time."""
+def threat_model(keyed: bool, key_configured: bool, anchors: dict[str, int]) -> list[str]:
+    """What this audit can and cannot vouch for, given how the home is set up (the README's threat model)."""
+    out = ["The audit detects edits and deletions behind the ledger's triggers (hash chain), spends that give "
+           "budget back (database trigger and event checks), changed or added files in published releases, and "
+           "spends missing from the MLflow mirror."]
+    if keyed and key_configured:
+        out.append("The ledger is keyed (HMAC with a key outside the home): someone who can write the home but not "
+                   "read the key cannot forge, alter or re-chain entries without this audit failing. They could still "
+                   "delete the newest entries recorded after the last anchor (a published manifest or an MLflow "
+                   "anchor run), or destroy the home outright; keep backups of the ledger and of published manifests.")
+    elif keyed:
+        out.append("The ledger is keyed but no key was given to this audit (TRANSIT_RELEASE_LEDGER_KEY_FILE): the "
+                   "MACs were not checked.")
+    else:
+        out.append("The ledger is not keyed: someone with write access to the home alone could rebuild the whole "
+                   "ledger with a consistent hash chain and matching MLflow anchors (both live in the home). What would "
+                   "still expose it is every copy of a published manifest held outside the home (its ledger head must "
+                   "match) and an MLflow store kept elsewhere. Configure a ledger key kept outside the home "
+                   "(TRANSIT_RELEASE_LEDGER_KEY_FILE) to close this.")
+    out.append(f"Anchors checked: {anchors.get('manifests', 0)} in public manifests, {anchors.get('mlflow', 0)} in "
+               "MLflow.")
+    return out
+
+
+def _pld(unit: str, report, events: list, pld_delta: float) -> dict | None:
+    """The privacy-loss-distribution figure of a unit whose spends are discrete Laplace histograms (trip: its worst
+    partition; card: every release, each at its P most expensive partitions); None for other units."""
+    from transit_release.accounting.accountant import scope_of
+    from transit_release.accounting.pld import cumulative_loss as pld_loss, release_components
+
+    if unit == "trip":
+        worst = max(report.per_cell, key=lambda c: (report.per_cell[c].epsilon_exact, c))
+        mine = [e for e in events if scope_of(e).cells and worst in scope_of(e).cells]
+    elif unit == "card":
+        mine = events
+    else:
+        return None
+    try:
+        loss = pld_loss(release_components(mine), pld_delta)
+    except ValueError:
+        return None
+    return {"epsilon": loss.pld_epsilon, "delta": loss.pld_total_delta, "pld_delta": pld_delta,
+            "threshold_delta": loss.threshold_delta, "mechanisms": loss.mechanisms,
+            "method": "privacy-loss distributions of the discrete Laplace parts (Google's dp_accounting, built "
+                      "from the sampled integer noise), the thresholds' δ added beside"}
+
+
+def cumulative_loss(entries: list[LedgerEntry], delta_prime: float = DEFAULT_DELTA_PRIME,
+                    pld_delta: float = DEFAULT_PLD_DELTA) -> dict:
+    """All-time loss per unit of privacy: overall (basic; PLD where the unit's spends allow it; advanced composition
+    only where tighter than basic), per mode, per partition or period, per component, over time.
+
+    A larger ε beside a valid smaller one would only mislead a reader, so a bound worse than basic composition is
+    not reported."""
     spends = [e for e in entries if e.entry_type == SPEND]
     events = [(e, e.event()) for e in spends]
     out = {}
     for (unit, relation), report in compose(ev for _, ev in events).items():
+        adv_all = report.advanced_overall(delta_prime)
+        basic = report.overall
         adv = report.advanced_per_partition(delta_prime)
-        marginal: dict[str, dict[str, float]] = {}
+        per_scope = report.per_partition
+        component: dict[str, dict[str, float]] = {}
         timeline = []
         running: dict[str, float] = {}
+        mine = []
         for e, ev in events:
             if (ev.unit_of_privacy, ev.neighbouring) != (unit, relation):
                 continue
-            cell = marginal.setdefault(ev.partition, {})
+            mine.append(ev)
+            cell = component.setdefault(ev.partition, {})
             cell[ev.component] = cell.get(ev.component, 0.0) + ev.epsilon
             running[ev.partition] = running.get(ev.partition, 0.0) + ev.epsilon
-            timeline.append({"recorded_at": e.recorded_at, "mode": ev.mode, "partition": ev.partition,
+            timeline.append({"recorded_at": e.recorded_at, "mode": ev.mode or unit, "partition": ev.partition,
                              "cumulative_epsilon": running[ev.partition]})
+        if unit == "card":  # a card is in every release: its timeline is the running total over releases
+            total_eps, seen = 0.0, set()
+            for point, ev in zip(timeline, mine):
+                if ev.release_id not in seen:
+                    seen.add(ev.release_id)
+                    total_eps += report.per_partition[f"{ev.release_period} ({ev.release_id})"].epsilon
+                point.update({"mode": "all modes", "cumulative_epsilon": total_eps})
+        pld = _pld(unit, report, mine, pld_delta)
         out[unit] = {
             "neighbouring": relation,
-            "basic": {"epsilon": report.overall.epsilon, "delta": report.overall.delta},
-            "advanced": {"epsilon": report.advanced_overall(delta_prime).epsilon,
-                         "delta": report.advanced_overall(delta_prime).delta,
-                         "delta_prime": delta_prime, "theorem": ADVANCED_COMPOSITION},
+            "basic": {"epsilon": basic.epsilon, "delta": basic.delta},
+            "pld": pld if pld and pld["epsilon"] <= basic.epsilon else None,
+            "advanced": ({"epsilon": adv_all.epsilon, "delta": adv_all.delta, "delta_prime": delta_prime,
+                          "theorem": ADVANCED_COMPOSITION} if adv_all.epsilon < basic.epsilon else None),
             "per_mode": {m: {"epsilon": x.epsilon, "delta": x.delta} for m, x in report.per_mode().items()},
-            "per_partition": {p: {"epsilon": x.epsilon, "delta": x.delta, "spends": len(report.spends[p]),
-                                  "advanced_epsilon": adv[p].epsilon, "advanced_delta": adv[p].delta}
-                              for p, x in report.per_partition.items()},
-            "per_partition_marginal": marginal,
+            "per_partition": {p: {"epsilon": x.epsilon, "delta": x.delta, "spends": len(report.spends_in(p)),
+                                  **({"advanced_epsilon": adv[p].epsilon, "advanced_delta": adv[p].delta}
+                                     if adv[p].epsilon < x.epsilon else {})}
+                              for p, x in per_scope.items()},
+            "per_partition_marginal": component,
             "timeline": timeline,
         }
     return out
+
+
+def card_unbounded_periods(entries: list[LedgerEntry]) -> list[str]:
+    """The periods of trip-level releases: they put no bound on a card's trips, so a card's loss over those periods
+    is unbounded (the audit says so rather than inventing a number)."""
+    days: dict[str, list[str]] = {}
+    for e in entries:
+        if e.entry_type == SPEND:
+            ev = e.event()
+            if ev.unit_of_privacy == "trip":
+                days.setdefault(ev.release_id, []).append(ev.date)
+    out = set()
+    for ds in days.values():
+        a, b = min(ds), max(ds)
+        out.add(f"{a[:4]}-{a[4:6]}-{a[6:]}..{b[:4]}-{b[4:6]}-{b[6:]}")
+    return sorted(out)
 
 
 def summarise(entries: list[LedgerEntry]) -> tuple[list[str], dict[str, int], list[LedgerEntry], dict[str, LedgerEntry]]:

@@ -1,26 +1,41 @@
 """The ``transit-release`` command.
 
-    transit-release synth   --out DIR [--scale F] [--seed N] [--format csv|parquet]
-    transit-release release --trips FILE --stops FILE [--config YAML] [--epsilons ...] [--delta D]
-                            [--release-id ID] [--home DIR] [--workers N | --dask-address ADDR]
-    transit-release demo    [--home DIR] [--scale F] [--workers N | --dask-address ADDR]
-    transit-release audit   [--home DIR] [--ledger FILE] [--json]
-    transit-release serve   [--home DIR] [--deployments prefect.yaml]
+    transit-release synth       --out DIR [--scale F] [--seed N] [--format csv|parquet]
+    transit-release release     --trips FILE --stops FILE --period-start D --period-end D [options] [--dry-run]
+    transit-release demo        [--home DIR] [--scale F]
+    transit-release sequences   --input FILE (--locations FILE | --taxonomy FILE) --epsilon E
+                                [--mechanism prefix-tree --height H | --mechanism ngram [--lmax 20] [--nmax 5]]
+                                --period-start D --period-end D [options] [--dry-run]
+    transit-release trajectories --input FILE (--locations FILE | --location-taxonomy FILE) --epsilon E
+                                --height H --period-start MONDAY --period-end SUNDAY [options] [--dry-run]
+    transit-release sets        (--input FILE --locations FILE | --trips FILE --stops FILE [--mode M]) --epsilon E
+                                [--fanout F] --period-start D --period-end D [options] [--dry-run]
+    transit-release budget      [--home DIR] [--policy YAML]
+    transit-release audit       [--home DIR] [--json]
+    transit-release repair      [--home DIR] [--adopt-ledger-key]
+    transit-release serve       [--home DIR] [--deployments prefect.yaml]
 
-Flows run on Prefect's temporary local server, with all state (releases,
-reports, ledger, MLflow store, Prefect's database) under ``--home`` (default:
-the current directory). A failure exits non-zero with the reason on stderr.
+What can be checked without Prefect (arguments, files, headers, periods,
+configuration, policy, the home) is checked first, so a bad invocation is
+refused at once. Flows run on a Prefect server on loopback that the command
+starts and that dies with it (or the one ``PREFECT_API_URL`` names), with all
+state under ``--home`` (default: the current directory). An expected failure
+prints one line and exits 2 (bad input or configuration), 3 (budget) or 4
+(audit failed); ``--verbose`` shows Prefect's logs and tracebacks.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
-from transit_release.errors import TransitReleaseError
-from transit_release.home import Home
+from transit_release.errors import BudgetError, InputDataError, TransitReleaseError
+from transit_release.home import UMASK, Home, check_release_id
 
 EXIT_INPUT = 2
 EXIT_BUDGET = 3
@@ -28,9 +43,12 @@ EXIT_UNEXPECTED = 1
 EXIT_AUDIT_FAILED = 4
 
 
-def _prepare_environment(home: Home) -> None:
-    """Prefect settings must be in place before Prefect is imported."""
-    home.root.mkdir(parents=True, exist_ok=True)
+def _prepare_environment(home: Home, verbose: bool) -> None:
+    """Settings that must be in place before Prefect or MLflow is imported. Without ``--verbose`` Prefect's console
+    logs are off (its API logs stay, for the server's UI); a terminal shows progress instead."""
+    if not verbose:
+        os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_HOME", str(home.prefect_home))
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
@@ -45,8 +63,36 @@ def _floats(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, e.g. 1,1,1,1,2,2; got {text!r}") from None
 
 
+def _add_home(p: argparse.ArgumentParser, ledger: bool = True) -> None:
+    p.add_argument("--home", default=".", help="state directory (default: current directory)")
+    if ledger:
+        p.add_argument("--ledger", help="privacy ledger file (default: <home>/ledger.sqlite)")
+
+
+def _add_record_inputs(p: argparse.ArgumentParser, record: str, records: str, input_help: str, period: str) -> None:
+    """A passenger-level release's inputs: a file of records or tap data, and the public universe."""
+    _add_home(p)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--input", help=input_help)
+    src.add_argument("--trips", help=f"tap data (CSV or Parquet, like `release`): one {record} per card over the "
+                                    f"{period}; needs --stops, whose --mode stations are the universe")
+    p.add_argument("--stops", help="stop table of the tap data (its station names are the public universe)")
+    p.add_argument("--mode", default="train", choices=("bus", "ferry", "lightrail", "train"),
+                   help=f"with --trips: the mode whose taps make the {records} (default train)")
+    p.add_argument("--locations", help="the public location universe: one location id per line")
+
+
+def _add_release_options(p: argparse.ArgumentParser, default_id: str) -> None:
+    p.add_argument("--release-id", help=f"default: {default_id}")
+    p.add_argument("--policy", help="budget policy YAML")
+    p.add_argument("--quarantine-limit", type=float, default=0.01)
+    p.add_argument("--queries", type=int, default=40_000, help="count queries of the utility workload")
+    p.add_argument("--dry-run", action="store_true", help="validate, print the spend and the policy's verdict, stop")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="transit-release", description=__doc__.split("\n\n")[0])
+    p.add_argument("--verbose", action="store_true", help="show Prefect's logs and the traceback of any error")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("synth", help="write a synthetic Opal-like week (trips.csv, stops.csv)")
@@ -59,19 +105,20 @@ def _parser() -> argparse.ArgumentParser:
     for name, help_text in (("release", "run the Opal release flow on given files"),
                             ("demo", "synthesise a week at scale 0.1 and release it with the defaults")):
         r = sub.add_parser(name, help=help_text)
-        r.add_argument("--home", default=".", help="state directory (default: current directory)")
-        r.add_argument("--config", help="release config YAML (default: the built-in Opal defaults)")
+        _add_home(r)
+        r.add_argument("--unit", choices=("trip", "card"),
+                       help="unit of privacy: trip (the Opal paper's; default, comparable with the Opal files) or "
+                            "card (each card's contribution bounded first; recommended for publication)")
+        r.add_argument("--config", help="release config YAML (default: the built-in defaults of --unit)")
         r.add_argument("--epsilons", type=_floats, help="ε_1..ε_6 overriding the config, e.g. 1,1,1,1,2,2")
         r.add_argument("--delta", type=float, help="δ_j for every marginal, overriding the config")
         r.add_argument("--release-id", help="default: opal-<first date>-<last date>")
-        r.add_argument("--policy", help="budget policy YAML (default: the built-in policy, ε ≤ 8 and "
-                                        "δ ≤ 1e-6 per trip-partition, all time)")
-        r.add_argument("--ledger", help="privacy ledger file (default: <home>/ledger.sqlite)")
-        r.add_argument("--period-start", help="first day of the release period, YYYY-MM-DD "
-                                              "(default: inferred from the tap-on dates)")
-        r.add_argument("--period-end", help="last day of the release period, YYYY-MM-DD")
+        r.add_argument("--policy", help="budget policy YAML (default: the built-in policy)")
         r.add_argument("--quarantine-limit", type=float,
                        help="largest share of quarantined rows that still allows a release (default 0.01)")
+        r.add_argument("--dry-run", action="store_true",
+                       help="validate everything, print the spends and the policy's verdict, and stop: nothing is "
+                            "charged, drawn or written under releases/ or release_reports/")
         where = r.add_mutually_exclusive_group()
         where.add_argument("--workers", type=int,
                            help="sanitize the partitions on a local Dask cluster of N worker processes (default 2)")
@@ -82,33 +129,93 @@ def _parser() -> argparse.ArgumentParser:
         if name == "release":
             r.add_argument("--trips", required=True, help="raw trips, CSV or Parquet")
             r.add_argument("--stops", required=True, help="stop table, CSV or Parquet")
+            r.add_argument("--period-start", help="first day of the release period, YYYY-MM-DD (required, except "
+                                                  "with --dry-run, which shows the period the data suggest)")
+            r.add_argument("--period-end", help="last day of the release period, YYYY-MM-DD")
         else:
             r.add_argument("--scale", type=float, default=0.1)
             r.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
-    q = sub.add_parser("sequences", help="release passenger sequences with the noisy prefix tree")
-    q.add_argument("--input", required=True, help="one sequence per line (location ids separated by spaces)")
+
+    q = sub.add_parser("sequences", help="release passenger sequences (noisy prefix tree or variable-length n-grams)")
+    _add_record_inputs(q, "sequence", "sequences", "one sequence per line (location ids separated by spaces)", "period")
+    q.add_argument("--taxonomy", help="CSV location,group (e.g. station,line): the hybrid tree's taxonomy; its "
+                                      "locations are the universe unless --locations is given too")
     q.add_argument("--epsilon", type=float, required=True)
-    q.add_argument("--height", type=int, required=True)
-    q.add_argument("--variant", choices=("simple", "hybrid"), default="hybrid")
-    q.add_argument("--taxonomy", help="CSV location,group (e.g. station,line)")
-    q.add_argument("--fanout", type=int, help="build the taxonomy by grouping F locations per parent")
-    q.add_argument("--home", default=".", help="state directory (default: current directory)")
-    q.add_argument("--release-id", help="default: sequences-<input file name>")
-    q.add_argument("--scope", help="what the data set covers, for the accountant (default: the input's name)")
-    q.add_argument("--policy", help="budget policy YAML")
-    q.add_argument("--ledger", help="privacy ledger file (default: <home>/ledger.sqlite)")
-    q.add_argument("--queries", type=int, default=40_000, help="count queries of the utility workload")
+    q.add_argument("--mechanism", choices=("prefix-tree", "ngram"), default="prefix-tree",
+                   help="prefix-tree (Chen et al., KDD 2012; needs --height) or ngram (variable-length n-grams, "
+                        "Chen, Ács & Castelluccia, CCS 2012: also publishes the noisy n-gram table)")
+    q.add_argument("--height", type=int, help="prefix tree: the longest sequence released (required for it)")
+    q.add_argument("--lmax", type=int, help="n-grams: locations kept per sequence, longer ones are cut (default 20)")
+    q.add_argument("--nmax", type=int, help="n-grams: the longest gram, end marker included (default 5)")
+    q.add_argument("--period-start", required=True, help="first day the sequences cover, YYYY-MM-DD (public)")
+    q.add_argument("--period-end", required=True, help="last day the sequences cover, YYYY-MM-DD")
+    q.add_argument("--variant", choices=("simple", "hybrid"), help="prefix tree: the variant (default hybrid)")
+    q.add_argument("--fanout", type=int, help="build the taxonomy by grouping F locations of the universe per parent")
+    _add_release_options(q, "sequences-<mechanism>-<start>-<end>")
+
+    t = sub.add_parser("trajectories", help="release passenger trajectories (station, hour of the week) with SafePath")
+    _add_record_inputs(t, "trajectory", "trajectories", "one trajectory per line: station@hour tokens, the hour of "
+                       "the week 0-167 from Monday 00:00", "week")
+    tax = t.add_mutually_exclusive_group()
+    tax.add_argument("--location-taxonomy", help="CSV location,group[,line]: the location taxonomy (groups, and lines "
+                                                 "above them); its locations are the universe unless --locations "
+                                                 "(or --trips) gives it")
+    tax.add_argument("--location-fanout", type=int, help="build the location taxonomy with F locations of the "
+                                                        "universe per node (default 2, the paper's)")
+    t.add_argument("--location-taxonomy-height", type=int, help="with a fan-out: levels of groups (default 6)")
+    t.add_argument("--time-fanout", type=int, help="blocks of F consecutive hours per node (default 2)")
+    t.add_argument("--time-taxonomy-height", type=int, help="levels of hour blocks (default 6)")
+    t.add_argument("--thresholds", choices=("paper", "node"), default="paper",
+                   help="threshold rule (default paper: the lower count-query error in the measurements)")
+    t.add_argument("--epsilon", type=float, required=True)
+    t.add_argument("--height", type=int, required=True, help="longest released trajectory (taps)")
+    t.add_argument("--period-start", required=True, help="the Monday of the week the trajectories cover, YYYY-MM-DD")
+    t.add_argument("--period-end", required=True, help="the Sunday of that week, YYYY-MM-DD")
+    _add_release_options(t, "trajectories-safepath-<start>-<end>")
+
+    st = sub.add_parser("sets", help="release passengers' station sets with DiffPart")
+    _add_home(st)
+    src = st.add_mutually_exclusive_group(required=True)
+    src.add_argument("--input", help="one set per line (location ids separated by spaces; order and repeats "
+                                    "ignored; %% or # starts a comment)")
+    src.add_argument("--trips", help="tap data (CSV or Parquet, like `release`): one set per card over the period, "
+                                    "its distinct tap-on and tap-off locations; needs --stops")
+    st.add_argument("--locations", help="with --input: the public location universe, one location id per line")
+    st.add_argument("--stops", help="with --trips: the stop table, whose locations (mode:location) are the universe")
+    st.add_argument("--mode", choices=("bus", "ferry", "lightrail", "train"),
+                    help="with --trips: keep the taps of this mode only (default: every mode of the stop table)")
+    st.add_argument("--epsilon", type=float, required=True)
+    st.add_argument("--fanout", type=int, default=10, help="locations per group of DiffPart's taxonomy (default 10; "
+                                                          "see the README for the choice)")
+    st.add_argument("--period-start", required=True, help="first day the sets cover, YYYY-MM-DD (public)")
+    st.add_argument("--period-end", required=True, help="last day the sets cover, YYYY-MM-DD")
+    st.add_argument("--release-id", help="default: sets-diffpart-<start>-<end>")
+    st.add_argument("--policy", help="budget policy YAML")
+    st.add_argument("--quarantine-limit", type=float, default=0.01)
+    st.add_argument("--queries", type=int, default=50_000, help="count queries of the utility workload")
+    st.add_argument("--dry-run", action="store_true", help="validate, print the spend and the policy's verdict, stop")
 
     m = sub.add_parser("synth-metro", help="write a synthetic Montréal-shaped metro: sequences and taxonomy")
-    m.add_argument("--out", required=True, help="output directory (sequences.txt, taxonomy.csv)")
+    m.add_argument("--out", required=True, help="output directory (sequences.txt, taxonomy.csv, locations.txt)")
     m.add_argument("--passengers", type=int, default=850_000)
     m.add_argument("--seed", type=int, default=0)
 
+    b = sub.add_parser("budget", help="what each unit of privacy has spent and what remains under each cap")
+    _add_home(b)
+    b.add_argument("--policy", help="budget policy YAML (default: the built-in policy)")
+    b.add_argument("--json", action="store_true", help="print the result as JSON")
+
     a = sub.add_parser("audit", help="verify the ledger, releases and MLflow; report the cumulative privacy loss")
-    a.add_argument("--home", default=".", help="state directory (default: current directory)")
-    a.add_argument("--ledger", help="privacy ledger file (default: <home>/ledger.sqlite)")
+    _add_home(a)
     a.add_argument("--json", action="store_true", help="print the result as JSON")
     a.add_argument("--delta-prime", type=float, default=1e-7, help="slack δ' of the advanced-composition bound")
+    a.add_argument("--policy", help="budget policy YAML whose caps the report draws (default: the built-in policy)")
+
+    rp = sub.add_parser("repair", help="complete or roll back interrupted publications; remove what dead runs left")
+    _add_home(rp)
+    rp.add_argument("--adopt-ledger-key", action="store_true",
+                    help="MAC the existing ledger entries with the key of TRANSIT_RELEASE_LEDGER_KEY_FILE "
+                         "(introducing a key on a ledger with history; check the audit first)")
 
     v = sub.add_parser("serve", help="run the schedules of prefect.yaml in this process (Prefect's serve)")
     v.add_argument("--home", default=".", help="state directory (default: current directory); also the "
@@ -117,54 +224,395 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _print_audit(result: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    status = "[green]PASSED[/green]" if result["ok"] else "[red]FAILED[/red]"
-    console.print(f"Privacy audit {status}: {result['entries']} ledger entries, "
-                  f"{len(result['releases_published'])} published release(s)")
-    for d in result["discrepancies"]:
-        console.print(f"  [red]discrepancy[/red] {d}")
-    for rid, n in result["charged_not_published"].items():
-        console.print(f"  charged, not published: {rid} ({n} spends, counted)")
-    for unit, loss in result["loss"].items():
-        t = Table(title=f"Cumulative privacy loss per {unit} ({loss['neighbouring']})")
-        for col in ("scope", "ε (basic)", "δ (basic)", "ε (advanced)", "δ (advanced)", "spends"):
-            t.add_column(col, no_wrap=col == "scope")
-        t.add_row("overall", f"{loss['basic']['epsilon']:g}", f"{loss['basic']['delta']:.3g}",
-                  f"{loss['advanced']['epsilon']:.4g}", f"{loss['advanced']['delta']:.3g}", "")
-        for mode, x in loss["per_mode"].items():
-            t.add_row(f"mode {mode}", f"{x['epsilon']:g}", f"{x['delta']:.3g}", "", "", "")
-        for part, x in loss["per_partition"].items():
-            t.add_row(part, f"{x['epsilon']:g}", f"{x['delta']:.3g}", f"{x['advanced_epsilon']:.4g}",
-                      f"{x['advanced_delta']:.3g}", str(x["spends"]))
-        console.print(t)
-        console.print(f"Advanced composition: {loss['advanced']['theorem']}")
-    console.print(f"report: {result['report']}")
-
+# ---- output: plain lines that never wrap a command or cut a column ------------------------------------------
 
 def _print_summary(summary: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    t = Table(title=f"Release {summary['release_id']}: {summary['status']}", show_header=False)
-    t.add_column(style="bold")
-    t.add_column()
-    t.add_row("period", summary["period"])
-    t.add_row("privacy", f"(ε={summary['epsilon']:g}, δ={summary['delta']:.3g})-DP per "
-                         f"{summary['unit_of_privacy']} (replace-one)")
+    if "spends" in summary:  # a dry run
+        print(f"Release {summary['release_id']}: {summary['status']}")
+        print(f"  period: {summary['period']}" + ("" if summary["period_declared"] else
+                                                 "  (suggested by the tap-on dates: declare it to publish)"))
+        if summary.get("quarantine"):
+            print(f"  input: {json.dumps(summary['quarantine'], sort_keys=True)}")
+        print(f"  spends: {summary['events']} event(s)")
+        for s in summary["spends"]:
+            print(f"    {s['unit_of_privacy']} {s['scope']}: ε={s['epsilon']:g}, δ={s['delta']:.3g}")
+        print("  budget policy: " + ("allows it" if summary["allowed"] else f"REFUSES it: {summary['reason']}"))
+        return
+    print(f"Release {summary['release_id']}: {summary['status']}")
+    print(f"  period: {summary['period']}")
+    print(f"  privacy: (ε={summary['epsilon']:g}, δ={summary['delta']:.3g})-DP per {summary['unit_of_privacy']} "
+          f"({summary['neighbouring']})")
+    if summary.get("cumulative"):
+        c = summary["cumulative"]
+        print(f"  cumulative at publication: ε={c['epsilon']:g}, δ={c['delta']:.3g} over {c['releases']} release(s)")
+    bounding = (summary.get("quarantine") or {}).get("bounding")
+    if bounding:
+        print(f"  contribution bounding: {bounding['rows_kept']:,} of {bounding['rows_in']:,} trips kept "
+              f"(internal figure)")
     for f, n in summary["rows"].items():
-        t.add_row(f, f"{n:,} rows")
-    t.add_row("thresholds", ", ".join(f"{k}={v}" for k, v in summary["thresholds"].items()))
-    t.add_row("release", summary["release_dir"])
-    t.add_row("report", summary["report"])
+        print(f"  {f}: {n:,} rows")
+    if summary.get("thresholds"):
+        print("  thresholds: " + ", ".join(f"{k}={v}" for k, v in summary["thresholds"].items()))
+    for k, v in (summary.get("metrics") or {}).items():
+        print(f"  {k}: {v:.4g}")
+    print(f"  release: {summary['release_dir']}")
+    if summary.get("noise_source") == "test-seed":
+        print("  (made with the test-only noise seed: kept under private/test-releases/, never published)")
+    print(f"  report: {summary['report']}")
     if summary.get("mlflow_run_id"):
-        t.add_row("MLflow run", summary["mlflow_run_id"])
-    console.print(t)
-    console.print(f"Open the MLflow UI on it:\n  {summary['mlflow_ui']}")
+        print(f"  MLflow run: {summary['mlflow_run_id']}")
+    print("Open the MLflow UI on it:")
+    print(f"  {summary['mlflow_ui']}")
+
+
+def _print_audit(result: dict) -> None:
+    print(f"Privacy audit {'PASSED' if result['ok'] else 'FAILED'}: {result['entries']} ledger entries, "
+          f"{len(result['releases_published'])} published release(s)")
+    for d in result["discrepancies"]:
+        print(f"  discrepancy: {d}")
+    for rid, n in result["charged_not_published"].items():
+        print(f"  charged, not published: {rid} ({n} spends, counted)")
+    for rid in result.get("pending_publications", []):
+        print(f"  interrupted publication: {rid} (run `transit-release repair`)")
+    for x in result.get("staging_leftovers", []) + result.get("leftovers", []):
+        print(f"  left behind by a run that stopped: {x}")
+    if result.get("leftovers") or result.get("staging_leftovers"):
+        print("  remove them with: transit-release repair --home <home>")
+    for t in result.get("threat_model", []):
+        print(f"  note: {t}")
+    if result.get("card_unbounded_periods"):
+        print("  per card: unbounded over " + ", ".join(result["card_unbounded_periods"]) + " (trip-level releases put "
+              "no bound on a card's trips)")
+    for unit, loss in result["loss"].items():
+        print(f"Cumulative privacy loss per {unit} ({loss['neighbouring']}):")
+        line = f"  basic composition: ε={loss['basic']['epsilon']:g}, δ={loss['basic']['delta']:.3g}"
+        if loss.get("pld"):
+            line += f"; PLD: ε={loss['pld']['epsilon']:.4g} at δ={loss['pld']['delta']:.3g}"
+        if loss.get("advanced"):
+            line += f"; advanced composition: ε={loss['advanced']['epsilon']:.4g}, δ={loss['advanced']['delta']:.3g}"
+        print(line)
+        for mode, x in loss["per_mode"].items():
+            print(f"  mode {mode}: ε={x['epsilon']:g}, δ={x['delta']:.3g}")
+        for part, x in loss["per_partition"].items():
+            print(f"  {part}: ε={x['epsilon']:g}, δ={x['delta']:.3g}, {x['spends']} spend(s)")
+    print(f"report: {result['report']}")
+
+
+def _budget(args, home: Home) -> int:
+    """Spent and remaining under each cap, from the ledger and the policy alone (no Prefect, no MLflow)."""
+    from transit_release.accounting.ledger import Ledger
+    from transit_release.accounting.policy import load_budget_policy
+
+    policy = load_budget_policy(args.policy)
+    entries = Ledger(home.ledger, key=b"", read_only=True).entries() if home.ledger.exists() else []
+    status = policy.status(entries)
+    if args.json:
+        print(json.dumps([{"cap": s.cap.name, "unit_of_privacy": s.cap.unit_of_privacy, "per": s.cap.per,
+                           "period": s.cap.period, "scope": s.scope, "used_epsilon": s.used.epsilon,
+                           "used_delta": s.used.delta, "remaining_epsilon": s.remaining.epsilon,
+                           "remaining_delta": s.remaining.delta} for s in status], indent=1))
+        return 0
+    print(f"Privacy budget of {home.root} ({len(entries)} ledger entries)")
+    for cap in policy.caps:
+        mine = [s for s in status if s.cap == cap]
+        where = f", modes {', '.join(cap.modes)}" if cap.modes else ""
+        print(f"cap '{cap.name}': {cap.unit_of_privacy}, ε ≤ {cap.epsilon:g}, δ ≤ {cap.delta:g} per {cap.per}{where}, "
+              f"{'all time' if cap.period == 'all-time' else 'this calendar year'}")
+        if not mine:
+            print("  nothing spent: the whole cap remains")
+            continue
+        worst = max(mine, key=lambda s: (s.used.epsilon_exact, s.scope))
+        print(f"  most spent: {worst.scope}: used ε={worst.used.epsilon:g}, δ={worst.used.delta:.3g}; remaining "
+              f"ε={worst.remaining.epsilon:g}, δ={worst.remaining.delta:.3g}")
+        modes: dict[str, list] = {}
+        for s in mine:
+            modes.setdefault(s.scope.split("/", 1)[0] if "/" in s.scope else "", []).append(s)
+        for mode, rows in sorted(modes.items()):
+            if mode:
+                w = max(rows, key=lambda s: s.used.epsilon_exact)
+                print(f"  mode {mode}: {len(rows)} partition(s), most spent ε={w.used.epsilon:g} "
+                      f"(remaining ε={w.remaining.epsilon:g})")
+        for s in sorted(mine, key=lambda s: s.scope):
+            print(f"  {s.scope}: used ε={s.used.epsilon:g}, δ={s.used.delta:.3g}; remaining ε={s.remaining.epsilon:g}, "
+                  f"δ={s.remaining.delta:.3g}")
+    return 0
+
+
+# ---- running flows ---------------------------------------------------------------------------------------------
+
+def _quiet_logging(verbose: bool) -> None:
+    """Other libraries' chatter only with ``--verbose``; on a terminal, progress is shown instead."""
+    from transit_release import progress
+
+    for name in ("alembic", "mlflow", "distributed", "great_expectations"):
+        logging.getLogger(name).setLevel(logging.INFO if verbose else logging.ERROR)
+    if not verbose and sys.stderr.isatty():
+        progress.install(progress.RichReporter())
+
+
+@contextmanager
+def _prefect(home: Home, verbose: bool):
+    """The Prefect API for this command: the configured one (``PREFECT_API_URL``, or the settings of a process that
+    already runs Prefect) if any, else a loopback server that dies with us. Prefect is not imported before the
+    choice is made: its settings are read once, when it is imported."""
+    home.prepare()  # Prefect makes its home (<home>/.prefect) as soon as it is imported
+    configured = os.environ.get("PREFECT_API_URL")
+    if not configured and "prefect" in sys.modules:
+        from prefect.settings import get_current_settings
+
+        configured = get_current_settings().api.url
+    if configured:
+        _quiet_logging(verbose)
+        yield
+        return
+    from flows.deployments import local_server
+
+    with local_server(home.prefect_home) as url:
+        os.environ["PREFECT_API_URL"] = url  # before Prefect is imported, and for the flows' own processes
+        from prefect.logging.handlers import APILogHandler
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        try:
+            with temporary_settings(updates={PREFECT_API_URL: url}):
+                _quiet_logging(verbose)
+                yield
+                APILogHandler().flush()  # send the run's last logs before the server stops
+        finally:
+            os.environ.pop("PREFECT_API_URL", None)
+
+
+def _check_release_args(args, trips: str, stops: str, home: Home) -> None:
+    """Everything about a release invocation that needs no Prefect: files, headers, period, config, policy, id."""
+    from transit_release import preflight
+    from transit_release.accounting.policy import load_budget_policy
+    from transit_release.cluster import check_workers_setting
+    from transit_release.config import load_release_config
+    from transit_release.inputs.screening import PERIOD_REQUIRED, parse_period
+
+    check_workers_setting(args.workers, args.dask_address)
+    preflight.readable_file(trips, "trips")
+    preflight.readable_file(stops, "stops")
+    if args.period_start is None and args.period_end is None:
+        if not args.dry_run:
+            raise InputDataError(PERIOD_REQUIRED)
+    else:
+        parse_period(args.period_start, args.period_end)
+    if args.release_id is not None:
+        check_release_id(args.release_id)
+    load_release_config(args.config, args.unit).with_overrides(epsilons=args.epsilons, delta=args.delta,
+                                                               quarantine_limit=args.quarantine_limit)
+    load_budget_policy(args.policy)
+    preflight.check_trip_inputs(trips, stops)
+
+
+def _release(args, trips: str, stops: str, home: Home) -> int:
+    _check_release_args(args, trips, stops, home)
+    with _prefect(home, args.verbose):
+        from flows.opal_release import opal_release
+
+        summary = opal_release(trips=str(Path(trips).resolve()), stops=str(Path(stops).resolve()),
+                               period_start=args.period_start, period_end=args.period_end, home=str(home.root),
+                               config=args.config, epsilons=args.epsilons, delta=args.delta,
+                               release_id=args.release_id, policy=args.policy, ledger=args.ledger,
+                               quarantine_limit=args.quarantine_limit, dask_address=args.dask_address,
+                               workers=args.workers, dry_run=args.dry_run, unit=args.unit)
+    _print_summary(summary)
+    return 0
+
+
+def _check_passenger_release_args(args) -> None:
+    """What every passenger-level kind checks first, without Prefect: the declared period, the id, the policy."""
+    from transit_release.accounting.policy import load_budget_policy
+    from transit_release.inputs.screening import parse_period
+
+    parse_period(args.period_start, args.period_end)
+    if args.release_id is not None:
+        check_release_id(args.release_id)
+    load_budget_policy(args.policy)
+
+
+def _validated_stops(args):
+    """(stop table, its name in messages) of a release built from taps, after the trips and stops files' checks."""
+    from schemas import Stops, validate
+    from transit_release import preflight
+    from transit_release.inputs.tables import read_stops
+
+    preflight.check_trip_inputs(args.trips, args.stops)
+    name = f"stops file {Path(args.stops).name}"
+    return validate(Stops, read_stops(args.stops), name), name
+
+
+def _stop_table_universe(args):
+    """The universe of a release from tap data: the stop table's stations of ``--mode`` (files checked first)."""
+    from transit_release.inputs.universe import from_stop_table
+
+    stops, name = _validated_stops(args)
+    return from_stop_table(stops, args.mode, name)
+
+
+def _sequences(args, home: Home) -> int:
+    from transit_release import preflight
+    from transit_release.inputs.universe import load_universe
+    from transit_release.releases.sequences import budget_for
+
+    _check_passenger_release_args(args)
+    if args.trips:
+        if not args.stops or args.locations or args.taxonomy:
+            raise InputDataError("with --trips give --stops (its stations are the universe), not --locations or "
+                                 "--taxonomy")
+        universe = _stop_table_universe(args)
+    else:
+        preflight.readable_file(args.input, "sequence")
+        universe = load_universe(args.locations, args.taxonomy)
+    # refuses the other mechanism's flags, an impossible ε or a tree too large before Prefect starts
+    budget_for(args.mechanism, universe, args.epsilon, args.height, args.variant, args.fanout, args.lmax, args.nmax)
+    with _prefect(home, args.verbose):
+        from flows.sequence_release import sequence_release
+
+        resolve = lambda p: str(Path(p).resolve()) if p else None  # noqa: E731
+        result = sequence_release(
+            input=resolve(args.input), trips=resolve(args.trips), stops=resolve(args.stops), mode=args.mode,
+            epsilon=args.epsilon, height=args.height, mechanism=args.mechanism, lmax=args.lmax, nmax=args.nmax,
+            period_start=args.period_start, period_end=args.period_end, variant=args.variant,
+            locations=str(Path(args.locations).resolve()) if args.locations else None,
+            taxonomy=str(Path(args.taxonomy).resolve()) if args.taxonomy else None, fanout=args.fanout,
+            home=str(home.root), release_id=args.release_id, policy=args.policy, ledger=args.ledger,
+            quarantine_limit=args.quarantine_limit, queries=args.queries, dry_run=args.dry_run)
+    _print_summary(result)
+    return 0
+
+
+def _trajectories(args, home: Home) -> int:
+    from transit_release import preflight
+    from transit_release.inputs.screening import parse_period
+    from transit_release.inputs.universe import load_universe, read_taxonomy_file, with_taxonomy
+    from transit_release.releases.trajectories import check_period, safepath_setup
+
+    _check_passenger_release_args(args)
+    check_period(parse_period(args.period_start, args.period_end))
+    if args.trips:
+        if not args.stops or args.locations:
+            raise InputDataError("with --trips give --stops (its stations are the universe), not --locations")
+        universe = _stop_table_universe(args)
+        if args.location_taxonomy:
+            universe = with_taxonomy(universe, read_taxonomy_file(args.location_taxonomy))
+    else:
+        preflight.readable_file(args.input, "trajectory")
+        universe = load_universe(args.locations, args.location_taxonomy, "--location-taxonomy")
+    # refuses a configuration the public universe cannot carry (the ε_ng guard, scales, tree size) before Prefect
+    safepath_setup(universe, args.epsilon, args.height, location_fanout=args.location_fanout,
+                   location_taxonomy_height=args.location_taxonomy_height, time_fanout=args.time_fanout,
+                   time_taxonomy_height=args.time_taxonomy_height, rule=args.thresholds)
+    with _prefect(home, args.verbose):
+        from flows.trajectory_release import trajectory_release
+
+        resolve = lambda p: str(Path(p).resolve()) if p else None  # noqa: E731
+        result = trajectory_release(
+            input=resolve(args.input), trips=resolve(args.trips), stops=resolve(args.stops), mode=args.mode,
+            epsilon=args.epsilon, height=args.height, period_start=args.period_start, period_end=args.period_end,
+            locations=resolve(args.locations), location_taxonomy=resolve(args.location_taxonomy),
+            location_fanout=args.location_fanout, location_taxonomy_height=args.location_taxonomy_height,
+            time_fanout=args.time_fanout, time_taxonomy_height=args.time_taxonomy_height, thresholds=args.thresholds,
+            home=str(home.root), release_id=args.release_id, policy=args.policy, ledger=args.ledger,
+            quarantine_limit=args.quarantine_limit, queries=args.queries, dry_run=args.dry_run)
+    _print_summary(result)
+    return 0
+
+
+def _sets(args, home: Home) -> int:
+    from transit_release import preflight
+    from transit_release.inputs.universe import from_stop_locations, read_locations_file
+    from transit_release.releases.sets import set_budget
+
+    _check_passenger_release_args(args)
+    if args.trips:
+        if not args.stops or args.locations:
+            raise InputDataError("with --trips give --stops (its locations are the universe), not --locations")
+        stops, name = _validated_stops(args)
+        universe = from_stop_locations(stops, (args.mode,) if args.mode else None, name)
+    else:
+        if args.stops or args.mode:
+            raise InputDataError("--stops and --mode go with --trips; with --input give --locations")
+        preflight.readable_file(args.input, "set")
+        if args.locations is None:
+            raise InputDataError("give the public location universe: --locations FILE (one location id per line); "
+                                 "the universe is never read off the data")
+        universe = read_locations_file(args.locations)
+    set_budget(universe, args.epsilon, args.fanout)  # refuses a bad ε or an exploding partitioning before Prefect
+    with _prefect(home, args.verbose):
+        from flows.sets_release import set_release
+
+        resolve = lambda p: str(Path(p).resolve()) if p else None  # noqa: E731
+        result = set_release(
+            input=resolve(args.input), locations=resolve(args.locations), trips=resolve(args.trips),
+            stops=resolve(args.stops), mode=args.mode, epsilon=args.epsilon, fanout=args.fanout,
+            period_start=args.period_start, period_end=args.period_end, home=str(home.root),
+            release_id=args.release_id, policy=args.policy, ledger=args.ledger,
+            quarantine_limit=args.quarantine_limit, queries=args.queries, dry_run=args.dry_run)
+    _print_summary(result)
+    return 0
+
+
+def _audit(args, home: Home) -> int:
+    from transit_release.accounting.policy import load_budget_policy
+
+    load_budget_policy(args.policy)
+    with _prefect(home, args.verbose):
+        from flows.audit import privacy_audit
+
+        result = privacy_audit(home=str(home.root), ledger=args.ledger, delta_prime=args.delta_prime,
+                               policy=args.policy)
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+    else:
+        _print_audit(result)
+    if not result["ok"]:
+        print("transit-release: audit failed: " + "; ".join(result["discrepancies"]), file=sys.stderr)
+        return EXIT_AUDIT_FAILED
+    return 0
+
+
+def _repair(args, home: Home) -> int:
+    """No Prefect needed: the ledger, the file system and MLflow's store directly."""
+    from tasks.track import tag_published_runs
+    from transit_release import recovery
+    from transit_release.accounting.ledger import Ledger
+
+    home.prepare()
+    ledger = Ledger(home.ledger)
+    if args.adopt_ledger_key:
+        print(f"ledger key adopted: {ledger.adopt_key()} entr(y/ies) MACed")
+    result = recovery.repair(home, ledger)
+    tagged = tag_published_runs.fn(home, sorted(ledger.published())) if home.mlflow_db.exists() else []
+    for rid in result.completed:
+        print(f"completed the interrupted publication of {rid}")
+    for rid in result.rolled_back:
+        print(f"rolled back the interrupted publication of {rid} (its spends stay counted)")
+    for rid in tagged:
+        print(f"tagged the MLflow run of {rid} as published")
+    for p in result.removed:
+        print(f"removed {p}")
+    if not (result.completed or result.rolled_back or tagged or result.removed):
+        print("nothing to repair")
+    return 0
+
+
+def _serve(args, home: Home) -> int:
+    from flows import deployments
+
+    os.environ.setdefault("TRANSIT_RELEASE_HOME", str(home.root))
+    path = args.deployments or deployments.DEFAULT_FILE
+    deployments.read_deployments(path)  # a missing variable fails here, before any server starts
+    if os.environ.get("PREFECT_API_URL"):
+        deployments.serve(path)  # a scheduler that creates no runs stops it (SchedulerError, exit 2)
+    else:
+        # the local server's scheduler errors are reported as they happen, not only at start-up
+        health = deployments.SchedulerHealth(log_path=home.prefect_home / "server.log")
+        with deployments.local_server(home.prefect_home, on_scheduler_error=health.error) as url:
+            os.environ["PREFECT_API_URL"] = url  # for the runs' own processes
+            print(f"local Prefect server: {url} (log: {health.log_path})", flush=True)
+            deployments.serve(path, api_url=url, health=health)
+    return 0
 
 
 def _synth(args) -> int:
@@ -180,7 +628,7 @@ def _synth(args) -> int:
 def _synth_metro(args) -> int:
     import pandas as pd
 
-    from transit_release.sequence_io import format_sequences
+    from transit_release.inputs.sequences import format_sequences
     from transit_release.synth.metro import synthesize_metro
 
     seqs, metro = synthesize_metro(args.passengers, seed=args.seed)
@@ -195,87 +643,55 @@ def _synth_metro(args) -> int:
                                        encoding="utf-8")
     pd.DataFrame({"location": ids, "group": [metro.lines[g] for g in metro.line_of],
                   "name": metro.names}).to_csv(out / "taxonomy.csv", index=False)
-    print(f"sequences: {out / 'sequences.txt'}\ntaxonomy: {out / 'taxonomy.csv'}")
+    (out / "locations.txt").write_text("# the metro's stations: the public universe\n" + "\n".join(ids) + "\n",
+                                       encoding="utf-8")
+    print(f"sequences: {out / 'sequences.txt'}\ntaxonomy: {out / 'taxonomy.csv'}\nlocations: {out / 'locations.txt'}")
     return 0
 
 
-def _release(args, trips: str, stops: str, home: Home) -> int:
-    from flows.opal_release import opal_release
+def _demo(args, home: Home) -> int:
+    from transit_release.synth.opal_week import week_period, write_synthetic_week
 
-    summary = opal_release(trips=str(Path(trips).resolve()), stops=str(Path(stops).resolve()),
-                           home=str(home.root), config=args.config, epsilons=args.epsilons,
-                           delta=args.delta, release_id=args.release_id, policy=args.policy,
-                           ledger=args.ledger, period_start=args.period_start, period_end=args.period_end,
-                           quarantine_limit=args.quarantine_limit, dask_address=args.dask_address,
-                           workers=args.workers)
-    _print_summary(summary)
-    return 0
-
-
-def _serve(args, home: Home) -> int:
-    from flows import deployments
-
-    os.environ.setdefault("TRANSIT_RELEASE_HOME", str(home.root))
-    path = args.deployments or deployments.DEFAULT_FILE
-    deployments.read_deployments(path)  # a missing variable fails here, before any server starts
-    if os.environ.get("PREFECT_API_URL"):
-        deployments.serve(path)
-    else:
-        with deployments.local_server(home.prefect_home) as url:
-            os.environ["PREFECT_API_URL"] = url  # for the runs' own processes
-            print(f"local Prefect server: {url}", flush=True)
-            deployments.serve(path, api_url=url)
-    return 0
+    home.prepare()
+    data = home.private / "demo-input"
+    if not (data / "trips.csv").exists() or not (data / "stops.csv").exists():
+        write_synthetic_week(data, scale=args.scale, seed=args.seed, show_progress=sys.stderr.isatty())
+    args.period_start, args.period_end = week_period()  # the synthetic week's own, public period
+    return _release(args, str(data / "trips.csv"), str(data / "stops.csv"), home)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    os.umask(UMASK)
     try:
         if args.command == "synth":
             return _synth(args)
         if args.command == "synth-metro":
             return _synth_metro(args)
-        home = Home.at(args.home, getattr(args, "ledger", None))  # every other command has a home
-        _prepare_environment(home)
+        home = Home.at(args.home, getattr(args, "ledger", None)).check_usable()  # created only when a flow runs
+        _prepare_environment(home, args.verbose)
+        if args.command == "budget":
+            return _budget(args, home)
+        if args.command == "repair":
+            return _repair(args, home)
         if args.command == "serve":
             return _serve(args, home)
         if args.command == "release":
             return _release(args, args.trips, args.stops, home)
         if args.command == "sequences":
-            from flows.sequence_release import sequence_release
-
-            result = sequence_release(input=str(Path(args.input).resolve()), epsilon=args.epsilon, height=args.height,
-                                      variant=args.variant, taxonomy=args.taxonomy, fanout=args.fanout,
-                                      home=str(home.root), release_id=args.release_id, scope=args.scope,
-                                      policy=args.policy, ledger=args.ledger, queries=args.queries)
-            for k, v in result.items():
-                print(f"{k}: {v}")
-            return 0
+            return _sequences(args, home)
+        if args.command == "trajectories":
+            return _trajectories(args, home)
+        if args.command == "sets":
+            return _sets(args, home)
         if args.command == "audit":
-            from flows.audit import privacy_audit
-
-            result = privacy_audit(home=str(home.root), ledger=args.ledger, delta_prime=args.delta_prime)
-            if args.json:
-                import json
-
-                print(json.dumps(result, indent=2, ensure_ascii=False))
-            else:
-                _print_audit(result)
-            if not result["ok"]:
-                print("transit-release: audit failed: " + "; ".join(result["discrepancies"]), file=sys.stderr)
-                return EXIT_AUDIT_FAILED
-            return 0
-        from transit_release.synth.opal_week import write_synthetic_week
-
-        data = home.private / "demo-input"
-        if not (data / "trips.csv").exists() or not (data / "stops.csv").exists():
-            write_synthetic_week(data, scale=args.scale, seed=args.seed)
-        return _release(args, str(data / "trips.csv"), str(data / "stops.csv"), home)
+            return _audit(args, home)
+        return _demo(args, home)
     except TransitReleaseError as exc:
-        from transit_release.errors import BudgetExceededError
-
+        if args.verbose:
+            raise
         print(f"transit-release: error: {exc}", file=sys.stderr)
-        return EXIT_BUDGET if isinstance(exc, BudgetExceededError) else EXIT_INPUT
+        return EXIT_BUDGET if isinstance(exc, BudgetError) else EXIT_INPUT
     except KeyboardInterrupt:
         print("transit-release: interrupted", file=sys.stderr)
         return 130

@@ -58,8 +58,12 @@ class QualityPolicy:
     max_trip_minutes: int = 300  # a longer trip is an "absurd duration"
     min_rows: int = 1
     max_rows: int = 200_000_000
+    quarantine_retention_days: float = 30.0  # quarantined raw rows are deleted after this many days
 
     def __post_init__(self):
+        if not (math.isfinite(self.quarantine_retention_days) and self.quarantine_retention_days > 0):
+            raise ConfigError(f"quality.quarantine_retention_days must be a positive number of days. "
+                              f"Found {self.quarantine_retention_days}.")
         if not 0 <= self.quarantine_limit < 1:
             raise ConfigError(f"quality.quarantine_limit must be in [0, 1). Found {self.quarantine_limit}.")
         if self.max_trip_minutes <= 0:
@@ -69,13 +73,35 @@ class QualityPolicy:
                               f"Found {self.min_rows}, {self.max_rows}.")
 
 
+UNITS = ("trip", "card")
+
+
+@dataclass(frozen=True)
+class CardBounds:
+    """Contribution bounds of a card-level release (public): at most ``max_trips_per_partition`` (k) trips per
+    card per (mode, date) partition and at most ``max_partitions`` (P) partitions per card per release."""
+
+    max_trips_per_partition: int
+    max_partitions: int
+
+    def __post_init__(self):
+        for name in ("max_trips_per_partition", "max_partitions"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"release config: bounds.{name} must be a positive whole number. Found {v!r}.")
+
+
 @dataclass(frozen=True)
 class ReleaseConfig:
+    """A release's public parameters. ``unit_of_privacy`` is ``trip`` (the paper's: replace one trip, no bound on a
+    card's trips) or ``card`` (add or remove one card's trips, bounded by ``bounds`` before the card id is dropped)."""
+
     budgets: dict[str, MarginalBudget]
     bin_minutes: int = 15
     unit_of_privacy: str = "trip"
     modes: tuple[str, ...] = KNOWN_MODES
     quality: QualityPolicy = QualityPolicy()
+    bounds: CardBounds | None = None
 
     def __post_init__(self):
         if set(self.budgets) != set(MARGINAL_BY_NAME):
@@ -83,18 +109,40 @@ class ReleaseConfig:
             extra = sorted(set(self.budgets) - set(MARGINAL_BY_NAME))
             raise ConfigError(f"release config: marginals must be exactly the six of the Opal release; "
                               f"missing {missing}, unknown {extra}")
+        if self.unit_of_privacy not in UNITS:
+            raise ConfigError(f"release config: unit_of_privacy must be one of {list(UNITS)}. "
+                              f"Found {self.unit_of_privacy!r}.")
+        if (self.unit_of_privacy == "card") != (self.bounds is not None):
+            raise ConfigError("release config: a card-level release needs 'bounds:' (max_trips_per_partition, "
+                              "max_partitions); a trip-level release has none")
         for name, b in self.budgets.items():
             if not (math.isfinite(b.epsilon) and b.epsilon > 0):
                 raise ConfigError(f"release config: marginals.{name}.epsilon must be a positive number. Found {b.epsilon}.")
             if not (0 < b.delta < 1):
                 raise ConfigError(f"release config: marginals.{name}.delta must be in (0, 1). Found {b.delta}.")
+            try:  # the noise scale and threshold must be ones the exact samplers can honour: refused here, not later
+                self.sbh_budget(name).threshold
+            except ValueError as exc:
+                raise ConfigError(f"release config: marginals.{name}: {exc}") from None
         if self.bin_minutes <= 0 or 1440 % self.bin_minutes:
             raise ConfigError(f"release config: bin_minutes must divide 1440. Found {self.bin_minutes}.")
-        if self.unit_of_privacy != "trip":
-            raise ConfigError(f"release config: unit_of_privacy must be 'trip'. Found {self.unit_of_privacy!r}.")
         unknown = sorted(set(self.modes) - set(KNOWN_MODES))
         if unknown or not self.modes:
             raise ConfigError(f"release config: modes must be a non-empty subset of {list(KNOWN_MODES)}. Found {unknown}.")
+
+    def sbh_budget(self, marginal: str):
+        """The stability histogram of one marginal for this unit: the trip level is the card level's special case
+        ``k = 1`` under replace-one (sensitivity (2, 2, 1): scale 2/ε, the paper's thresholds 34 and 18)."""
+        from transit_release.mechanisms.stability_histogram import CardLevelBudget
+
+        b = self.budgets[marginal]
+        if self.unit_of_privacy == "card":
+            return CardLevelBudget(b.epsilon, b.delta, self.bounds.max_trips_per_partition, "add-remove-one")
+        return CardLevelBudget(b.epsilon, b.delta, 1, "replace-one")
+
+    @property
+    def neighbouring(self) -> str:
+        return "add-remove-one" if self.unit_of_privacy == "card" else "replace-one"
 
     @property
     def partition_epsilon(self) -> float:
@@ -105,6 +153,17 @@ class ReleaseConfig:
     def partition_delta(self) -> float:
         """``6 × 1/8,000,000 = 7.5e-7`` exactly, not ``7.499999999999999e-07``."""
         return float(sum(exact_fraction(b.delta) for b in self.budgets.values()))
+
+    @property
+    def release_epsilon(self) -> float:
+        """What one release can cost a unit by basic composition: a trip is in one partition; a card in at most
+        ``P`` of them."""
+        return self.partition_epsilon * (self.bounds.max_partitions if self.bounds else 1)
+
+    @property
+    def release_delta(self) -> float:
+        return float(sum(exact_fraction(b.delta) for b in self.budgets.values())
+                     * (self.bounds.max_partitions if self.bounds else 1))
 
     def with_overrides(self, epsilons: list[float] | None = None, delta: float | None = None,
                        quarantine_limit: float | None = None) -> "ReleaseConfig":
@@ -126,9 +185,12 @@ class ReleaseConfig:
             "modes": list(self.modes),
             "marginals": {m.name: {"epsilon": self.budgets[m.name].epsilon, "delta": self.budgets[m.name].delta}
                           for m in MARGINALS},
+            **({"bounds": {"max_trips_per_partition": self.bounds.max_trips_per_partition,
+                           "max_partitions": self.bounds.max_partitions}} if self.bounds else {}),
             "quality": {"quarantine_limit": self.quality.quarantine_limit,
                         "max_trip_minutes": self.quality.max_trip_minutes,
-                        "min_rows": self.quality.min_rows, "max_rows": self.quality.max_rows},
+                        "min_rows": self.quality.min_rows, "max_rows": self.quality.max_rows,
+                        "quarantine_retention_days": self.quality.quarantine_retention_days},
         }
 
     @classmethod
@@ -136,30 +198,78 @@ class ReleaseConfig:
         if not isinstance(data, dict) or not isinstance(data.get("release"), dict):
             raise ConfigError(f"{source}: expected a top-level 'release:' mapping")
         r = data["release"]
-        known = {"bin_minutes", "unit_of_privacy", "modes", "marginals", "quality"}
+        known = {"bin_minutes", "unit_of_privacy", "modes", "marginals", "quality", "bounds"}
         if set(r) - known:
             raise ConfigError(f"{source}: unknown keys {sorted(set(r) - known)}")
-        try:
-            budgets = {name: MarginalBudget(float(v["epsilon"]), float(v["delta"]))
-                       for name, v in (r.get("marginals") or {}).items()}
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"{source}: every marginal needs numeric 'epsilon' and 'delta' ({exc})") from None
+        marginals = r.get("marginals") or {}
+        if not isinstance(marginals, dict):
+            raise ConfigError(f"{source}: 'marginals:' must be a mapping of marginal → {{epsilon, delta}}")
+        budgets = {}
+        for name, v in marginals.items():
+            if not isinstance(v, dict) or set(v) != {"epsilon", "delta"}:
+                raise ConfigError(f"{source}: marginals.{name} must hold exactly 'epsilon' and 'delta'")
+            budgets[name] = MarginalBudget(_number(v["epsilon"], f"marginals.{name}.epsilon", source),
+                                           _number(v["delta"], f"marginals.{name}.delta", source))
         q = r.get("quality") or {}
-        if set(q) - {"quarantine_limit", "max_trip_minutes", "min_rows", "max_rows"}:
-            raise ConfigError(f"{source}: unknown quality keys {sorted(set(q) - set(QualityPolicy.__dataclass_fields__))}")
+        if not isinstance(q, dict) or set(q) - set(QualityPolicy.__dataclass_fields__):
+            raise ConfigError(f"{source}: 'quality:' must be a mapping of "
+                              f"{sorted(QualityPolicy.__dataclass_fields__)}")
+        values = {}
+        for k, v in q.items():
+            x = _number(v, f"quality.{k}", source)
+            if k in ("max_trip_minutes", "min_rows", "max_rows"):
+                if x != int(x):
+                    raise ConfigError(f"{source}: quality.{k} must be a whole number. Found {v!r}.")
+                x = int(x)
+            values[k] = x
         try:
-            quality = QualityPolicy(**{k: (float(v) if k == "quarantine_limit" else int(v)) for k, v in q.items()})
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{source}: quality values must be numbers ({exc.__class__.__name__})") from None
+            quality = QualityPolicy(**values)
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from None
+        bins = _number(r.get("bin_minutes", 15), "bin_minutes", source)
+        if bins != int(bins):
+            raise ConfigError(f"{source}: bin_minutes must be a whole number of minutes. Found {r['bin_minutes']!r}.")
+        modes = r.get("modes", list(KNOWN_MODES))
+        if not isinstance(modes, list) or not all(isinstance(m, str) for m in modes):
+            raise ConfigError(f"{source}: 'modes:' must be a list of modes")
+        if len(set(modes)) != len(modes):
+            raise ConfigError(f"{source}: 'modes:' lists a mode twice. Found {modes}.")
+        unit = r.get("unit_of_privacy", "trip")
+        if not isinstance(unit, str):
+            raise ConfigError(f"{source}: unit_of_privacy must be text")
+        bounds = None
+        if "bounds" in r:
+            raw = r["bounds"]
+            if not isinstance(raw, dict) or set(raw) != {"max_trips_per_partition", "max_partitions"}:
+                raise ConfigError(f"{source}: 'bounds:' must hold exactly max_trips_per_partition and max_partitions")
+            values = {}
+            for k, v in raw.items():
+                x = _number(v, f"bounds.{k}", source)
+                if x != int(x):
+                    raise ConfigError(f"{source}: bounds.{k} must be a whole number. Found {v!r}.")
+                values[k] = int(x)
+            bounds = CardBounds(**values)
         try:
-            return cls(budgets=budgets, quality=quality,
-                       bin_minutes=int(r.get("bin_minutes", 15)),
-                       unit_of_privacy=str(r.get("unit_of_privacy", "trip")),
-                       modes=tuple(r.get("modes", KNOWN_MODES)))
+            return cls(budgets=budgets, quality=quality, bin_minutes=int(bins), unit_of_privacy=unit,
+                       modes=tuple(modes), bounds=bounds)
         except ConfigError as exc:
             raise ConfigError(str(exc).replace("release config", source, 1)) from None
+
+
+def _number(value, name: str, source: str) -> float:
+    """A finite number from YAML (``true``, text, NaN and infinities are refused, naming the key).
+
+    A number YAML 1.1 reads as text (``1e-7`` without a dot) is taken as the number it spells."""
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise ConfigError(f"{source}: {name} must be a number. Found text {value!r}.") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{source}: {name} must be a number. Found {type(value).__name__} {value!r}.")
+    if not math.isfinite(value):
+        raise ConfigError(f"{source}: {name} must be finite. Found {value!r}.")
+    return float(value)
 
 
 def default_file(name: str) -> Path:
@@ -173,14 +283,27 @@ def read_yaml(path: Path, what: str):
         return yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{what} {path}: file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{what} {path}: is a directory, not a file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what} {path}: the text is not valid UTF-8 (save the file as UTF-8)") from None
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: cannot be read ({exc.strerror})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{what} {path}: not valid YAML ({exc.__class__.__name__})") from None
 
 
-def default_config_path() -> Path:
-    return default_file("opal_release.yaml")
+def default_config_path(unit: str = "trip") -> Path:
+    """The built-in defaults: the paper's (trip) or the card level's (chosen in ``benchmarks/experiment_card_level.py``)."""
+    if unit not in UNITS:
+        raise ConfigError(f"--unit must be one of {list(UNITS)}. Found {unit!r}.")
+    return default_file("opal_release.yaml" if unit == "trip" else "opal_release_card.yaml")
 
 
-def load_release_config(path: str | Path | None = None) -> ReleaseConfig:
-    path = Path(path) if path is not None else default_config_path()
-    return ReleaseConfig.from_dict(read_yaml(path, "release config"), source=f"release config {path}")
+def load_release_config(path: str | Path | None = None, unit: str | None = None) -> ReleaseConfig:
+    """The file at ``path`` (or the built-in defaults of ``unit``); ``unit`` must match the file's if both are given."""
+    path = Path(path) if path is not None else default_config_path(unit or "trip")
+    config = ReleaseConfig.from_dict(read_yaml(path, "release config"), source=f"release config {path}")
+    if unit is not None and config.unit_of_privacy != unit:
+        raise ConfigError(f"release config {path} is for unit '{config.unit_of_privacy}', not '{unit}' (--unit)")
+    return config

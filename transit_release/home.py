@@ -1,9 +1,53 @@
-"""Where a release's state lives under one home directory (default: the current one)."""
+"""Where a release's state lives under one home directory (default: the current one).
+
+Layout and who may read it::
+
+    releases/<id>/            public files (0755 directories, 0644 files)
+    release_reports/          internal reports, Data Docs, index.html (not world-readable)
+    private/                  raw rows and anything derived from them (0700; files 0600)
+        quarantine/<id>/      quarantined raw rows (kept for ``quality.quarantine_retention_days``)
+        work/<id>-<run>/      one run's working files (its partition dataset), removed when it ends
+        test-releases/<id>/   releases made with the test-only noise seed (never under releases/)
+    ledger.sqlite             the privacy ledger (0600)
+    mlflow.db, mlartifacts/   the MLflow store (not world-readable)
+    .prefect/                 Prefect's local database
+
+Release ids name directories under ``releases/`` and ``release_reports/``, so
+ids that would collide with the home's own files are reserved.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from transit_release.errors import ConfigError
+
+#: Names a release id may not take: they are the home's own files and folders (release_reports/ holds
+#: index.html, audit-<stamp>/ and experiments-<name>/ next to the releases' report folders).
+RESERVED_IDS = frozenset({"index.html", "releases", "release_reports", "private", "mlartifacts", "mlflow.db",
+                          "ledger.sqlite", "summary.json", "audit_summary.json", "data_docs", "work",
+                          "quarantine", "test-releases", "privacy-audit"})
+RESERVED_PREFIXES = ("audit-", "experiments-", ".")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+#: Process umask of every command: nothing the tool writes is world-readable unless made so on purpose.
+UMASK = 0o027
+
+
+def check_release_id(release_id: str) -> str:
+    """A release id is a directory name: letters, digits, '.', '_', '-'; not one of the home's own names."""
+    if not isinstance(release_id, str) or not _ID.fullmatch(release_id):
+        raise ConfigError(f"release id {release_id!r} is not valid: use letters, digits, '.', '_' or '-' "
+                          "(1 to 100 characters, starting with a letter or digit)")
+    if release_id.lower() in RESERVED_IDS or release_id.lower().startswith(RESERVED_PREFIXES):
+        raise ConfigError(f"release id {release_id!r} is reserved: it would collide with the home's own files "
+                          f"({', '.join(sorted(RESERVED_IDS))}, or names starting with "
+                          f"{', '.join(repr(p) for p in RESERVED_PREFIXES)})")
+    return release_id
 
 
 @dataclass(frozen=True)
@@ -21,18 +65,37 @@ class Home:
         return self.root / "releases"
 
     @property
+    def test_releases(self) -> Path:
+        """Releases made with the test-only seed: private, never under ``releases/``."""
+        return self.private / "test-releases"
+
+    def release_root(self, noise_kind: str) -> Path:
+        """Where a release with this noise source is published."""
+        return self.releases if noise_kind == "os-entropy" else self.test_releases
+
+    def release_dir(self, release_id: str) -> Path:
+        """The published directory of a release, wherever it is (``releases/`` or, for tests, private)."""
+        public = self.releases / release_id
+        test = self.test_releases / release_id
+        return test if test.exists() and not public.exists() else public
+
+    @property
     def reports(self) -> Path:
         """Internal reports: ``release_reports/<release-id>/``."""
         return self.root / "release_reports"
 
     @property
     def private(self) -> Path:
-        """Anything holding raw rows (quarantine files, demo input)."""
+        """Anything holding raw rows (quarantine files, working files, demo input)."""
         return self.root / "private"
 
-    def partition_dataset(self, release_id: str) -> Path:
-        """The release's encoded trips, one Parquet file per partition (removed once published)."""
-        return self.private / release_id / "partitions"
+    @property
+    def quarantine(self) -> Path:
+        return self.private / "quarantine"
+
+    @property
+    def work(self) -> Path:
+        return self.private / "work"
 
     @property
     def ledger(self) -> Path:
@@ -58,3 +121,37 @@ class Home:
     def mlflow_ui_command(self) -> str:
         return (f"mlflow ui --backend-store-uri {self.mlflow_uri} "
                 f"--default-artifact-root {self.mlflow_artifacts.as_uri()}")
+
+    def check_usable(self) -> "Home":
+        """Refuse at once, creating nothing, a home that is a file or cannot be written (one clear line)."""
+        if self.root.exists() and not self.root.is_dir():
+            raise ConfigError(f"--home {self.root} is a file, not a directory")
+        existing = self.root
+        while not existing.exists():
+            existing = existing.parent
+        if not existing.is_dir():
+            raise ConfigError(f"--home {self.root}: {existing} is a file, not a directory")
+        probe = existing / f".write-test-{os.getpid()}"
+        try:
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise ConfigError(f"--home {self.root} is not writable ({exc.strerror})") from None
+        return self
+
+    def prepare(self) -> "Home":
+        """Create the home's folders with their modes (after :meth:`check_usable`).
+
+        ``private/`` is 0700 (raw rows), the reports and the stores are not world-readable, and
+        ``releases/`` is world-readable.
+        """
+        self.check_usable()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"--home {self.root}: cannot be created ({exc.strerror})") from None
+        for path, mode in ((self.private, 0o700), (self.reports, 0o750), (self.releases, 0o755)):
+            path.mkdir(exist_ok=True)
+            if stat.S_IMODE(path.stat().st_mode) != mode:
+                os.chmod(path, mode)
+        return self

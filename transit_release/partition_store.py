@@ -17,19 +17,25 @@ release is published.
 
 from __future__ import annotations
 
+import json
 import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from transit_release.errors import TransitReleaseError
-from transit_release.preprocessing import (TRIP_COLUMNS, EncodedTrips, KeySpace, PartitionHistograms,
-                                           histograms_of, key_space, partition_label, split_by_partition)
+from transit_release.preprocessing import (KEPT, TRIP_COLUMNS, EncodedTrips, KeySpace, PartitionHistograms,
+                                           histograms_of, key_space, partition_label, partition_of_rows,
+                                           split_by_partition)
 
 FILE_NAME = "trips.parquet"
+#: The dataset's own description (partitions, key space, location vocabularies, bin width), so that a task or a
+#: worker given only the dataset's path can read any partition: nothing but paths crosses a task boundary.
+DESCRIPTOR = "_dataset.json"  # a leading underscore: Parquet dataset readers skip it
 
 
 class PartitionStoreError(TransitReleaseError):
@@ -83,6 +89,11 @@ def write_dataset(encoded: EncodedTrips, root: Path) -> PartitionDataset:
             pq.write_table(pa.Table.from_pandas(rows, preserve_index=False), path, compression="zstd")
             entries.append(entry)
         staging.mkdir(exist_ok=True)  # a period with no trips is an empty dataset
+        ks = key_space(encoded)
+        (staging / DESCRIPTOR).write_text(json.dumps({
+            "partitions": [[e.mode, e.date, e.n_trips] for e in sorted(entries, key=lambda e: (e.mode, e.date))],
+            "key_space": [ks.n_bins, ks.n_locations], "vocab": {m: list(v) for m, v in encoded.vocab.items()},
+            "bin_minutes": encoded.bin_minutes}), encoding="utf-8")
         if root.exists():
             shutil.rmtree(root)
         staging.rename(root)
@@ -93,19 +104,48 @@ def write_dataset(encoded: EncodedTrips, root: Path) -> PartitionDataset:
                             dict(encoded.vocab), encoded.bin_minutes)
 
 
+def load_dataset(root: str | Path) -> PartitionDataset:
+    """The dataset written at ``root`` (its descriptor), without reading any partition."""
+    root = Path(root)
+    try:
+        d = json.loads((root / DESCRIPTOR).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise PartitionStoreError(f"partition dataset {root}: {DESCRIPTOR} is missing or unreadable") from None
+    return PartitionDataset(root, tuple(StoredPartition(m, dt, int(n)) for m, dt, n in d["partitions"]),
+                            KeySpace(*d["key_space"]), {m: tuple(v) for m, v in d["vocab"].items()},
+                            int(d["bin_minutes"]))
+
+
+def partition_entry(dataset: PartitionDataset, mode: str, date: str) -> StoredPartition | None:
+    """The stored partition, or None when nobody rode that mode that day (no file was written)."""
+    for e in dataset.partitions:
+        if (e.mode, e.date) == (mode, date):
+            return e
+    return None
+
+
+def read_partition_histograms(dataset: PartitionDataset, mode: str, date: str) -> PartitionHistograms:
+    """A partition of the declared period's public domain: its six histograms, empty if it holds no trip."""
+    entry = partition_entry(dataset, mode, date)
+    if entry is not None:
+        return read_partition(dataset, entry)
+    empty = {c: np.zeros(0, dtype=np.int64) for c in TRIP_COLUMNS}
+    return PartitionHistograms(mode, date, 0, histograms_of(empty, dataset.key_space))
+
+
 def read_partition(dataset: PartitionDataset, entry: StoredPartition) -> PartitionHistograms:
     """Read one partition's rows and count its six histograms; nothing else is loaded."""
     path = dataset.root / entry.relative_path
     try:
-        table = pq.read_table(path, columns=list(TRIP_COLUMNS))
+        table = pq.read_table(path, columns=[*TRIP_COLUMNS, KEPT])
     except (FileNotFoundError, pa.ArrowInvalid) as exc:
         raise PartitionStoreError(f"partition {entry.partition}: cannot read {path} ({type(exc).__name__})") from None
     if table.num_rows != entry.n_trips:
         raise PartitionStoreError(f"partition {entry.partition}: {path} does not hold the rows that were written "
                                   "(a different number)")
-    rows = {c: table.column(c).to_numpy() for c in TRIP_COLUMNS}
+    rows = {c: table.column(c).to_numpy() for c in (*TRIP_COLUMNS, KEPT)}
     del table
-    return PartitionHistograms(entry.mode, entry.date, entry.n_trips, histograms_of(rows, dataset.key_space))
+    return partition_of_rows(entry.mode, entry.date, rows, dataset.key_space)
 
 
 def remove_dataset(root: Path) -> None:

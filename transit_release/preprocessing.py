@@ -90,8 +90,12 @@ def _lookup(index: LocationIndex, stop: np.ndarray, present: np.ndarray, mode_co
     return out
 
 
-def encode_trips(trips: pd.DataFrame, index: LocationIndex, bin_minutes: int) -> EncodedTrips:
-    """Steps 1–4: drop the card id, bin times, map stops to locations, partition."""
+def encode_trips(trips: pd.DataFrame, index: LocationIndex, bin_minutes: int,
+                 kept: np.ndarray | None = None) -> EncodedTrips:
+    """Steps 1–4: drop the card id, bin times, map stops to locations, partition.
+
+    ``kept`` (card level) marks the trips that survived contribution bounding: only they are counted for the
+    release; the others stay, flagged, so that the internal utility figures can compare with the whole data."""
     modes = index.modes
     mode_code = pd.Categorical(trips["mode"], categories=list(modes)).codes.astype(np.int8)
     keep = mode_code >= 0
@@ -116,6 +120,7 @@ def encode_trips(trips: pd.DataFrame, index: LocationIndex, bin_minutes: int) ->
         "on_loc": _lookup(index, trips["tap_on_stop"].to_numpy(dtype=np.int64)[keep],
                           np.ones(int(keep.sum()), bool), mc),
         "off_loc": _lookup(index, off_stop, off_known & (off_stop >= 0), mc),
+        "kept": np.ones(int(keep.sum()), dtype=bool) if kept is None else np.asarray(kept, dtype=bool)[keep],
     })
     return EncodedTrips(partitions=partitions, frame=frame, vocab=index.vocab, bin_minutes=bin_minutes)
 
@@ -139,10 +144,20 @@ def partition_label(mode: str, date: str) -> str:
 
 @dataclass(frozen=True)
 class PartitionHistograms:
+    """The six histograms a partition's release is made from; ``unbounded`` (card level) those of all its trips,
+    before contribution bounding, which only the internal utility figures use."""
+
     mode: str
     date: str
     n_trips: int
     histograms: dict[str, Histogram]
+    unbounded: dict[str, Histogram] | None = None
+    n_trips_unbounded: int | None = None
+
+    @property
+    def truth(self) -> dict[str, Histogram]:
+        """What the release is measured against: all trips (before bounding, if there was any)."""
+        return self.unbounded if self.unbounded is not None else self.histograms
 
     @property
     def partition(self) -> str:
@@ -184,8 +199,9 @@ def key_space(encoded: EncodedTrips) -> KeySpace:
     return KeySpace(encoded.n_bins, max((len(v) for v in encoded.vocab.values()), default=0))
 
 
-#: The encoded columns the histograms read (a row's partition is where it is stored).
+#: The encoded columns the histograms read (a row's partition is where it is stored), and the bounding flag.
 TRIP_COLUMNS = ("on_bin", "off_bin", "on_loc", "off_loc")
+KEPT = "kept"
 
 
 def split_by_partition(encoded: EncodedTrips) -> Iterator[tuple[tuple[str, str], pd.DataFrame]]:
@@ -197,7 +213,7 @@ def split_by_partition(encoded: EncodedTrips) -> Iterator[tuple[tuple[str, str],
     part = encoded.frame["part"].to_numpy(dtype=np.int64)
     order = np.argsort(part, kind="stable")
     bounds = np.searchsorted(part[order], np.arange(len(encoded.partitions) + 1))
-    columns = encoded.frame[list(TRIP_COLUMNS)]
+    columns = encoded.frame[[*TRIP_COLUMNS, KEPT]]
     for p, key in enumerate(encoded.partitions):
         yield key, columns.iloc[order[bounds[p]:bounds[p + 1]]].reset_index(drop=True)
 
@@ -214,15 +230,25 @@ def histograms_of(rows: Mapping[str, np.ndarray], ks: KeySpace) -> dict[str, His
     return out
 
 
+def partition_of_rows(mode: str, date: str, rows: Mapping[str, np.ndarray], ks: KeySpace) -> PartitionHistograms:
+    """A partition's histograms from its rows: of the kept rows, and of all rows when bounding dropped some."""
+    kept = np.asarray(rows[KEPT], dtype=bool) if KEPT in rows else None
+    if kept is None or kept.all():
+        return PartitionHistograms(mode, date, len(rows[TRIP_COLUMNS[0]]), histograms_of(rows, ks))
+    bounded = {c: np.asarray(rows[c])[kept] for c in TRIP_COLUMNS}
+    return PartitionHistograms(mode, date, int(kept.sum()), histograms_of(bounded, ks),
+                               unbounded=histograms_of(rows, ks), n_trips_unbounded=int(kept.size))
+
+
 def partition_histograms(encoded: EncodedTrips) -> list[PartitionHistograms]:
     """The six histograms of every partition, held in memory together (tests, benchmarks).
 
     The release flow reads the partitions back one at a time from a Parquet
     dataset instead (:mod:`transit_release.partition_store`); both use
-    :func:`histograms_of`.
+    :func:`partition_of_rows`.
     """
     ks = key_space(encoded)
-    return [PartitionHistograms(mode, date, len(rows), histograms_of(rows, ks))
+    return [partition_of_rows(mode, date, {c: rows[c].to_numpy() for c in rows.columns}, ks)
             for (mode, date), rows in split_by_partition(encoded)]
 
 

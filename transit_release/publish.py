@@ -1,9 +1,16 @@
-"""Publishing a release directory atomically, with its manifest and data card.
+"""Publishing a release directory atomically and recoverably, with its manifest and data card.
 
-Files are written into ``releases/.tmp-<id>-<random>/`` (:func:`stage_release`)
+Files are written into ``<root>/.tmp-<id>-<random>/`` (:func:`stage_release`)
 and the directory is renamed into place as the very last step
-(:func:`commit_release`), so a crash never leaves half a release under
-``releases/<id>``; an existing release is never overwritten.
+(:func:`commit_release`): an *intent* is committed to the ledger first, then
+the rename, then the ledger's ``published`` entry. A crash never leaves half a
+release under ``<root>/<id>``, an existing release is never overwritten, and a
+crash between the steps is completed or rolled back by
+:mod:`transit_release.recovery` from the intent.
+
+Public CSV cells never start a spreadsheet formula: a text cell starting with
+``=``, ``+``, ``-``, ``@``, a tab or a carriage return is prefixed with a single
+quote (OWASP's CSV-injection guidance), except a plain number such as ``-1``.
 """
 
 from __future__ import annotations
@@ -19,21 +26,39 @@ from pathlib import Path
 
 import pandas as pd
 
-from transit_release.errors import ConfigError, ReleaseExistsError
+from transit_release.errors import ReleaseExistsError
+from transit_release.faults import crash_point
+from transit_release.home import check_release_id
 
-RELEASE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 MANIFEST = "manifest.json"
 DATACARD = "DATACARD.md"
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?\d+(\.\d+)?([eE][+-]?\d+)?")
+CSV_NEUTRALISATION = ("text cells that would start with =, +, -, @, a tab or a carriage return are prefixed with a "
+                      "single quote (') so that no spreadsheet runs them as a formula (plain numbers such as -1 are "
+                      "kept as they are)")
+
+__all__ = ["MANIFEST", "DATACARD", "check_release_id", "rows_released", "neutralise_cell", "neutralise_frame", "stage_release",
+           "commit_release", "verify_release", "sha256_file", "already_published", "StagedRelease"]
 
 
-def check_release_id(release_id: str) -> str:
-    if not RELEASE_ID.match(release_id or ""):
-        raise ConfigError(f"release id {release_id!r} is not valid: use letters, digits, '.', '_' or '-' "
-                          "(at most 100 characters, starting with a letter or digit)")
-    return release_id
+def neutralise_cell(text: str) -> str:
+    """``'`` + ``text`` if a spreadsheet would read ``text`` as a formula; ``text`` otherwise."""
+    if text.startswith(_FORMULA_START) and not _NUMBER.fullmatch(text):
+        return "'" + text
+    return text
 
 
-def already_published(releases_dir: Path, ledger, release_id: str, same) -> bool:
+def neutralise_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Every text column of ``df`` with :func:`neutralise_cell` applied (numbers untouched)."""
+    out = df.copy()
+    for col in out.columns:
+        if pd.api.types.is_object_dtype(out[col]) or pd.api.types.is_string_dtype(out[col]):
+            out[col] = out[col].map(lambda v: neutralise_cell(v) if isinstance(v, str) else v)
+    return out
+
+
+def already_published(ledger, release_dir: Path, release_id: str, same) -> bool:
     """Is ``release_id`` already published from the same input and parameters?
 
     ``same(earlier_events)`` says whether the earlier spends match this run.
@@ -42,7 +67,7 @@ def already_published(releases_dir: Path, ledger, release_id: str, same) -> bool
     so no earlier release, report or record is touched.
     """
     published = release_id in ledger.published()
-    exists = (releases_dir / release_id).exists()
+    exists = release_dir.exists()
     if not (published or exists):
         return False
     if published and exists and same([e.event() for e in ledger.spends(release_id)]):
@@ -77,39 +102,44 @@ class StagedRelease:
     manifest_sha256: str
 
 
-def stage_release(releases_dir: Path, release_id: str, tables: dict[str, pd.DataFrame], manifest: dict,
+def stage_release(root: Path, release_id: str, tables: dict[str, pd.DataFrame], manifest: dict,
                   datacard: str, texts: dict[str, str] | None = None) -> StagedRelease:
-    """Write every file of the release into ``releases/.tmp-<id>-<random>/``."""
+    """Write every file of the release into ``<root>/.tmp-<id>-<random>/`` (CSV cells neutralised).
+
+    Tables are written as CSV and Parquet; ``texts`` as they are. Public files are
+    world-readable whatever the process umask.
+    """
     check_release_id(release_id)
-    releases_dir.mkdir(parents=True, exist_ok=True)
-    final = releases_dir / release_id
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / release_id
     if final.exists():
-        raise ReleaseExistsError(f"release '{release_id}' already exists in {releases_dir}; it is never overwritten")
-    for stale in releases_dir.glob(f".tmp-{release_id}-*"):
-        shutil.rmtree(stale, ignore_errors=True)  # left by a crashed run; never visible as a release
-    tmp = releases_dir / f".tmp-{release_id}-{secrets.token_hex(4)}"
+        raise ReleaseExistsError(f"release '{release_id}' already exists in {root}; it is never overwritten")
+    tmp = root / f".tmp-{release_id}-{secrets.token_hex(4)}"
     tmp.mkdir()
     try:
         files = {}
         for name, df in tables.items():
+            safe = neutralise_frame(df)
             for ext in ("csv", "parquet"):
                 path = tmp / f"{name}.{ext}"
                 if ext == "csv":
-                    df.to_csv(path, index=False, lineterminator="\n")
+                    safe.to_csv(path, index=False, lineterminator="\n")
                 else:
-                    df.to_parquet(path, index=False)
+                    safe.to_parquet(path, index=False)
                 files[path.name] = {"sha256": sha256_file(path), "rows": int(len(df)), "bytes": path.stat().st_size}
         for name, text in (texts or {}).items():
             (tmp / name).write_text(text, encoding="utf-8", newline="\n")
-            files[name] = {"sha256": sha256_file(tmp / name), "rows": text.count("\n"),
-                           "bytes": (tmp / name).stat().st_size}
+            rows = sum(1 for line in text.splitlines() if line and not line.startswith("#"))  # data lines only
+            files[name] = {"sha256": sha256_file(tmp / name), "rows": rows, "bytes": (tmp / name).stat().st_size}
         (tmp / DATACARD).write_text(datacard, encoding="utf-8")
         files[DATACARD] = {"sha256": sha256_file(tmp / DATACARD), "bytes": (tmp / DATACARD).stat().st_size}
         manifest = {**manifest, "files": dict(sorted(files.items()))}
-        text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+        text = json.dumps(manifest, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
         (tmp / MANIFEST).write_text(text, encoding="utf-8")
         for p in tmp.iterdir():
+            os.chmod(p, 0o644)
             _fsync(p)
+        os.chmod(tmp, 0o755)
         _fsync(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -117,81 +147,56 @@ def stage_release(releases_dir: Path, release_id: str, tables: dict[str, pd.Data
     return StagedRelease(tmp, final, manifest, hashlib.sha256(text.encode("utf-8")).hexdigest())
 
 
-def commit_release(staged: StagedRelease) -> Path:
-    """Make the staged release visible under its id with one atomic rename."""
+def commit_release(staged: StagedRelease, ledger, mlflow_run_id: str | None = None) -> Path:
+    """Intent on the ledger → one atomic rename → ``published`` entry on the ledger.
+
+    A crash after the intent is completed (or rolled back) by :func:`transit_release.recovery.repair`.
+    """
     if staged.final_dir.exists():
         shutil.rmtree(staged.staging_dir, ignore_errors=True)
         raise ReleaseExistsError(f"release '{staged.final_dir.name}' appeared while publishing; "
                                  "it is never overwritten")
+    ledger.record_intent(staged.final_dir.name, staged.manifest_sha256, staged.staging_dir, staged.final_dir,
+                         mlflow_run_id)
+    crash_point("after-intent")
     os.rename(staged.staging_dir, staged.final_dir)
     _fsync(staged.final_dir.parent)
+    crash_point("after-rename")
+    ledger.record_publication(staged.final_dir.name, staged.manifest_sha256)
+    crash_point("after-publication-entry")
     return staged.final_dir
 
 
 def verify_release(release_dir: Path) -> list[str]:
-    """Problems found when re-hashing a published release (empty list: intact)."""
+    """Problems found when re-hashing a published release (empty list: intact).
+
+    The directory must hold exactly the manifest and the files it lists: a file
+    added to a published release is a problem too.
+    """
     problems = []
     manifest_path = release_dir / MANIFEST
     if not manifest_path.is_file():
         return [f"{release_dir.name}: {MANIFEST} is missing"]
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    for name, meta in manifest.get("files", {}).items():
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return [f"{release_dir.name}: {MANIFEST} is not readable JSON"]
+    listed = manifest.get("files", {})
+    for name, meta in listed.items():
         path = release_dir / name
         if not path.is_file():
             problems.append(f"{release_dir.name}/{name}: missing")
-        elif sha256_file(path) != meta["sha256"]:
+        elif sha256_file(path) != meta.get("sha256"):
             problems.append(f"{release_dir.name}/{name}: sha256 differs from the manifest")
+    for extra in sorted(p.relative_to(release_dir).as_posix() for p in release_dir.rglob("*")
+                        if p.name != MANIFEST and p.relative_to(release_dir).as_posix() not in listed
+                        and not (p.is_dir() and any(f.startswith(p.relative_to(release_dir).as_posix() + "/")
+                                                    for f in listed))):
+        problems.append(f"{release_dir.name}/{extra}: not listed in the manifest")
     return problems
 
 
-def render_datacard(manifest: dict) -> str:
-    """The public data card: what the files are and what the privacy guarantee means."""
-    p = manifest["privacy"]
-    rows = "\n".join(
-        f"| {m['j']} | `{name}` | `{m['file']}.csv` | {m['epsilon']:g} | {m['delta']:.3g} | {m['noise_scale']} | {m['threshold']} |"
-        for name, m in p["marginals"].items())
-    period = manifest["period"]
-    return f"""# {manifest['release_id']}: differentially private tap counts
-
-Public-transport tap-on/tap-off counts for {period['start']} to {period['end']},
-per mode ({', '.join(manifest['modes'])}) and day, released under differential privacy.
-
-## Files
-| file | columns | one row is |
-| --- | --- | --- |
-| `time.csv` | `mode,date,tap,time,count` | taps in a {manifest['parameters']['bin_minutes']}-minute window (`time` = window start, `-1` = unknown) |
-| `location.csv` | `mode,date,tap,loc,count` | taps at a location (bus: postcode; other modes: stop, station or wharf name; `-1` = unknown, e.g. a missing tap-off) |
-| `time-loc.csv` | `mode,date,tap,time,loc,count` | taps at a location in a time window |
-
-Each CSV has a Parquet twin with the same rows. `tap` is `on` or `off`. Rows are
-sorted by mode, date, tap, time and location. `manifest.json` lists every file's
-SHA-256.
-
-## How the counts were made
-For each (mode, date) and each of six column combinations, every combination
-present in the data got integer noise from the discrete Laplace distribution and
-was published only if its noisy count reached a threshold (the stability-based
-histogram of Asghar, Tyler & Kaafar, 2018). Consequences for users:
-
-- **Missing rows are small, not zero.** A combination absent from a file had a
-  true count below about its threshold (see below) or did not occur at all.
-- **Counts are noisy.** The noise has mean 0 and standard deviation of about
-  `1.4 × scale` taps; add rows up to reduce relative error.
-- **Files disagree slightly.** Each file got its own noise, so totals over
-  `time.csv` and `location.csv` differ.
-- **No invented combinations.** Every published (time, location) occurred in the data.
-
-| j | marginal | file | ε | δ | noise scale | threshold |
-| --- | --- | --- | --- | --- | --- | --- |
-{rows}
-
-## Privacy guarantee
-The release is ({p['epsilon']:g}, {p['delta']:.3g})-differentially private for one
-**{p['unit_of_privacy']}** (neighbouring data sets: {p['neighbouring_relation']};
-equivalently ({p['add_remove_epsilon']:g}, {p['add_remove_delta']:.3g}) when one trip is added or removed).
-Composition: {p['composition']}. A passenger making several trips is protected per
-trip, not as a whole.
-
-Noise source: {manifest['noise_source']}. Code version: {manifest['code_version']}.
-Produced by transit-release; licence of the data: {manifest.get('licence', 'CC BY 4.0')}.
-"""
+def rows_released(files: dict[str, dict]) -> int:
+    """Rows a release publishes: its CSV and text files' rows, a table that restates a text file counted once."""
+    return sum(int(meta.get("rows", 0)) for name, meta in files.items()
+               if name.endswith((".csv", ".txt")) and not (name.endswith(".csv") and name[:-4] + ".txt" in files))

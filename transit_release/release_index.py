@@ -18,6 +18,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from transit_release import publish
+
 INDEX = "index.html"
 SUMMARY = "summary.json"
 AUDIT_SUMMARY = "audit_summary.json"
@@ -26,8 +28,8 @@ AUDIT_SUMMARY = "audit_summary.json"
 @dataclass(frozen=True)
 class ReleaseRow:
     release_id: str
-    kind: str  # "opal" or "sequences"
-    period: str  # "start – end" for Opal; the input's scope for sequences
+    kind: str  # "opal", "sequences", ...
+    period: str  # "start – end" of the declared period
     sort_key: str
     mechanism: str
     unit_of_privacy: str
@@ -60,8 +62,8 @@ def _utility(kind: str, summary: dict | None) -> str:
     if errors:
         size = errors[0].rsplit("max_q", 1)[1]
         parts.append(f"count-query error (|Q| ≤ {size}) {_pct(summary[errors[0]])}")
-    if "patterns.top100.tp" in summary:
-        parts.append(f"top-100 patterns found {int(summary['patterns.top100.tp'])}/100")
+    for key in sorted(k for k in summary if k.endswith(".top100.tp")):  # patterns, itemsets, grams, ...
+        parts.append(f"top-100 {key.split('.')[0]} found {int(summary[key])}/100")
     return "; ".join(parts) or "—"
 
 
@@ -76,17 +78,16 @@ def collect_releases(releases_dir: Path, reports_dir: Path) -> list[ReleaseRow]:
             continue
         rid = manifest["release_id"]
         privacy = manifest.get("privacy", {})
-        kind = "opal" if "period" in manifest else "sequences"
-        if kind == "opal":
+        kind = manifest.get("kind") or ("opal" if "modes" in manifest else "sequences")
+        if "period" in manifest:
             period = f"{manifest['period']['start']} – {manifest['period']['end']}"
             sort_key = manifest["period"]["end"]
-            mechanism = "stability-based histogram"
-        else:
+        else:  # sequence releases made before periods were declared
             period = f"scope: {manifest.get('scope', '—')}"
             sort_key = manifest.get("created_at", "")[:10]
-            mechanism = privacy.get("mechanism", "noisy prefix tree").split(" (")[0]
-        rows_released = sum(int(meta.get("rows", 0)) for name, meta in manifest.get("files", {}).items()
-                            if name.endswith((".csv", ".txt")))
+        mechanism = ("stability-based histogram" if kind == "opal"
+                     else privacy.get("mechanism", "noisy prefix tree").split(" (")[0])
+        rows_released = publish.rows_released(manifest.get("files", {}))
         report_dir = reports_dir / rid
         links = {"data card": os.path.relpath(d / "DATACARD.md", reports_dir),
                  "manifest": os.path.relpath(d / "manifest.json", reports_dir)}
@@ -118,7 +119,7 @@ def audit_summary(result: dict) -> dict:
             "releases_published": len(result["releases_published"]),
             "discrepancies": len(result["discrepancies"]),
             "loss": {unit: {"epsilon": loss["basic"]["epsilon"], "delta": loss["basic"]["delta"],
-                            "advanced_epsilon": loss["advanced"]["epsilon"]}
+                            "pld_epsilon": (loss.get("pld") or {}).get("epsilon")}
                      for unit, loss in result["loss"].items()}}
 
 
@@ -140,8 +141,9 @@ def render_index(rows: list[ReleaseRow], audit: tuple[str, dict] | None) -> str:
     else:
         name, s = audit
         status = '<b class="ok">PASSED</b>' if s["ok"] else '<b class="bad">FAILED</b>'
-        losses = "".join(f"<li>per {html.escape(u)}: ε = {x['epsilon']:g}, δ = {x['delta']:.3g} "
-                         f"(advanced composition ε = {x['advanced_epsilon']:.4g})</li>" for u, x in s["loss"].items())
+        losses = "".join(f"<li>per {html.escape(u)}: ε = {x['epsilon']:g}, δ = {x['delta']:.3g}"
+                         + (f" (privacy-loss distributions: ε = {x['pld_epsilon']:.4g})" if x.get("pld_epsilon")
+                            else "") + "</li>" for u, x in s["loss"].items())
         audit_html = (f'<p id="latest-audit">{status} — {html.escape(name)}: {s["entries"]} ledger entries, '
                       f'{s["releases_published"]} published release(s), {s["discrepancies"]} discrepancy(ies). '
                       f'<a href="{html.escape(name)}/audit.html">Audit report</a></p><ul>{losses}</ul>')

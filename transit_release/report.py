@@ -55,6 +55,54 @@ def _bars(df: pd.DataFrame, title: str, ylabel: str, path: Path, stacked: bool =
     plt.close(fig)
 
 
+def _bounding_html(q: dict | None) -> str:
+    b = (q or {}).get("bounding")
+    if not b:
+        return ""
+    share = b["rows_dropped"] / b["rows_in"] if b["rows_in"] else 0.0
+    return (f"<p>Contribution bounding (card level): {b['rows_kept']:,} of {b['rows_in']:,} trips kept "
+            f"({100 * (1 - share):.2f}%); {b['cards_truncated']:,} of {b['cards']:,} cards lost at least one trip "
+            f"({b['rows_dropped_per_partition_cap']:,} trips beyond the per-partition cap, "
+            f"{b['rows_dropped_partitions_cap']:,} in partitions beyond the partition cap). Internal figures: the "
+            "public files do not state them.</p>")
+
+
+def card_level_curve() -> pd.DataFrame:
+    """The experiment's utility-against-privacy curve of card-level releases (package data)."""
+    from importlib import resources
+
+    with resources.files("transit_release").joinpath("defaults", "card_level_curve.csv").open("r") as fh:
+        return pd.read_csv(fh, comment="#")
+
+
+def _curve_plot(manifest: dict, utility: pd.DataFrame, path: Path) -> bool:
+    """A card-level release's own point (card-week ε, trips covered, mean relative error) on the experiment's
+    curves for its bounds; False when the release is not card-level."""
+    p = manifest["privacy"]
+    if p.get("unit_of_privacy") != "card":
+        return False
+    curve = card_level_curve()
+    k, P = p["bounds"]["max_trips_per_partition"], p["bounds"]["max_partitions"]
+    mine = curve[(curve["k"] == k) & (curve["P"] == P)].sort_values("card_week_eps_basic")
+    released = utility["points_released"].sum()
+    mre = float((utility["mean_rel_error"].fillna(0) * utility["points_released"]).sum() / released) if released else 0
+    coverage = float(utility["trip_coverage"].mean())
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for ax, col, value, label in ((axes[0], "trip_coverage", coverage, "trips covered"),
+                                  (axes[1], "mre", mre, "mean relative error of released cells")):
+        ax.plot(mine["card_week_eps_basic"], mine[col], "o-", color="tab:blue",
+                label=f"full-size synthetic week, k={k}, P={P}")
+        ax.plot([p["epsilon"]], [value], "*", ms=14, color="tab:red", label="this release")
+        ax.set_xscale("log")
+        ax.set_xlabel("card-week ε (basic composition)")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return True
+
+
 def _quarantine_html(q: dict | None) -> str:
     if not q:
         return "<p>No screening summary.</p>"
@@ -77,6 +125,10 @@ def write_report(out_dir: Path, manifest: dict, utility: pd.DataFrame,
     _bars(budget, "Privacy budget ε per partition (stacked over the six marginals)", "ε",
           out_dir / "budget.png", stacked=True)
 
+    curve_html = ('<h2>Utility against privacy</h2><p class="note">This release on the curves measured on the '
+                  'full-size synthetic week (benchmarks/experiment_card_level.py), against all trips before '
+                  'bounding.</p><img src="card_level_curve.png" alt="utility against privacy">'
+                  if _curve_plot(manifest, utility, out_dir / "card_level_curve.png") else "")
     per_marginal = utility.groupby("marginal", sort=False).agg(
         points=("points", "sum"), released=("points_released", "sum"),
         kept_share=("kept_point_share", "mean"), trip_coverage=("trip_coverage", "mean"),
@@ -98,6 +150,8 @@ Files: {', '.join(f"<code>{html.escape(k)}</code> ({v['rows']:,} rows)" for k, v
 <ul>{links_html}</ul>
 <h2>Input quality</h2>
 {_quarantine_html(quarantine)}
+{_bounding_html(quarantine)}
+{curve_html}
 <h2>Utility per marginal</h2>
 <p class="note">kept share: share of present points released; trip coverage: share of trips on released points
 (mean over partitions); errors: |released − true| on released points; total variation: between the true and
@@ -114,8 +168,30 @@ released distributions.</p>
     return path
 
 
-def write_audit_report(out_dir: Path, result: dict) -> Path:
-    """``audit.html``: integrity findings, cumulative loss per unit, mode and partition, with plots."""
+def _cumulative_chart(tl: pd.DataFrame, unit: str, cap: float | None, path: Path) -> None:
+    """One panel per mode (lines of equal height would hide one another), each with the cap."""
+    modes = sorted(tl["mode"].unique())
+    fig, axes = plt.subplots(1, len(modes), figsize=(min(4 * len(modes), 16), 3.6), sharey=True, squeeze=False)
+    top = max(float(tl["cumulative_epsilon"].max()), cap or 0.0) * 1.1 or 1.0
+    for ax, mode in zip(axes[0], modes):
+        g = tl[tl["mode"] == mode].sort_values("recorded_at")
+        ax.step(g["recorded_at"], g["cumulative_epsilon"].cummax(), where="post", color="tab:blue")
+        ax.plot(g["recorded_at"], g["cumulative_epsilon"].cummax(), "o", ms=3, color="tab:blue")
+        if cap is not None:
+            ax.axhline(cap, color="tab:red", ls="--", lw=1, label=f"cap ε = {cap:g}")
+            ax.legend(loc="lower right", fontsize=8)
+        ax.set_ylim(0, top)
+        ax.set_title(mode, fontsize=10)
+        ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+    axes[0][0].set_ylabel(f"cumulative ε per {unit}")
+    fig.suptitle(f"Cumulative ε per {unit} over time (worst partition or period of each mode)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def write_audit_report(out_dir: Path, result: dict, caps: dict[str, float] | None = None) -> Path:
+    """``audit.html``: integrity findings, threat model, cumulative loss per unit, mode and scope, with plots."""
     out_dir.mkdir(parents=True, exist_ok=True)
     sections = []
     for unit, loss in result["loss"].items():
@@ -123,18 +199,8 @@ def write_audit_report(out_dir: Path, result: dict) -> Path:
         img_time = img_heat = ""
         if not tl.empty:
             tl["recorded_at"] = pd.to_datetime(tl["recorded_at"], format="ISO8601")
-            fig, ax = plt.subplots(figsize=(11, 4))
-            for mode, g in tl.groupby("mode"):
-                g = g.sort_values("recorded_at")
-                ax.step(g["recorded_at"], g["cumulative_epsilon"].cummax(), where="post", label=mode)
-            ax.set_title(f"Cumulative ε per {unit} over time (largest partition of each mode)")
-            ax.set_ylabel("ε (basic composition)")
-            ax.legend()
-            fig.autofmt_xdate()
-            fig.tight_layout()
-            fig.savefig(out_dir / f"cumulative_{unit}.png", dpi=80)
-            plt.close(fig)
-            img_time = f'<img src="cumulative_{unit}.png" alt="cumulative epsilon over time">'
+            _cumulative_chart(tl, unit, (caps or {}).get(unit), out_dir / f"cumulative_{unit}.png")
+            img_time = f'<img src="cumulative_{unit}.png" alt="cumulative epsilon over time per mode">'
             heat = pd.DataFrame(loss["per_partition_marginal"]).T.fillna(0.0).sort_index()
             known = [m.name for m in MARGINALS if m.name in heat.columns]
             heat = heat[known + sorted(set(heat.columns) - set(known))]
@@ -143,33 +209,86 @@ def write_audit_report(out_dir: Path, result: dict) -> Path:
             ax.set_xticks(range(heat.shape[1]), heat.columns, rotation=30, ha="right", fontsize=8)
             ax.set_yticks(range(heat.shape[0]), heat.index, fontsize=7)
             fig.colorbar(im, ax=ax, label="ε spent")
-            ax.set_title(f"ε per partition × marginal ({unit})")
+            ax.set_title(f"ε per partition × component ({unit})")
             fig.tight_layout()
             fig.savefig(out_dir / f"heatmap_{unit}.png", dpi=80)
             plt.close(fig)
-            img_heat = f'<img src="heatmap_{unit}.png" alt="partition by marginal heatmap">'
+            img_heat = f'<img src="heatmap_{unit}.png" alt="partition by component heatmap">'
         per_mode = pd.DataFrame(loss["per_mode"]).T
         per_part = pd.DataFrame(loss["per_partition"]).T
+        adv = loss.get("advanced")
+        adv_text = (f" Advanced composition: ε = {adv['epsilon']:.4g}, δ = {adv['delta']:.3g} "
+                    f"({html.escape(adv['theorem'])}, δ' = {adv['delta_prime']:g})." if adv else "")
+        pld = loss.get("pld")
+        pld_text = (f" Privacy-loss-distribution accounting: <b>ε = {pld['epsilon']:.4g} at δ = {pld['delta']:.3g}</b> "
+                    f"({html.escape(pld.get('method', ''))})." if pld else "")
         sections.append(f"""<h2>Unit of privacy: {html.escape(unit)} ({html.escape(loss['neighbouring'])})</h2>
 <p>Basic composition: <b>ε = {loss['basic']['epsilon']:g}, δ = {loss['basic']['delta']:.3g}</b> for one {html.escape(unit)}
-(the largest over partitions). Advanced composition: ε = {loss['advanced']['epsilon']:.4g},
-δ = {loss['advanced']['delta']:.3g} ({html.escape(loss['advanced']['theorem'])}, δ' = {loss['advanced']['delta_prime']:g}).</p>
+(the worst partition or period).{pld_text}{adv_text}</p>
 {img_time}
-<h3>Per mode</h3>{per_mode.to_html(float_format=lambda x: f"{x:.4g}")}
+<h3>Per mode</h3>{per_mode.to_html(float_format=lambda x: f"{x:.4g}") if not per_mode.empty else "<p>—</p>"}
 {img_heat}
-<h3>Per partition</h3>{per_part.to_html(float_format=lambda x: f"{x:.4g}")}""")
+<h3>Per partition or period</h3>{per_part.to_html(float_format=lambda x: f"{x:.4g}")}""")
     disc = "".join(f"<li>{html.escape(d)}</li>" for d in result["discrepancies"])
     charged = "".join(f"<li>{html.escape(r)}: {n} spend(s)</li>" for r, n in result["charged_not_published"].items())
+    threat = "".join(f"<li>{html.escape(t)}</li>" for t in result.get("threat_model", []))
+    leftovers = "".join(f"<li><code>{html.escape(x)}</code></li>" for x in result.get("leftovers", []))
+    pending = "".join(f"<li>{html.escape(x)}</li>" for x in result.get("pending_publications", []))
     status = "PASSED" if result["ok"] else "FAILED"
     body = f"""<!doctype html><html><head><meta charset="utf-8"><title>Privacy audit {status}</title>
 <style>{_CSS}</style></head><body>
 <h1>Privacy audit: {status}</h1>
 <p>{result['entries']} ledger entries; {len(result['releases_published'])} published release(s).</p>
-<h2>Discrepancies</h2>{f"<ul>{disc}</ul>" if disc else "<p>None: the ledger's hash chain is intact, every published file matches its manifest, and MLflow mirrors every spend.</p>"}
+<h2>Discrepancies</h2>{f"<ul>{disc}</ul>" if disc else "<p>None: the ledger's hash chain is intact, every published file matches its manifest, the ledger's anchors match, and MLflow mirrors every spend.</p>"}
+<h2>What this audit can vouch for</h2><ul>{threat}</ul>
 <h2>Charged, not published</h2>{f"<ul>{charged}</ul>" if charged else "<p>None.</p>"}
 <p class="note">These spends count: noise may have been drawn before the run stopped.</p>
+{f"<h2>Interrupted publications</h2><ul>{pending}</ul><p>Run <code>transit-release repair</code>.</p>" if pending else ""}
+{f"<h2>Left behind by runs that stopped</h2><ul>{leftovers}</ul><p>Run <code>transit-release repair</code> to remove them.</p>" if leftovers else ""}
 {''.join(sections)}
 </body></html>"""
     path = out_dir / "audit.html"
+    path.write_text(body, encoding="utf-8")
+    return path
+
+
+def write_sequence_report(out_dir: Path, manifest: dict, metrics: dict, quarantine: dict,
+                          links: dict[str, str] | None = None) -> Path:
+    """``report.html`` of a sequence-like release (sequences, n-grams, trajectories, sets): the utility figures
+    against the raw records, with a plot of the count-query error per query subset. Internal."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    errors = {k.rsplit(".", 1)[-1]: v for k, v in metrics.items() if k.startswith("count_query.relative_error.")}
+    img = ""
+    if errors:
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        ax.bar(list(errors), [100 * v for v in errors.values()])
+        ax.set_ylabel("mean relative error (%)")
+        ax.set_title("Count-query error per query subset (largest query size)")
+        fig.tight_layout()
+        fig.savefig(out_dir / "count_query_error.png", dpi=80)
+        plt.close(fig)
+        img = '<img src="count_query_error.png" alt="count-query error per subset">'
+    p = manifest["privacy"]
+    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.6g}</td></tr>" for k, v in sorted(metrics.items()))
+    qrows = "".join(f"<tr><td>{html.escape(r)}</td><td>{c:,}</td></tr>" for r, c in quarantine.items())
+    links_html = "".join(f'<li><a href="{html.escape(href)}">{html.escape(text)}</a></li>'
+                         for text, href in (links or {}).items())
+    period = manifest.get("period", {})
+    body = f"""<!doctype html><html><head><meta charset="utf-8"><title>Report {html.escape(manifest['release_id'])}</title>
+<style>{_CSS}</style></head><body>
+<h1>Release report: {html.escape(manifest['release_id'])}</h1>
+<p class="note">Internal document: it compares the release with the raw records. Do not publish.</p>
+<h2>What was released</h2>
+<p>{html.escape(manifest.get('product', ''))}; period {html.escape(period.get('start', ''))} to
+{html.escape(period.get('end', ''))}; universe of {manifest.get('universe', {}).get('locations', '—')} locations.
+Files: {', '.join(f"<code>{html.escape(k)}</code> ({v['rows']:,} rows)" for k, v in manifest['files'].items() if 'rows' in v)}.</p>
+<p>Privacy: ε = {p['epsilon']:g} (δ = {p['delta']:.2g}) per {html.escape(p['unit_of_privacy'])}
+({html.escape(p['neighbouring_relation'])}); {html.escape(p['mechanism'])}.</p>
+<ul>{links_html}</ul>
+<h2>Input quality</h2>{f"<table><tr><th>quarantined because</th><th>lines</th></tr>{qrows}</table>" if qrows else "<p>Nothing quarantined.</p>"}
+<h2>Utility</h2>{img}
+<table><tr><th>figure</th><th>value</th></tr>{rows}</table>
+</body></html>"""
+    path = out_dir / "report.html"
     path.write_text(body, encoding="utf-8")
     return path

@@ -1,0 +1,87 @@
+"""The trajectory release: week → universe → SafePath setup → read → charge → tree → evaluate → publish → track."""
+
+from __future__ import annotations
+
+from prefect import flow
+
+from flows.tail import publish_staged
+from flows.taps import clean_taps
+from tasks.budget import charge_budget, check_budget, load_policy, resolve_release
+from tasks.home import discard_run, prepare_home
+from tasks.ingest import fingerprint_inputs, ingest_stops
+from tasks.publish import load_manifest, stage_release
+from tasks.report import write_sequence_report
+from tasks.sequences import declared_period, stop_universe
+from tasks.summary import summarize, summarize_dry_run
+from tasks.track import anchor_ledger, check_store
+from tasks.trajectories import (check_trajectory_period, evaluate_trajectories, plan_trajectory_spend,
+                                read_trajectories, safepath_setup, same_release, sanitize_trajectories,
+                                tracking_record, trajectories_from_taps, trajectory_outputs, trajectory_universe)
+from tasks.validate import validate_stops
+from transit_release import progress
+from transit_release.mechanisms.safepath import DEFAULT_RULE
+from transit_release.releases import trajectories
+from transit_release.version import code_version
+
+
+@flow(name="trajectory-release")
+def trajectory_release(epsilon: float, height: int, input: str | None = None, period_start: str | None = None,
+                       period_end: str | None = None, locations: str | None = None,
+                       location_taxonomy: str | None = None, location_fanout: int | None = None,
+                       location_taxonomy_height: int | None = None, time_fanout: int | None = None,
+                       time_taxonomy_height: int | None = None, thresholds: str = DEFAULT_RULE,
+                       trips: str | None = None, stops: str | None = None, mode: str = "train", home: str = ".",
+                       release_id: str | None = None, policy: str | None = None, ledger: str | None = None,
+                       quarantine_limit: float = 0.01, queries: int = 40_000, top_k: list[int] | None = None,
+                       dry_run: bool = False) -> dict:
+    """Publish an ε-DP release of the passenger trajectories of one declared week (one spend: the whole tree).
+
+    Input: a ``station@hour`` one-a-line file over a public universe (``locations`` and/or
+    ``location_taxonomy`` files), or tap data (``trips`` and ``stops``: one trajectory per card over the
+    week, the stop table's ``mode`` stations as universe). Everything computed before the data is read
+    is public: both taxonomies, the budget split, the thresholds, the ε_ng guard and the size check.
+    """
+    where = prepare_home(home, ledger)
+    budget_policy = load_policy(policy)
+    period = check_trajectory_period(declared_period(period_start, period_end))
+    stop_table = validate_stops(ingest_stops(stops), stops) if trips else None
+    universe = trajectory_universe(locations, location_taxonomy,
+                                   stop_universe(stop_table, mode, stops) if trips else None)
+    setup = safepath_setup(universe, epsilon, height, location_fanout, location_taxonomy_height, time_fanout,
+                           time_taxonomy_height, thresholds)
+    fingerprint = fingerprint_inputs([p for p in (input, locations, location_taxonomy, trips, stops) if p])
+    target = resolve_release(where, release_id or trajectories.default_release_id(period),
+                             same_release(setup, fingerprint))
+    if target.already_published:
+        return summarize(where, load_manifest(where, target.release_id), "already published: nothing drawn or spent")
+    rid = target.release_id
+    with progress.stage("reading the trajectories"):
+        if trips:
+            clean, _, _ = clean_taps(where, rid, trips, stops, period, quarantine_limit, dry_run)
+            data = trajectories_from_taps(clean, stop_table, period, mode)
+        else:
+            data = read_trajectories(input, universe, quarantine_limit)
+    event = plan_trajectory_spend(rid, period, setup, fingerprint, code_version())
+    if dry_run:
+        return summarize_dry_run(rid, period, True, [event], check_budget(where, [event], budget_policy),
+                                 data.quarantine_counts)
+    check_store(where)  # MLflow must work before anything is spent
+    try:
+        charged = charge_budget(where, [event], budget_policy)
+        anchor_ledger(where, rid, "charge")
+        with progress.stage("building the SafePath tree"):
+            release, n_nodes, noise_kind = sanitize_trajectories(data, setup, charged, rid)
+        with progress.stage("evaluating"):
+            metrics = evaluate_trajectories(data, release, height, queries,
+                                            top_k if top_k is not None else list(trajectories.TOP_K), n_nodes)
+        with progress.stage("publishing"):
+            tables, texts, manifest = trajectory_outputs(rid, period, universe, setup, event, noise_kind,
+                                                         code_version(), release)
+            staged = stage_release(where, rid, tables, texts, manifest, trajectories.render_datacard, charged)
+            report = write_sequence_report(where, staged.manifest, metrics, data.quarantine_counts)
+            run_id = publish_staged(where, staged, charged, tracking_record(staged.manifest, metrics,
+                                                                            data.quarantine_counts), report)
+    except BaseException:
+        discard_run(where, rid, keep_reports=False)
+        raise
+    return {**summarize(where, staged.manifest, "published", run_id, f"{report}/report.html"), "metrics": metrics}

@@ -1,0 +1,45 @@
+"""The home directory: prepared before anything else, checked before any spend, tidied after a failure."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from prefect import get_run_logger
+
+from tasks import data_task
+from transit_release import recovery
+from transit_release.home import UMASK, Home
+
+
+@data_task(name="prepare-home")
+def prepare_home(home: str, ledger: str | None, quarantine_retention_days: float | None = None) -> Home:
+    """Folders with their modes; a home that is a file or not writable is refused at once; quarantined
+    rows older than the retention are deleted. The process's umask becomes the tool's (nothing it writes is
+    world-readable unless made so on purpose: the public release files), whoever started the run."""
+    os.umask(UMASK)
+    where = Home.at(home, ledger).prepare()
+    if quarantine_retention_days is not None:
+        removed = recovery.purge_quarantine(where, quarantine_retention_days)
+        if removed:
+            get_run_logger().info("deleted %d quarantine file(s) older than %g days", len(removed),
+                                  quarantine_retention_days)
+    return where
+
+
+@data_task(name="discard-failed-run")
+def discard_run(home: Home, release_id: str, keep_reports: bool) -> list[str]:
+    """After a refusal or failure: remove what this run created under ``release_reports/<id>/`` (unless the id
+    is published or another run holds it); its working directory goes with the run itself."""
+    from transit_release.accounting.ledger import Ledger
+
+    out = home.reports / release_id
+    if keep_reports or not out.exists() or (home.ledger.exists() and release_id in Ledger(home.ledger).published()):
+        return []
+    shutil.rmtree(out, ignore_errors=True)
+    return [str(out.relative_to(home.root))]
+
+
+def relative(home: Home, path: str | Path) -> str:
+    return str(Path(path).resolve().relative_to(home.root))

@@ -1,0 +1,56 @@
+"""Tasks of the Opal release kind: plan, tables, manifest and tracking record (one library call each)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timezone
+
+import pandas as pd
+
+from tasks import data_task
+from transit_release.config import ReleaseConfig
+from transit_release.partition_store import PartitionDataset
+from transit_release.releases import opal
+
+
+def same_release(config: ReleaseConfig, fingerprint: str) -> Callable[[list], bool]:
+    """Do earlier spends describe this very release (same input, same budgets)?"""
+    wanted = {(name, b.epsilon, b.delta, fingerprint) for name, b in config.budgets.items()}
+    return lambda earlier: wanted <= {(e.component, e.epsilon, e.delta, e.input_fingerprint) for e in earlier}
+
+
+@data_task(name="plan-spends")
+def plan_spends(release_id: str, period, config: ReleaseConfig, fingerprint: str, code_version: str) -> list:
+    """Describe every mechanism run as an event (one per partition of the declared period and marginal)."""
+    return opal.plan_spends(period, config, release_id, fingerprint, code_version)
+
+
+@data_task(name="bound-contributions")
+def bound_contributions(trips: pd.DataFrame, config: ReleaseConfig) -> tuple["np.ndarray", dict]:
+    """Card level: keep at most k trips per card per (mode, date) and at most P partitions per card, chosen at
+    random from the secure source; returns the mask of kept trips (the release counts only those) and the
+    internal counts."""
+    from transit_release.mechanisms.contribution_bounding import ContributionBounds
+    from transit_release.noise import NoiseSource
+
+    bounds = ContributionBounds(config.bounds.max_trips_per_partition, config.bounds.max_partitions)
+    kept, counts = opal.bound_card_contributions(trips, bounds, NoiseSource.from_environment())
+    return kept, counts
+
+
+@data_task(name="assemble-release-tables")
+def assemble_tables(outcomes: list[opal.PartitionOutcome], dataset: PartitionDataset) -> dict[str, pd.DataFrame]:
+    return opal.release_tables([o.sanitized for o in outcomes], dataset.key_space, dataset.vocab,
+                               dataset.bin_minutes)
+
+
+@data_task(name="build-manifest")
+def build_manifest(release_id: str, period, config: ReleaseConfig, noise_kind: str, code_version: str) -> dict:
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return opal.build_manifest(release_id, period, config, noise_kind, code_version, created)
+
+
+@data_task(name="tracking-record")
+def tracking_record(manifest: dict, utility: pd.DataFrame, quarantine: dict, validations: dict,
+                    sanitizers: dict) -> dict:
+    return opal.tracking(manifest, utility, quarantine, validations, sanitizers)

@@ -1,0 +1,114 @@
+"""Tasks of the trajectory release kind (SafePath)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+from tasks import data_task
+from tasks.sequences import check_quarantine
+from transit_release.inputs import universe as universes
+from transit_release.inputs.screening import Period
+from transit_release.inputs.trajectories import TrajectoryInput, read_trajectory_file, trajectories_from_trips
+from transit_release.noise import NoiseSource
+from transit_release.releases import trajectories
+from transit_release.releases.trajectories import SafePathSetup
+
+
+@data_task(name="check-trajectory-period")
+def check_trajectory_period(period: Period) -> Period:
+    """A trajectory release covers one calendar week, Monday to Sunday (hours of the week)."""
+    trajectories.check_period(period)
+    return period
+
+
+@data_task(name="trajectory-universe")
+def trajectory_universe(locations: str | None, location_taxonomy: str | None,
+                        stop_universe: universes.LocationUniverse | None = None) -> universes.LocationUniverse:
+    """The public universe: the stop table's stations (tap data) or a locations file, with the taxonomy file's
+    groups (and lines) if one is given; a taxonomy file alone is its own universe."""
+    if stop_universe is None:
+        return universes.load_universe(locations, location_taxonomy, "--location-taxonomy")
+    if location_taxonomy is None:
+        return stop_universe
+    return universes.with_taxonomy(stop_universe, universes.read_taxonomy_file(location_taxonomy))
+
+
+@data_task(name="safepath-setup")
+def safepath_setup(universe: universes.LocationUniverse, epsilon: float, height: int, location_fanout: int | None,
+                   location_taxonomy_height: int | None, time_fanout: int | None, time_taxonomy_height: int | None,
+                   rule: str) -> SafePathSetup:
+    """Taxonomies, budget, thresholds and size check from the public universe and parameters only."""
+    return trajectories.safepath_setup(universe, epsilon, height, location_fanout=location_fanout,
+                                       location_taxonomy_height=location_taxonomy_height, time_fanout=time_fanout,
+                                       time_taxonomy_height=time_taxonomy_height, rule=rule)
+
+
+def same_release(setup: SafePathSetup, fingerprint: str) -> Callable[[list], bool]:
+    """An earlier spend of the same inputs and public parameters (ε, h, both taxonomy heights, threshold rule)."""
+    b = setup.budget
+    wanted = ("safepath", float(b.epsilon), fingerprint, b.height, b.location.taxonomy_height,
+              b.time.taxonomy_height, setup.rule)
+    return lambda earlier: wanted in {(e.component, e.epsilon, e.input_fingerprint, getattr(e, "height", None),
+                                       getattr(e, "location_taxonomy_height", None),
+                                       getattr(e, "time_taxonomy_height", None), getattr(e, "thresholds", None))
+                                      for e in earlier}
+
+
+@data_task(name="read-trajectories")
+def read_trajectories(path: str, universe: universes.LocationUniverse, quarantine_limit: float) -> TrajectoryInput:
+    """Read and screen the ``station@hour`` lines against the public universe; too many bad lines abort (counts and
+    line numbers only)."""
+    data = read_trajectory_file(path, universe)
+    check_quarantine("trajectory file", Path(path).name, data.quarantine_counts, data.lines, quarantine_limit)
+    return data
+
+
+@data_task(name="trajectories-from-taps")
+def trajectories_from_taps(trips, stops, period: Period, mode: str) -> TrajectoryInput:
+    """One trajectory per card over the week (its tap-ons in time order, hours of the week), the stop table's
+    names as universe."""
+    return trajectories_from_trips(trips, stops, period.start, period.end, mode)
+
+
+@data_task(name="plan-trajectory-spend")
+def plan_trajectory_spend(release_id: str, period: Period, setup: SafePathSetup, fingerprint: str,
+                          code_version: str):
+    return trajectories.plan_spend(release_id, period, setup, fingerprint, code_version)
+
+
+@data_task(name="sanitize-trajectories")
+def sanitize_trajectories(data: TrajectoryInput, setup: SafePathSetup, charged: list,
+                          release_id: str) -> tuple[list, int, str]:
+    """Build the SafePath tree only after its spend is on the ledger; returns the release, the tree's size and
+    the noise source kind."""
+    if not any(e.event().kind == "safepath" and e.release_id == release_id for e in charged):
+        raise RuntimeError("no ledger charge for this trajectory release: noise is never drawn before its spend")
+    noise = NoiseSource.from_environment()
+    tree, release = trajectories.sanitize(data.trajectories, setup, noise, release_id)
+    return release, tree.n_nodes, noise.kind
+
+
+@data_task(name="evaluate-trajectories")
+def evaluate_trajectories(data: TrajectoryInput, release: list, height: int, queries: int, top_k: list[int],
+                          n_nodes: int) -> dict:
+    return trajectories.evaluate(data.trajectories, release, height, queries, tuple(top_k), n_nodes)
+
+
+@data_task(name="trajectory-outputs")
+def trajectory_outputs(release_id: str, period: Period, universe: universes.LocationUniverse, setup: SafePathSetup,
+                       event, noise_kind: str, code_version: str, release: list) -> tuple[dict, dict, dict]:
+    """(tables, texts, manifest) of a trajectory release."""
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    manifest = trajectories.build_manifest(release_id, period, universe, setup, event, noise_kind, code_version,
+                                           created)
+    text = trajectories.trajectory_text(release, universe, f"{release_id}: one passenger trajectory per line "
+                                                           "(station@hour of the week)")
+    return ({"trajectories": trajectories.trajectory_table(release, universe)}, {"trajectories.txt": text},
+            manifest)
+
+
+@data_task(name="trajectory-tracking-record")
+def tracking_record(manifest: dict, metrics: dict, quarantine: dict) -> dict:
+    return trajectories.tracking(manifest, metrics, quarantine)

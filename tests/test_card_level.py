@@ -1,0 +1,135 @@
+"""Card-level privacy: the card as the unit, end to end (bounding, user-level SBH, accounting, audit, data card)."""
+
+from __future__ import annotations
+
+import json
+import pandas as pd
+import pytest
+
+from tests.conftest import WEEK_FLAGS
+from tests.test_accounting import partition_events
+from transit_release.accounting.accountant import compose_one
+from transit_release.accounting.events import CardStabilityHistogramEvent
+from transit_release.accounting.ledger import Ledger
+from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
+from transit_release.cli import main
+from transit_release.config import default_config_path, load_release_config
+from transit_release.errors import BudgetExceededError, ConfigError
+
+
+def card_events(rid: str, eps_scale: float = 0.1, days: int = 7):
+    cfg = load_release_config(unit="card").with_overrides(epsilons=[eps_scale * w for w in (1, 1, 1, 1, 2, 2)])
+    out = []
+    for mode in ("bus", "ferry", "lightrail", "train"):
+        for d in range(days):
+            for name, b in cfg.budgets.items():
+                sbh = cfg.sbh_budget(name)
+                out.append(CardStabilityHistogramEvent(
+                    release_id=rid, mode=mode, date=f"201608{8 + d:02d}", marginal=name,
+                    epsilon=b.epsilon, delta=b.delta, threshold=sbh.threshold,
+                    noise_scale=str(sbh.scale), sensitivity=2, max_trips_per_partition=2, max_partitions=10,
+                    period_start="2016-08-08", period_end="2016-08-14", unit_of_privacy="card",
+                    neighbouring="add-remove-one", input_fingerprint="f", code_version="c"))
+    return out
+
+
+def test_the_card_defaults_and_their_thresholds():
+    cfg = load_release_config(unit="card")
+    assert (cfg.unit_of_privacy, cfg.bounds.max_trips_per_partition, cfg.bounds.max_partitions) == ("card", 2, 10)
+    assert cfg.partition_epsilon == pytest.approx(0.8) and cfg.release_epsilon == pytest.approx(8.0)
+    assert [cfg.sbh_budget(m).threshold for m in cfg.budgets] == [464, 464, 464, 464, 233, 233]
+    trip = load_release_config()
+    assert [trip.sbh_budget(m).threshold for m in trip.budgets] == [34, 34, 34, 34, 18, 18]  # the paper's, unchanged
+    with pytest.raises(ConfigError, match="is for unit 'card', not 'trip'"):
+        load_release_config(default_config_path("card"), "trip")
+
+
+def test_a_card_is_charged_for_its_p_most_expensive_partitions_and_every_release():
+    """28 partitions of 0.8 each, P = 10: a release costs a card 8 (not 28 × 0.8, not 0.8); releases add up."""
+    one = compose_one(card_events("w1"))
+    assert one.overall.epsilon == pytest.approx(8.0) and one.overall.delta == pytest.approx(10 * 6 * 1e-10)
+    two = compose_one(card_events("w1") + card_events("w2", days=2))  # 8 partitions < P: all 8 count
+    assert two.overall.epsilon == pytest.approx(8.0 + 8 * 0.8)
+
+
+def test_the_card_cap_by_privacy_loss_distributions(tmp_path):
+    policy = load_budget_policy()
+    cap = next(c for c in policy.caps if c.unit_of_privacy == "card")
+    assert (cap.measure, cap.epsilon, cap.delta, cap.period) == ("pld", 70.0, 1e-6, "calendar-year")
+    ledger = Ledger(tmp_path / "l.sqlite")
+    ledger.charge(card_events("w1"), check=policy.check)  # one week: PLD ≈ 5.1, well inside
+    big = card_events("big", eps_scale=2.0)  # ε_j × 20: one release's PLD alone is far above 70
+    with pytest.raises(BudgetExceededError, match="with this release the loss by privacy-loss distributions would "
+                                                  "be ε="):
+        ledger.charge(big, check=policy.check)
+    with pytest.raises(ConfigError, match="measure 'pld' caps the card unit"):
+        BudgetPolicy.from_dict({"policy": {"caps": [
+            {"name": "t", "unit_of_privacy": "trip", "per": "partition", "epsilon": 8, "delta": 1e-6,
+             "measure": "pld"}]}})
+
+
+def test_52_weekly_card_releases_by_basic_composition_and_by_pld():
+    from transit_release.accounting.pld import default_weekly_releases_loss, release_components
+
+    loss = default_weekly_releases_loss(52, 5e-7)
+    assert loss.basic_epsilon == pytest.approx(416.0)
+    assert 60 < loss.pld_epsilon < 75 and loss.pld_epsilon < loss.basic_epsilon
+    # the audit's reading of the ledger gives the same components as the closed description of a release
+    comps = release_components(card_events("w1"))
+    assert sum(c.count for c in comps) == 60 and {c.sensitivity for c in comps} == {2}
+
+
+def test_after_a_trip_level_release_the_per_card_loss_of_its_period_is_unbounded():
+    from transit_release.audit import card_unbounded_periods
+
+    class E:  # a ledger entry as the audit reads it
+        def __init__(self, ev):
+            self.entry_type, self._ev = "spend", ev
+
+        def event(self):
+            return self._ev
+
+    entries = [E(e) for e in partition_events("trip-week", date="20160808") + partition_events("trip-week",
+                                                                                                date="20160814")]
+    assert card_unbounded_periods(entries) == ["2016-08-08..2016-08-14"]
+
+
+@pytest.mark.flow
+def test_a_card_level_release_end_to_end(prefect_harness, small_week, tmp_path, capsys):
+    home = tmp_path / "home"
+    rc = main(["release", "--trips", str(small_week["trips"]), "--stops", str(small_week["stops"]), "--home",
+               str(home), "--unit", "card", "--release-id", "cards", *WEEK_FLAGS])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "privacy: (ε=8, δ=6e-09)-DP per card (add or remove one card's trips)" in out
+    assert "contribution bounding:" in out and "trips kept (internal figure)" in out
+    d = home / "releases" / "cards"
+    manifest = json.loads((d / "manifest.json").read_text())
+    p = manifest["privacy"]
+    assert p["unit_of_privacy"] == "card" and p["bounds"] == {"max_trips_per_partition": 2, "max_partitions": 10}
+    assert {m["threshold"] for m in p["marginals"].values()} == {464, 233}
+    assert pd.read_csv(d / "location.csv")["count"].min() >= 464
+    card = (d / "DATACARD.md").read_text()
+    assert "**card**: all of one passenger's trips in the period" in card
+    assert "at most **2 trips per\n(mode, day)** and at most **10 (mode, day) partitions**" in card
+    assert "rows_dropped" not in json.dumps(manifest) and "rows_dropped" not in card  # internal figures stay internal
+    spends = Ledger(home / "ledger.sqlite").spends("cards")
+    assert len(spends) == 28 * 6 and all(e.event().kind == "card_stability_histogram" for e in spends)
+    report = home / "release_reports" / "cards"
+    assert (report / "card_level_curve.png").stat().st_size > 5_000
+    assert "Contribution bounding (card level)" in (report / "report.html").read_text()
+    capsys.readouterr()
+    assert main(["audit", "--home", str(home), "--json"]) == 0
+    audit_out = capsys.readouterr().out
+    result = json.loads(audit_out[audit_out.index("{"):])
+    loss = result["loss"]["card"]
+    assert loss["basic"]["epsilon"] == pytest.approx(8.0)
+    assert loss["pld"] and loss["pld"]["epsilon"] < 8.0 and loss["pld"]["delta"] > loss["pld"]["pld_delta"]
+    assert result["card_unbounded_periods"] == []
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("transit-release").experiment_id],
+                              filter_string="tags.release_id = 'cards' and tags.unit_of_privacy = 'card'")
+    (run,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]  # the release's run, not a partition's
+    assert run.data.metrics["bounding.rows_dropped"] >= 0 and "mean_rel_error" in run.data.metrics

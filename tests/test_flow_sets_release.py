@@ -1,0 +1,196 @@
+"""The set_release flow (DiffPart over passengers' station sets) end to end, through the command."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pandas as pd
+import pytest
+
+from transit_release.accounting.ledger import Ledger
+from transit_release.cli import main
+from transit_release.mechanisms.diffpart import DEFAULT_PHANTOMS_PER_LEAF_SPLIT, DEFAULT_PHANTOMS_PER_SPLIT, \
+    c_for_phantoms
+
+pytestmark = pytest.mark.flow
+
+PERIOD = ["--period-start", "2026-01-01", "--period-end", "2026-01-31"]
+RID = "sets-diffpart-20260101-20260131"
+
+
+@pytest.fixture(scope="module")
+def metro(tmp_path_factory):
+    """The synthetic metro's passengers: ``sequences.txt`` read as sets (order and repeats are ignored)."""
+    data = tmp_path_factory.mktemp("metro")
+    assert main(["synth-metro", "--out", str(data), "--passengers", "20000", "--seed", "3"]) == 0
+    return data
+
+
+def _args(metro, home, *extra):
+    return ["sets", "--input", str(metro / "sequences.txt"), "--locations", str(metro / "locations.txt"),
+            "--home", str(home), "--queries", "500", *PERIOD, *extra]
+
+
+def test_sets_command_publishes_charges_once_and_passes_the_audit(prefect_harness, metro, tmp_path, capsys,
+                                                                  test_seed):
+    home = tmp_path / "home"
+    args = _args(metro, home, "--epsilon", "1", "--fanout", "6")
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert f"Release {RID}: published" in out
+    assert "(ε=1, δ=" in out and "per passenger-set (add or remove one passenger's whole set" in out
+    rel = home / "private" / "test-releases" / RID  # made with the test seed: never under releases/
+    assert not (home / "releases" / RID).exists()
+
+    # sets.txt: one set a line, items distinct and sorted, all from the public universe; sets.csv counts them
+    universe = [x for x in (metro / "locations.txt").read_text().splitlines() if x and not x.startswith("#")]
+    lines = [x for x in (rel / "sets.txt").read_text().splitlines() if not x.startswith("#")]
+    assert lines and all(x.split() == sorted(set(x.split())) and set(x.split()) <= set(universe) for x in lines)
+    table = pd.read_csv(rel / "sets.csv", dtype={"set": str})
+    assert list(table.columns) == ["set", "count"] and table["set"].is_unique
+    assert dict(zip(table["set"], table["count"])) == dict(Counter(lines))
+
+    manifest = json.loads((rel / "manifest.json").read_text())
+    p = manifest["privacy"]
+    assert manifest["kind"] == "sets" and manifest["scope"] == "2026-01-01..2026-01-31"
+    assert manifest["noise_source"] == "test-seed" and manifest["universe"]["locations"] == 68
+    assert p["unit_of_privacy"] == "passenger-set" and p["mechanism_id"] == "diffpart" and p["epsilon"] == 1.0
+    assert p["fanout"] == 6 and p["taxonomy_height"] == 3  # 68 → 12 → 2 → 1
+    assert p["c1"] == float(c_for_phantoms(6, DEFAULT_PHANTOMS_PER_LEAF_SPLIT))
+    assert p["c2"] == float(c_for_phantoms(6, DEFAULT_PHANTOMS_PER_SPLIT))
+    assert 0 < p["delta"] < 1e-12
+    assert p["cumulative_at_publication"] == {"epsilon": 1.0, "delta": p["delta"], "releases": 1}
+    assert set(manifest["files"]) == {"sets.txt", "sets.csv", "sets.parquet", "DATACARD.md"}
+
+    card = (rel / "DATACARD.md").read_text()
+    for words in ("one set per line", "Rare sets are missing", "noisy counts",
+                  "passenger's whole set of stations over the\nperiod", "At publication, counting every release",
+                  "location ids of the public locations file", "never the stations found in the data"):
+        assert words in card, words
+    report = (home / "release_reports" / RID / "report.html").read_text()
+    assert "count_query.relative_error.max_q3" in report and "itemsets.top10.tp" in report
+    assert (home / "release_reports" / "index.html").exists()  # (test-seed releases are not listed in it)
+
+    spends = Ledger(home / "ledger.sqlite").spends()
+    assert len(spends) == 1 and spends[0].event().kind == "diffpart"
+    assert spends[0].event().fanout == 6 and spends[0].event().universe_size == 68
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("transit-release").experiment_id],
+                                filter_string=f"tags.release_id = '{RID}'")
+    assert {k: run.data.tags[k] for k in ("kind", "mechanism", "unit_of_privacy", "period", "published")} == {
+        "kind": "sets", "mechanism": "diffpart", "unit_of_privacy": "passenger-set",
+        "period": "2026-01-01..2026-01-31", "published": "true"}
+    for name in ("privacy.epsilon", "rows.released", "count_query.relative_error.max_q3", "itemsets.top10.tp",
+                 "itemsets.top100.loss"):
+        assert name in run.data.metrics, name
+
+    # publishing the same release again draws and spends nothing
+    assert main(args) == 0
+    assert "already published: nothing drawn or spent" in capsys.readouterr().out
+    assert len(Ledger(home / "ledger.sqlite").spends()) == 1
+    assert main(["audit", "--home", str(home), "--json"]) == 0
+    audit_out = capsys.readouterr().out
+    result = json.loads(audit_out[audit_out.index("{"):])
+    assert result["ok"] and result["loss"]["passenger-set"]["basic"]["epsilon"] == 1.0
+
+
+def test_a_dry_run_writes_nothing_and_charges_nothing(prefect_harness, metro, tmp_path, capsys):
+    home = tmp_path / "home"
+    assert main(_args(metro, home, "--epsilon", "1", "--dry-run")) == 0
+    out = capsys.readouterr().out
+    assert f"Release {RID}: dry run: nothing charged, drawn or written" in out
+    assert "passenger-set 2026-01-01..2026-01-31: ε=1" in out and "budget policy: allows it" in out
+    assert not (home / "ledger.sqlite").exists() or Ledger(home / "ledger.sqlite").spends() == []
+    assert not any(p.is_file() for d in ("releases", "release_reports") for p in (home / d).rglob("*"))
+
+
+def test_the_default_cap_refuses_a_too_large_epsilon_and_releases_of_one_period_add_up(prefect_harness, metro,
+                                                                                     tmp_path, capsys):
+    home = tmp_path / "home"
+    assert main(_args(metro, home, "--epsilon", "3", "--queries", "0")) == 3
+    assert "Cannot release '2026-01-01..2026-01-31' without exceeding the budget. Requested: ε=3.000; " \
+           "remaining: ε=2.000" in capsys.readouterr().err
+    assert not (home / "ledger.sqlite").exists() or Ledger(home / "ledger.sqlite").spends() == []
+    assert main(_args(metro, home, "--epsilon", "1.5", "--release-id", "jan-a")) == 0
+    assert main(_args(metro, home, "--epsilon", "1", "--release-id", "jan-b")) == 3
+    assert "remaining: ε=0.500" in capsys.readouterr().err
+    assert len(Ledger(home / "ledger.sqlite").spends()) == 1
+
+
+def test_refusals_before_prefect_starts(metro, tmp_path, capsys, monkeypatch):
+    """A missing universe, a wrong pairing of flags, an ε the samplers cannot honour: exit 2 before any server."""
+    import transit_release.cli as cli
+
+    def no_prefect(*a, **k):
+        raise AssertionError("Prefect started")
+
+    monkeypatch.setattr(cli, "_prefect", no_prefect)
+    home = tmp_path / "home"
+    sets = ["sets", "--input", str(metro / "sequences.txt"), "--home", str(home), *PERIOD]
+    assert main([*sets, "--epsilon", "1"]) == 2
+    assert "give the public location universe: --locations FILE (one location id per line); the universe is " \
+           "never read off the data" in capsys.readouterr().err
+    assert main([*sets, "--epsilon", "1", "--locations", str(metro / "locations.txt"), "--mode", "train"]) == 2
+    assert "--stops and --mode go with --trips" in capsys.readouterr().err
+    assert main([*sets, "--epsilon", "1e-6", "--locations", str(metro / "locations.txt")]) == 2
+    assert "DiffPart (fan-out 10, 68 items, the root's tests (scale 2·n(root)/ε)): ε = 1e-06 gives noise scale " \
+           "1.6e+07, above the largest supported scale" in capsys.readouterr().err
+    assert main([*sets, "--epsilon", "1", "--locations", str(metro / "locations.txt"), "--fanout", "17"]) == 2
+    assert "fan-out must be between 2 and 16. Found 17." in capsys.readouterr().err
+    assert main(["sets", "--trips", str(metro / "sequences.txt"), "--epsilon", "1", "--home", str(home),
+                 *PERIOD]) == 2
+    assert "with --trips give --stops" in capsys.readouterr().err
+    assert not home.exists()
+
+
+def test_sets_from_tap_data_have_the_stop_tables_locations_as_universe(prefect_harness, small_week, tmp_path, capsys,
+                                                                       test_seed):
+    """One set per card over the declared week through the validation gate; the universe is every location of the
+    stop table (all modes, mode:location, bus stops as postcodes), built before the trips are read."""
+    from schemas import Stops, validate
+    from transit_release.inputs.universe import from_stop_locations
+
+    home = tmp_path / "home"
+    rc = main(["sets", "--trips", str(small_week["trips"]), "--stops", str(small_week["stops"]), "--epsilon", "1",
+               "--home", str(home), "--queries", "200", "--period-start", "2016-08-08", "--period-end",
+               "2016-08-14", "--release-id", "taps"])
+    assert rc == 0, capsys.readouterr().err
+    rel = home / "private" / "test-releases" / "taps"
+    manifest = json.loads((rel / "manifest.json").read_text())
+    universe = from_stop_locations(validate(Stops, pd.read_csv(small_week["stops"]), "stops"))
+    assert manifest["universe"]["locations"] == len(universe) and manifest["universe"]["sha256"] == universe.sha256
+    assert manifest["universe"]["source"] == "stops file stops.csv (bus, ferry, lightrail, train locations, as " \
+                                             "mode:location)"
+    assert manifest["records"].startswith("one set per smart card")
+    assert "mode-qualified locations mode:location of the stop table for every mode" in manifest["items"]
+    assert "a bus stop counts as its postcode" in " ".join((rel / "DATACARD.md").read_text().split())
+    lines = [x for x in (rel / "sets.txt").read_text().splitlines() if not x.startswith("#")]
+    assert all(set(x.split()) <= set(universe.ids) for x in lines)
+    spends = Ledger(home / "ledger.sqlite").spends()
+    assert len(spends) == 1 and spends[0].event().period == (pd.Timestamp("2016-08-08").date(),
+                                                             pd.Timestamp("2016-08-14").date())
+
+
+def test_the_monthly_scheduled_flow_publishes_the_month_of_its_input(prefect_harness, metro, tmp_path, test_seed):
+    """What the `monthly-sets` deployment runs: the month's file found by its pattern, the month as the period."""
+    import shutil
+
+    from flows.scheduled import monthly_set_release
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    shutil.copy(metro / "sequences.txt", inbox / "sets-2026-01.txt")
+    home = tmp_path / "home"
+    result = monthly_set_release(input_pattern=str(inbox / "sets-{year}-{month}.txt"), epsilon=1.0,
+                                 locations=str(metro / "locations.txt"), fanout=6, home=str(home),
+                                 month_of="2026-01-20")
+    assert result["status"] == "published" and result["release_id"] == RID
+    assert result["period"] == "2026-01-01 .. 2026-01-31"
+    with pytest.raises(Exception, match="sets-2026-02.txt"):
+        monthly_set_release(input_pattern=str(inbox / "sets-{year}-{month}.txt"), epsilon=1.0,
+                            locations=str(metro / "locations.txt"), home=str(home), month_of="2026-02-03")
+    assert len(Ledger(home / "ledger.sqlite").spends()) == 1

@@ -1,0 +1,245 @@
+"""Hardening: crashes at every publication step are repaired, one id never serves two runs, big stop tables are
+passed by reference, public CSVs never start a formula, private data is not world-readable, a keyed ledger
+resists a forged history, test-seed releases never reach releases/."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import WEEK, WEEK_FLAGS
+from transit_release.accounting.ledger import Ledger
+from transit_release.cli import main
+from transit_release.faults import CRASH_ENV, STEPS
+from transit_release.publish import verify_release
+
+pytestmark = pytest.mark.flow
+
+
+@pytest.fixture(scope="module")
+def tiny_week(tmp_path_factory):
+    """About 27,000 trips: enough for every partition, cheap enough to publish many times."""
+    from transit_release.synth.opal_week import write_synthetic_week
+
+    return write_synthetic_week(tmp_path_factory.mktemp("tiny-week"), scale=0.002, seed=11, show_progress=False)
+
+
+@pytest.fixture(scope="module")
+def api_env(prefect_harness):
+    from prefect.settings import get_current_settings
+
+    return {**os.environ, "PREFECT_API_URL": str(get_current_settings().api.url),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+
+
+def release_cmd(week, home: Path, rid: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "transit_release.cli", "release", "--trips", str(week["trips"]), "--stops",
+            str(week["stops"]), "--home", str(home), "--release-id", rid, *WEEK_FLAGS, *extra]
+
+
+def audit_json(home: Path, capsys) -> dict:
+    capsys.readouterr()
+    main(["audit", "--home", str(home), "--json"])
+    out = capsys.readouterr().out
+    return json.loads(out[out.index("{"):])
+
+
+def orphans(home: Path) -> list[int]:
+    """Prefect servers started for ``home`` that outlived their command (found by their PREFECT_HOME)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            env = (proc / "environ").read_bytes().split(b"\0")
+            cmd = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"server" in cmd and f"PREFECT_HOME={home / '.prefect'}".encode() in env:
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_a_kill_at_every_step_is_repaired_and_the_audit_passes(step, api_env, tiny_week, tmp_path, capsys):
+    """SIGKILL at each step of charging and publishing; `repair` completes or rolls back; the audit passes; the
+    same command afterwards either finds the release published or names what to do."""
+    home = tmp_path / "home"
+    env = {**api_env, CRASH_ENV: step}
+    if step == "after-intent":  # this one runs without a configured API: the command's own server must die with it
+        env.pop("PREFECT_API_URL")
+    proc = subprocess.run(release_cmd(tiny_week, home, "killed"), env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    if step == "after-intent":
+        deadline = time.monotonic() + 20
+        while orphans(home) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert orphans(home) == [], "the killed command left its Prefect server running"
+    assert main(["repair", "--home", str(home)]) == 0
+    repaired = capsys.readouterr().out
+    result = audit_json(home, capsys)
+    assert result["ok"], result["discrepancies"]
+    assert result["leftovers"] == [] and result["pending_publications"] == []
+    final = home / "releases" / "killed"
+    published = step in ("after-intent", "after-rename", "after-publication-entry", "after-published-tag")
+    assert final.is_dir() == published and (not published or verify_release(final) == [])
+    assert ("killed" in result["releases_published"]) == published
+    if step in ("after-intent", "after-rename"):
+        assert "completed the interrupted publication of killed" in repaired
+    if not published:  # charged, never published: the spends count
+        assert result["charged_not_published"] == {"killed": 168}
+    if step in ("after-charge", "after-rename"):  # the same command afterwards (one case of each outcome)
+        again = subprocess.run(release_cmd(tiny_week, home, "killed"), env=api_env, capture_output=True, text=True,
+                               timeout=600)
+        if published:
+            assert again.returncode == 0 and "already published: nothing drawn or spent" in again.stdout
+        else:  # the id cannot be reused: its spends count and nothing of it was published
+            assert again.returncode == 2 and "was already charged by another run" in again.stderr
+
+
+def test_one_release_id_never_serves_two_runs(api_env, tiny_week, tmp_path):
+    """The finding: two runs of one id started 3 s apart shared their working files; the published files came
+    from one input while the ledger held the other's fingerprint."""
+    home = tmp_path / "home"
+    other = tmp_path / "other.csv"
+    pd.read_csv(tiny_week["trips"]).iloc[:-50].to_csv(other, index=False)
+    procs = [subprocess.Popen(release_cmd(w, home, "same"), env=api_env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for w in (tiny_week, {"trips": other, "stops": tiny_week["stops"]})]
+    outcomes = sorted((p.wait(timeout=600), p.stderr.read()) for p in procs)
+    assert [c for c, _ in outcomes] == [0, 2], outcomes
+    assert "release 'same' was already charged by another run" in outcomes[1][1]
+    ledger = Ledger(home / "ledger.sqlite")
+    fingerprints = {e.event().input_fingerprint for e in ledger.spends("same")}
+    assert len(fingerprints) == 1 and len(ledger.spends("same")) == 168
+    from transit_release.inputs.tables import fingerprint
+
+    winner = [w for w in (tiny_week["trips"], other) if fingerprint(w, tiny_week["stops"]) in fingerprints]
+    assert len(winner) == 1  # the published release's input is the one the ledger charged
+
+
+def test_a_large_stop_table_is_passed_by_reference_and_formulas_never_reach_the_csv(prefect_harness, tiny_week,
+                                                                                   tmp_path):
+    """The finding: 200,000 stops were charged, then Prefect refused the subflow's 5.4 MB parameters and 46 MB of
+    stderr carried stop names and true counts. Also: stop names such as =HYPERLINK(...) reached the CSVs."""
+    from prefect.client.orchestration import get_client
+
+    from flows.opal_release import opal_release
+
+    stops = pd.read_csv(tiny_week["stops"], dtype=str, keep_default_na=False)
+    trips = pd.read_csv(tiny_week["trips"], dtype=str, keep_default_na=False)
+    busiest = trips.loc[trips["mode"] == "train", "tap_on_stop"].value_counts().index[:3]  # surely released
+    trains = stops.index[(stops["mode"] == "train") & stops["stop_id"].isin(busiest)]
+    stops.loc[trains, "name"] = ['=HYPERLINK("http://x.test","y")', "+cmd|' /C calc'!A0", "@SUM(1+1)"]
+    extra = pd.DataFrame({"stop_id": [str(900_000 + i) for i in range(200_000)], "mode": "train",
+                          "name": [f"Unused stop {i}" for i in range(200_000)], "postcode": ""})
+    big = tmp_path / "stops.csv"
+    pd.concat([stops, extra]).to_csv(big, index=False)
+    trips.loc[5, "mode"] = "hovercraft"  # one quarantined row, for the permissions below
+    bad = tmp_path / "trips.csv"
+    trips.to_csv(bad, index=False)
+    home = tmp_path / "home"
+    old = os.umask(0o022)  # even a permissive umask must not expose private files
+    try:
+        summary = opal_release(trips=str(bad), stops=str(big), home=str(home), release_id="big", **WEEK)
+    finally:
+        os.umask(old)
+    assert summary["status"] == "published"
+    location = (home / "releases" / "big" / "location.csv").read_text()
+    for cell in ("'=HYPERLINK(\"\"http://x.test\"\",\"\"y\"\")", "'+cmd|' /C calc'!A0", "'@SUM(1+1)"):
+        assert cell in location or cell.replace('""', '"') in location
+    assert not any(line.split(",")[3].startswith(("=", "+", "@")) for line in location.splitlines()[1:])
+    assert "single quote" in (home / "releases" / "big" / "DATACARD.md").read_text()
+
+    import asyncio
+
+    async def subflow_parameters():
+        async with get_client() as client:
+            runs = await client.read_flow_runs()
+            return [r.parameters for r in runs if r.name and r.parameters.get("release_id") == "big"]
+
+    params = asyncio.run(subflow_parameters())
+    assert params and all(len(json.dumps(p, default=str)) < 20_000 for p in params)
+    assert not any("Unused stop" in json.dumps(p, default=str) for p in params)
+
+    # data at rest: raw rows and internal figures are not world-readable
+    q = next((home / "private" / "quarantine").rglob("*.parquet"))
+    assert stat.S_IMODE(q.stat().st_mode) == 0o600
+    assert stat.S_IMODE((home / "private").stat().st_mode) == 0o700
+    assert stat.S_IMODE((home / "release_reports").stat().st_mode) == 0o750
+    assert stat.S_IMODE((home / "ledger.sqlite").stat().st_mode) == 0o600
+    assert not stat.S_IMODE((home / "mlflow.db").stat().st_mode) & 0o007
+    report = home / "release_reports" / "big" / "report.html"
+    assert not stat.S_IMODE(report.stat().st_mode) & 0o007
+    assert stat.S_IMODE((home / "releases" / "big" / "location.csv").stat().st_mode) == 0o644
+
+
+def test_test_seed_releases_stay_private_and_a_keyed_ledger_resists_a_forged_history(
+        prefect_harness, tiny_week, tmp_path, capsys, test_seed, monkeypatch):
+    """Two findings, one release (made with the test seed, on a keyed ledger). Releases made with the test seed
+    were published, and from a guessed seed their noise could be subtracted: they now land in
+    private/test-releases/, and one moved under releases/ fails the audit. Forged history ("giving budget back"
+    with a recomputed chain) passed the audit: with a key outside the home it is caught."""
+    import sqlite3
+
+    from transit_release.accounting.ledger import KEY_FILE_ENV, entry_hash
+
+    key = tmp_path / "ledger.key"
+    key.write_bytes(os.urandom(48).hex().encode())
+    monkeypatch.setenv(KEY_FILE_ENV, str(key))
+    home = tmp_path / "home"
+    assert main(["release", "--trips", str(tiny_week["trips"]), "--stops", str(tiny_week["stops"]), "--home",
+                 str(home), "--release-id", "seeded", *WEEK_FLAGS]) == 0
+    private = home / "private" / "test-releases" / "seeded"
+    assert not (home / "releases" / "seeded").exists()
+    assert json.loads((private / "manifest.json").read_text())["noise_source"] == "test-seed"
+    result = audit_json(home, capsys)
+    assert result["ok"] and result["keyed"] and any("The ledger is keyed" in t for t in result["threat_model"])
+    shutil.move(private, home / "releases" / "seeded")
+    result = audit_json(home, capsys)
+    assert "release: seeded: made with the test-only noise seed but placed under releases/: its noise can be " \
+           "regenerated; withdraw it" in result["discrepancies"]
+    shutil.move(home / "releases" / "seeded", private)
+    # an insider "gives budget back" and re-chains everything: consistent without the key, caught with it
+    con = sqlite3.connect(home / "ledger.sqlite")
+    for trigger in ("entries_no_update", "entries_spend_is_a_cost"):
+        con.execute(f"DROP TRIGGER {trigger}")
+    rows = con.execute("SELECT seq, recorded_at, entry_type, release_id, payload FROM entries ORDER BY seq").fetchall()
+    prev = "0" * 64
+    for seq, at, kind, rid, payload in rows:
+        if seq == 1:
+            payload = payload.replace('"epsilon":1.0', '"epsilon":0.001')
+        digest = entry_hash(prev, seq, at, kind, rid, payload)
+        con.execute("UPDATE entries SET payload = ?, prev_hash = ?, hash = ? WHERE seq = ?", (payload, prev, digest, seq))
+        prev = digest
+    con.commit()
+    con.close()
+    result = audit_json(home, capsys)
+    assert not result["ok"]
+    assert any("entry 1's MAC does not match the key" in d for d in result["discrepancies"])
+    assert any("the ledger head in its public manifest does not match" in d for d in result["discrepancies"])
+
+
+def test_the_audit_text_names_leftovers_and_repair_removes_them(prefect_harness, tmp_path, capsys):
+    home = tmp_path / "home"
+    (home / "releases" / ".tmp-gone-1234abcd").mkdir(parents=True)
+    (home / "private" / "work" / "gone-deadbeef").mkdir(parents=True)
+    assert main(["audit", "--home", str(home)]) == 0
+    out = capsys.readouterr().out
+    assert "left behind by a run that stopped: .tmp-gone-1234abcd" in out
+    assert "left behind by a run that stopped: private/work/gone-deadbeef" in out
+    assert "remove them with: transit-release repair --home <home>" in out
+    assert main(["repair", "--home", str(home)]) == 0
+    assert "removed private/work/gone-deadbeef" in capsys.readouterr().out
+    assert not (home / "releases" / ".tmp-gone-1234abcd").exists()

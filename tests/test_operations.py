@@ -1,0 +1,194 @@
+"""Operations a custodian relies on: refusals before Prefect, the budget view, dry runs, no debris, progress,
+data cards that state the cumulative loss, the audit's chart."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import WEEK_FLAGS
+from transit_release.accounting.ledger import Ledger
+from transit_release.cli import main
+
+CHECK_WITHOUT_PREFECT = ("import sys; from transit_release.cli import main; rc = main(sys.argv[1:]); "
+                         "print('PREFECT-IMPORTED' if 'prefect' in sys.modules else 'NO-PREFECT'); sys.exit(rc)")
+
+
+def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", CHECK_WITHOUT_PREFECT, *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **(env or {})})
+
+
+def test_a_bad_header_is_refused_before_prefect_with_the_flows_own_message(small_week, tmp_path):
+    bad = tmp_path / "trips.csv"
+    pd.read_csv(small_week["trips"], nrows=50).rename(columns={"tap_off_stop": "tap_off_stp"}).to_csv(bad, index=False)
+    res = run_cli("release", "--trips", str(bad), "--stops", str(small_week["stops"]), "--home",
+                  str(tmp_path / "home"), *WEEK_FLAGS)
+    assert res.returncode == 2 and "NO-PREFECT" in res.stdout
+    assert res.stderr.strip() == ("transit-release: error: trips file trips.csv: 2 problem(s): column 'tap_off_stop': "
+                                  "missing column; column 'tap_off_stp': unexpected column")
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "home").exists()  # a refused command creates nothing
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--release-id", "index.html"], "release id 'index.html' is reserved"),
+    (["--release-id", "audit-2026"], "release id 'audit-2026' is reserved"),
+    (["--epsilons", "1e-5,1,1,1,2,2"], "ε = 1e-05 gives noise scale 200000, above the largest supported scale"),
+    (["--epsilons", "1e308,1,1,1,2,2"], "below the smallest supported scale 1/16"),
+    (["--period-start", "2016-08-14", "--period-end", "2016-08-08"], "release period ends (2016-08-08) before it "
+                                                                       "starts (2016-08-14)"),
+])
+def test_bad_invocations_are_refused_at_once(small_week, tmp_path, args, message):
+    flags = WEEK_FLAGS if "--period-start" not in args else []
+    res = run_cli("release", "--trips", str(small_week["trips"]), "--stops", str(small_week["stops"]), "--home",
+                  str(tmp_path / "home"), *flags, *args)
+    assert res.returncode == 2 and "NO-PREFECT" in res.stdout, res.stderr
+    assert message in res.stderr and res.stderr.count("\n") == 1
+
+
+def test_a_missing_period_a_line_less_file_and_an_unusable_home_are_refused_at_once(small_week, tmp_path):
+    res = run_cli("release", "--trips", str(small_week["trips"]), "--stops", str(small_week["stops"]), "--home",
+                  str(tmp_path / "home"))
+    assert res.returncode == 2 and "declare the release period with --period-start and --period-end" in res.stderr
+    blob = tmp_path / "trips.csv"
+    blob.write_bytes(b"x" * (1 << 20))  # a large file named correctly, without a single line break
+    res = run_cli("release", "--trips", str(blob), "--stops", str(small_week["stops"]), "--home",
+                  str(tmp_path / "home"), *WEEK_FLAGS)
+    assert res.returncode == 2 and "no line break in the first 64 KiB" in res.stderr
+    (tmp_path / "afile").write_text("x")
+    res = run_cli("budget", "--home", str(tmp_path / "afile"))
+    assert res.returncode == 2 and "is a file, not a directory" in res.stderr
+    assert "NO-PREFECT" in res.stdout
+
+
+def test_budget_shows_spent_and_remaining_per_cap_without_prefect(tmp_path):
+    from tests.test_accounting import partition_events
+
+    home = tmp_path / "home"
+    Ledger(home / "ledger.sqlite").charge(partition_events("r1", mode="ferry"))
+    res = run_cli("budget", "--home", str(home))
+    assert res.returncode == 0 and "NO-PREFECT" in res.stdout, res.stderr
+    out = res.stdout
+    assert "cap 'trip-partition': trip, ε ≤ 8, δ ≤ 1e-06 per partition, all time" in out
+    assert "  most spent: ferry/20160808: used ε=8, δ=7.5e-07; remaining ε=0, δ=2.5e-07" in out
+    assert "  mode ferry: 1 partition(s), most spent ε=8 (remaining ε=0)" in out
+    assert "cap 'sequence-period': passenger-sequence, ε ≤ 2, δ ≤ 1e-09 per period, all time" in out
+    assert "  nothing spent: the whole cap remains" in out
+    js = json.loads(run_cli("budget", "--home", str(home), "--json").stdout.rsplit("\n", 2)[0])
+    assert js == [{"cap": "trip-partition", "unit_of_privacy": "trip", "per": "partition", "period": "all-time",
+                   "scope": "ferry/20160808", "used_epsilon": 8.0, "used_delta": 7.5e-07,
+                   "remaining_epsilon": 0.0, "remaining_delta": 2.5e-07}]
+
+
+@pytest.mark.flow
+def test_a_dry_run_validates_everything_and_writes_nothing(prefect_harness, small_week, tmp_path, capsys):
+    home = tmp_path / "home"
+    rc = main(["release", "--trips", str(small_week["trips"]), "--stops", str(small_week["stops"]), "--home",
+               str(home), "--dry-run"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "Release opal-20160808-20160814: dry run: nothing charged, drawn or written" in out
+    assert "period: 2016-08-08 .. 2016-08-14  (suggested by the tap-on dates: declare it to publish)" in out
+    assert "spends: 168 event(s)" in out and "    trip bus/20160808: ε=8, δ=7.5e-07" in out
+    assert "budget policy: allows it" in out
+    assert not Ledger(home / "ledger.sqlite").entries() if (home / "ledger.sqlite").exists() else True
+    assert not any((home / "releases").iterdir()) and not any((home / "release_reports").iterdir())
+    assert not (home / "private" / "work").exists() or not any((home / "private" / "work").iterdir())
+
+
+@pytest.mark.flow
+def test_a_refused_run_leaves_nothing_behind(prefect_harness, small_week, tmp_path, capsys):
+    """The finding: a run refused by the budget left its encoded trips and an empty report folder."""
+    home = tmp_path / "home"
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(Path(__file__).parent.joinpath("..", "transit_release", "defaults", "budget_policy.yaml")
+                      .read_text().replace("      epsilon: 8.0\n", "      epsilon: 4.0\n", 1))
+    rc = main(["release", "--trips", str(small_week["trips"]), "--stops", str(small_week["stops"]), "--home",
+               str(home), "--policy", str(policy), *WEEK_FLAGS])
+    assert rc == 3 and "Cannot release 'bus/20160808' without exceeding the budget" in capsys.readouterr().err
+    assert not any((home / "releases").iterdir()) and not any((home / "release_reports").iterdir())
+    assert not (home / "private" / "work").exists() or not any((home / "private" / "work").iterdir())
+    assert Ledger(home / "ledger.sqlite").entries() == []
+    assert main(["audit", "--home", str(home), "--json"]) == 0
+    out = capsys.readouterr().out
+    result = json.loads(out[out.index("{"):])
+    assert result["leftovers"] == [] and result["staging_leftovers"] == []
+
+
+@pytest.mark.flow
+def test_data_cards_state_the_cumulative_loss_of_their_unit(prefect_harness, small_week, tmp_path, capsys):
+    """The finding: a second release of a week said "(2, ...)-DP" while the week stood at ε = 8 + 2."""
+    home = tmp_path / "home"
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(Path(__file__).parent.joinpath("..", "transit_release", "defaults", "budget_policy.yaml")
+                      .read_text().replace("      epsilon: 8.0\n      delta: 1.0e-6\n",
+                                           "      epsilon: 10.0\n      delta: 1.0e-5\n", 1))
+    base = ["release", "--trips", str(small_week["trips"]), "--stops", str(small_week["stops"]), "--home", str(home),
+            "--policy", str(policy), *WEEK_FLAGS]
+    assert main([*base, "--release-id", "first"]) == 0
+    assert main([*base, "--release-id", "second", "--epsilons", "0.25,0.25,0.25,0.25,0.5,0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "cumulative at publication: ε=10, δ=1.5e-06 over 2 release(s)" in out
+    card = (home / "releases" / "second" / "DATACARD.md").read_text()
+    assert "The release is (2, 7.5e-07)-differentially private" in card
+    assert "stood at **ε = 10, δ = 1.5e-06** by basic composition (2 release(s))" in card
+    manifest = json.loads((home / "releases" / "second" / "manifest.json").read_text())
+    assert manifest["privacy"]["cumulative_at_publication"] == {"epsilon": 10.0, "delta": 1.5e-06, "releases": 2}
+    assert manifest["ledger_head"]["seq"] == 168 + 1 + 168  # first release's spends, its commit, the second's spends
+
+
+def test_progress_shows_on_a_terminal_and_stays_quiet_otherwise():
+    import io
+
+    from rich.console import Console
+
+    from transit_release import progress
+
+    buf = io.StringIO()
+    reporter = progress.RichReporter(Console(file=buf, force_terminal=True, width=100))
+    progress.install(reporter)
+    try:
+        with progress.stage("sanitizing 3 partitions", total=3) as bar:
+            for _ in range(3):
+                bar.advance()
+    finally:
+        progress.install(progress.Reporter())
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", buf.getvalue())  # without the terminal's colour codes
+    assert "sanitizing 3 partitions ━" in text and "✓ sanitizing 3 partitions (" in text
+    quiet = io.StringIO()
+    with progress.stage("nothing shown") as bar:  # the default reporter draws nothing
+        bar.advance()
+    assert quiet.getvalue() == ""
+
+
+def test_the_audit_chart_draws_every_mode_and_the_cap(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from transit_release import report
+
+    panels = {}
+    real = plt.subplots
+
+    def spy(*a, **k):
+        fig, axes = real(*a, **k)
+        panels["axes"] = axes
+        return fig, axes
+
+    monkeypatch.setattr(report.plt, "subplots", spy)
+    tl = pd.DataFrame({"recorded_at": pd.to_datetime(["2026-01-01"] * 4), "mode": ["bus", "ferry", "lightrail", "train"],
+                       "partition": ["b", "f", "l", "t"], "cumulative_epsilon": [8.0] * 4})
+    report._cumulative_chart(tl, "trip", 8.0, tmp_path / "c.png")
+    axes = panels["axes"][0]
+    assert [ax.get_title() for ax in axes] == ["bus", "ferry", "lightrail", "train"]  # no line hides another
+    assert all(any(line.get_linestyle() == "--" and line.get_ydata()[0] == 8.0 for line in ax.get_lines())
+               for ax in axes)  # the cap in every panel
+    assert (tmp_path / "c.png").stat().st_size > 5_000

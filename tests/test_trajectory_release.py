@@ -1,0 +1,143 @@
+"""The trajectory release kind as plain functions (no Prefect): setup, spend, outputs, metrics."""
+
+from __future__ import annotations
+
+import random
+from datetime import date
+from fractions import Fraction
+
+import pytest
+
+from transit_release.accounting.accountant import compose
+from transit_release.accounting.events import SafePathEvent, event_from_dict, event_from_json
+from transit_release.errors import InputDataError
+from transit_release.inputs.screening import Period
+from transit_release.inputs.universe import LocationUniverse
+from transit_release.mechanisms.safepath import Trajectories, delta_slack
+from transit_release.noise import NoiseSource
+from transit_release.releases import trajectories as kind
+
+WEEK = Period(date(2026, 1, 5), date(2026, 1, 11))
+METRO = LocationUniverse(tuple(f"{i:02d}" for i in range(68)), "locations file metro.txt")
+
+
+def metro_with_lines() -> LocationUniverse:
+    lines = tuple("ABCD"[i * 4 // 68] for i in range(68))
+    groups = tuple(f"{lines[i]}-{i // 5}" for i in range(68))
+    return LocationUniverse(METRO.ids, "taxonomy file metro.csv", groups, lines)
+
+
+@pytest.mark.parametrize("universe,options", [
+    (METRO, {}),  # the paper's defaults: fan-out 2, height 6, both taxonomies
+    (METRO, {"location_fanout": 3, "location_taxonomy_height": 3, "time_fanout": 3, "time_taxonomy_height": 4}),
+    (metro_with_lines(), {}),
+])
+@pytest.mark.parametrize("epsilon,height", [(1, 12), (Fraction(7, 10), 9), (2, 3)])
+def test_every_path_of_the_release_setup_spends_exactly_epsilon(universe, options, epsilon, height):
+    setup = kind.safepath_setup(universe, epsilon, height, **options)
+    assert setup.budget.path_spend() == epsilon
+    assert setup.budget.item_path_spends(setup.locations, setup.hours) == {Fraction(epsilon)}
+    assert setup.hours.size == 168 and setup.locations.size == 68 and setup.hours.is_intervals
+
+
+def test_the_setup_comes_from_the_universe_and_refuses_what_it_cannot_carry():
+    tax = kind.safepath_setup(metro_with_lines(), 1, 12)
+    assert tax.locations.height == 2 and tax.location_taxonomy == "taxonomy file (groups, lines)"
+    assert tax.location_fanout is None and tax.time_fanout == 2 and tax.hours.height == 6
+    with pytest.raises(InputDataError, match=r"^SafePath over locations file metro.txt \(68 locations, location "
+                                             r"taxonomy of height 8\) and the 168 hours of the week \(time taxonomy "
+                                             r"of height 6\): the location universe \(\|U\| = 68\) cannot carry a "
+                                             r"taxonomy of height H = 8"):
+        kind.safepath_setup(METRO, 1, 12, location_taxonomy_height=8)
+    with pytest.raises(InputDataError, match="not both"):
+        kind.safepath_setup(metro_with_lines(), 1, 12, location_fanout=2)
+    with pytest.raises(InputDataError, match="fixes its own height"):
+        kind.safepath_setup(metro_with_lines(), 1, 12, location_taxonomy_height=1)
+    with pytest.raises(InputDataError, match="would grow about"):
+        kind.safepath_setup(METRO, 1, 12, location_taxonomy_height=0, time_taxonomy_height=0)
+    with pytest.raises(InputDataError, match="threshold rule must be one of paper, node"):
+        kind.safepath_setup(METRO, 1, 12, rule="median")
+
+
+@pytest.mark.parametrize("start,end", [("2026-01-06", "2026-01-12"), ("2026-01-05", "2026-01-10"),
+                                       ("2026-01-05", "2026-01-18"), ("2026-01-01", "2026-01-31")])
+def test_a_release_covers_one_monday_to_sunday_week(start, end):
+    kind.check_period(WEEK)
+    with pytest.raises(InputDataError, match="covers one calendar week, Monday to Sunday"):
+        kind.check_period(Period(date.fromisoformat(start), date.fromisoformat(end)))
+
+
+def test_the_event_round_trips_and_weeks_compose_in_parallel():
+    setup = kind.safepath_setup(METRO, 1, 12)
+    e = kind.plan_spend("r1", WEEK, setup, "f" * 64, "0")
+    assert isinstance(e, SafePathEvent) and e.component == "safepath" and e.delta == delta_slack(setup.budget)
+    assert (e.scope, e.locations, e.hours, e.location_taxonomy_height, e.time_taxonomy_height, e.thresholds) == \
+        ("2026-01-05..2026-01-11", 68, 168, 6, 6, "paper")
+    assert event_from_dict(e.to_dict()) == e and event_from_json(e.to_json()) == e
+    assert all(not isinstance(v, (dict, list)) for v in e.to_dict().values())
+    next_week = kind.plan_spend("r2", Period(date(2026, 1, 12), date(2026, 1, 18)), setup, "f" * 64, "0")
+    again = kind.plan_spend("r3", WEEK, setup, "f" * 64, "0")
+    (report,) = compose([e, next_week]).values()
+    assert report.overall.epsilon == 1.0
+    (report,) = compose([e, next_week, again]).values()
+    assert report.overall.epsilon == 2.0
+
+
+def _trajs(n=3000, seed=1):
+    from transit_release.synth.trajectories import synthesize_metro_trajectories
+
+    return synthesize_metro_trajectories(n, seed=seed)[0]
+
+
+def test_the_release_does_not_depend_on_the_input_order():
+    trajs = _trajs()
+    setup = kind.safepath_setup(METRO, 2, 3, location_taxonomy_height=2, time_taxonomy_height=3)
+    lists = trajs.to_lists()
+    random.Random(3).shuffle(lists)
+    shuffled = Trajectories.from_lists(lists, 68)
+    a = kind.sanitize(trajs, setup, NoiseSource(seed=9), "x")[1]
+    b = kind.sanitize(shuffled, setup, NoiseSource(seed=9), "x")[1]
+    assert a == b and a
+
+
+def test_outputs_and_metrics_use_the_shared_names():
+    trajs = _trajs()
+    setup = kind.safepath_setup(METRO, 2, 6)
+    tree, release = kind.sanitize(trajs, setup, NoiseSource(seed=2), "x")
+    metrics = kind.evaluate(trajs, release, 6, 400, (100,), tree.n_nodes)
+    assert {"count_query.relative_error.max_q1", "count_query.relative_error.max_q2",
+            "nonempty_query.relative_error.max_q2", "patterns.top100.tp", "pairs.top100.tp", "tree.nodes",
+            "trajectories.input", "trajectories.released"} <= set(metrics)
+    assert metrics["trajectories.released"] == sum(c for _, c in release)
+    table = kind.trajectory_table(release, METRO)
+    assert list(table.columns) == ["trajectory", "count"] and table["count"].sum() == sum(c for _, c in release)
+    assert all("@" in tok for t in table["trajectory"] for tok in t.split())
+    text = kind.trajectory_text(release, METRO, "x")
+    assert sum(1 for line in text.splitlines() if not line.startswith("#")) == table["count"].sum()
+    event = kind.plan_spend("x", WEEK, setup, "f", "0")
+    manifest = kind.build_manifest("x", WEEK, METRO, setup, event, "test-seed", "0", "2026-01-12T00:00:00+00:00")
+    record = kind.tracking(manifest, metrics, {"malformed": 2})
+    assert record["kind"] == "trajectories" and record["mechanism"] == "safepath"
+    assert record["metrics"]["input.quarantined.malformed"] == 2 and record["params"]["universe.hours"] == 168
+    assert record["params"]["time_thresholds"] == "/".join(map(str, setup.thresholds.time))
+    card = kind.render_datacard({**manifest, "files": {}})
+    assert "2-differential privacy" in card and "station@hour" in card and "locations file metro.txt" in card
+
+
+def test_tap_data_take_the_stop_table_universe_with_an_optional_taxonomy(tmp_path):
+    """With --trips the stop table's stations are the universe; a taxonomy file adds its groups (and lines) and must
+    cover exactly those stations."""
+    from tasks.trajectories import trajectory_universe
+
+    stops = LocationUniverse(("Central", "Redfern", "Town_Hall"), "stops file stops.csv (train stop names)")
+    assert trajectory_universe.fn(None, None, stops) == stops
+    tax = tmp_path / "tax.csv"
+    tax.write_text("location,group,line\nTown_Hall,city,T1\nCentral,city,T1\nRedfern,inner,T2\n", encoding="utf-8")
+    got = trajectory_universe.fn(None, str(tax), stops)
+    assert got.ids == stops.ids and got.source == stops.source and got.lines == ("T1", "T2", "T1")
+    with pytest.raises(InputDataError, match=r"^SafePath over stops file stops.csv \(train stop names\) \(3 locations, "
+                                             r"location taxonomy of height 2\).*cannot carry a taxonomy of height H = 2"):
+        kind.safepath_setup(got, 1, 2, time_taxonomy_height=3)  # the ε_ng guard: H(H+1) = 6 ≥ 3 stations
+    tax.write_text("location,group\nCentral,city\n", encoding="utf-8")
+    with pytest.raises(InputDataError, match="2 location\\(s\\) of the universe have no group"):
+        trajectory_universe.fn(None, str(tax), stops)

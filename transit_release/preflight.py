@@ -1,0 +1,78 @@
+"""What a command can check before any flow starts (no Prefect, no MLflow, no data read beyond headers).
+
+A bad invocation — a missing or unreadable file, a wrong header, a missing or
+malformed period, a broken configuration or budget policy, an unusable home —
+is refused in about a second with one clear line, instead of after the
+Prefect server has started. The flows run the same checks again (a scheduled
+run has no command line), so nothing here is the only line of defence.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from transit_release.errors import InputDataError
+from transit_release.inputs.tables import file_format
+
+#: A CSV header must end within this many bytes (a huge file without a line break is refused, not read).
+HEADER_BYTES = 1 << 16
+
+
+def readable_file(path: str | Path, what: str) -> Path:
+    path = Path(path)
+    if not path.exists():
+        raise InputDataError(f"{what} file {path}: not found")
+    if not path.is_file():
+        raise InputDataError(f"{what} file {path}: is not a file")
+    try:
+        with open(path, "rb") as fh:
+            fh.read(1)
+    except OSError as exc:
+        raise InputDataError(f"{what} file {path}: cannot be read ({exc.strerror})") from None
+    return path
+
+
+def header_columns(path: str | Path, what: str) -> list[str]:
+    """The column names of a CSV (its first line) or Parquet file (its schema), reading nothing else."""
+    path = readable_file(path, what)
+    if file_format(path) == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return list(pq.read_schema(path).names)
+        except Exception:  # noqa: BLE001 - pyarrow raises several types for a bad file
+            raise InputDataError(f"{what} file {path.name}: not a readable Parquet file (truncated or corrupt?)") from None
+    with open(path, "rb") as fh:
+        head = fh.read(HEADER_BYTES)
+    if not head.strip():
+        raise InputDataError(f"{what} file {path.name}: the file is empty (no header row)")
+    end = head.find(b"\n")
+    if end < 0 and len(head) == HEADER_BYTES:
+        raise InputDataError(f"{what} file {path.name}: no line break in the first {HEADER_BYTES // 1024} KiB: "
+                             "not a CSV file with a header row")
+    line = head[: end if end >= 0 else len(head)]
+    try:
+        text = line.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise InputDataError(f"{what} file {path.name}: the header is not valid UTF-8 (export the file as UTF-8)") from None
+    return [c.strip() for c in next(csv.reader(io.StringIO(text)), [])]
+
+
+def check_header(path: str | Path, what: str, model) -> None:
+    """The header holds exactly the columns of the pandera ``model`` (any order): the flow's own contract,
+    applied to the header alone, so the refusal is the very message the flow would give."""
+    import pandas as pd
+
+    from schemas import validate
+
+    cols = header_columns(path, what)
+    validate(model, pd.DataFrame({c: pd.Series([], dtype="string") for c in cols}), f"{what} file {Path(path).name}")
+
+
+def check_trip_inputs(trips: str | Path, stops: str | Path) -> None:
+    from schemas import Stops, TripsFile
+
+    check_header(trips, "trips", TripsFile)
+    check_header(stops, "stops", Stops)

@@ -1,0 +1,63 @@
+"""Progress of long steps, shown on a terminal and silent otherwise.
+
+Flows and tasks announce stages (``with progress.stage("sanitizing 28 partitions", total=28) as bar:
+... bar.advance()``); what is shown depends on the reporter the command installs: a `rich` progress
+display when standard error is a terminal, nothing otherwise (and in tests, and under a scheduler).
+Only stage names and counts of work items are shown, never data.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+
+class _Silent:
+    def advance(self, n: int = 1) -> None:
+        pass
+
+
+class Reporter:
+    """Silent by default; :class:`RichReporter` draws on a terminal."""
+
+    @contextmanager
+    def stage(self, name: str, total: int | None = None):
+        yield _Silent()
+
+
+class RichReporter(Reporter):
+    def __init__(self, console=None):
+        from rich.console import Console
+
+        self.console = console or Console(stderr=True)
+
+    @contextmanager
+    def stage(self, name: str, total: int | None = None):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        columns = [SpinnerColumn(), TextColumn("{task.description}")]
+        if total:
+            columns += [BarColumn(), MofNCompleteColumn()]
+        columns.append(TimeElapsedColumn())
+        start = time.monotonic()
+        with Progress(*columns, console=self.console, transient=True) as bar:
+            task = bar.add_task(name, total=total)
+
+            class _Bar:
+                def advance(self, n: int = 1) -> None:
+                    bar.advance(task, n)
+
+            yield _Bar()
+        self.console.print(f"[green]✓[/green] {name} ({time.monotonic() - start:.1f} s)")
+
+
+_reporter: Reporter = Reporter()
+
+
+def install(reporter: Reporter) -> None:
+    global _reporter
+    _reporter = reporter
+
+
+def stage(name: str, total: int | None = None):
+    return _reporter.stage(name, total)

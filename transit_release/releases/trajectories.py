@@ -1,0 +1,331 @@
+"""The trajectory release as plain functions: taxonomies and budget, spend, sanitize, evaluate, public outputs.
+
+One privacy spend per release (a :class:`SafePathEvent`), charged before the
+SafePath tree is built (:mod:`transit_release.mechanisms.safepath`). Everything
+public — both taxonomies, the budget split, the thresholds, the ε_ng guard and
+the size refusal — is computed from the public universe (its size and, from a
+taxonomy file, its groups and lines), the 168 hours of the week and the
+parameters, never from the trajectories.
+
+Period rule. A trajectory's times are hours of the week (0–167 from Monday
+00:00, local wall-clock time), so a release covers exactly one calendar week,
+Monday to Sunday, declared by the publisher (:func:`check_period`): the hour
+universe is then exactly the period's hours, and each passenger's record is
+their taps of that week. A month would need hours of the month (a 744-hour
+universe and taxonomy: another budget split) or would fold four weeks onto one
+hour-of-week axis, where a passenger's hours go back at each Monday and the
+record stops meaning "one passenger's trajectory". Hence weekly releases (and a
+weekly deployment); weeks are disjoint periods, so they compose in parallel.
+
+Utility figures compare with the raw trajectories and are internal.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import timedelta
+
+import numpy as np
+import pandas as pd
+
+from transit_release.accounting.events import SafePathEvent, period_label
+from transit_release.errors import InputDataError
+from transit_release.inputs.universe import LocationUniverse
+from transit_release.mechanisms import safepath
+from transit_release.mechanisms.safepath import (HOURS_PER_WEEK, Hierarchy, SafePathBudget, Thresholds, Trajectories,
+                                                 check_tree_size, delta_slack, expand_release, thresholds_for)
+from transit_release.noise import NoiseSource
+from transit_release.publish import CSV_NEUTRALISATION
+from transit_release.releases.sequences import cumulative_text
+from transit_release.utility import trajectories as utility
+
+KIND = "trajectories"
+UNIT = "passenger-trajectory"
+NEIGHBOURING = "add-remove-one"
+MECHANISMS = ("safepath",)
+#: The paper's taxonomies when none is given: 2 children per node, height 6 (its experiments' default).
+DEFAULT_FANOUT = 2
+DEFAULT_TAXONOMY_HEIGHT = 6
+TIME_RULE = "monotone"  # children of a node at hour t are at hours ≥ t (the readers quarantine decreasing hours)
+RELEASE_FORM = "terminating"  # each node releases the trajectories that end there
+HOUR_UNIVERSE = {"hours": HOURS_PER_WEEK, "first": "Monday 00:00 of the period (local time)", "bin": "1 hour"}
+TOP_K = (100, 200, 300)
+
+
+@dataclass(frozen=True)
+class SafePathSetup:
+    """Everything public about one SafePath release, fixed before the data is read."""
+
+    budget: SafePathBudget
+    locations: Hierarchy
+    hours: Hierarchy
+    thresholds: Thresholds
+    location_taxonomy: str  # "taxonomy file (groups)", "taxonomy file (groups, lines)" or "fan-out F"
+    location_fanout: int | None
+    time_fanout: int
+
+    @property
+    def rule(self) -> str:
+        return self.thresholds.rule
+
+
+def check_period(period) -> None:
+    """A trajectory release covers one week, Monday to Sunday (hours of the week: module docstring)."""
+    if period.start.weekday() != 0 or period.end != period.start + timedelta(days=6):
+        raise InputDataError(
+            f"a trajectory release covers one calendar week, Monday to Sunday (its times are hours of the week, "
+            f"0–167 from Monday 00:00); the declared period {period_label(period.start, period.end)} is not one: "
+            "declare --period-start on a Monday and --period-end on the Sunday after it")
+
+
+def safepath_setup(universe: LocationUniverse, epsilon: float, height: int, *, location_fanout: int | None = None,
+                   location_taxonomy_height: int | None = None, time_fanout: int | None = None,
+                   time_taxonomy_height: int | None = None, rule: str = safepath.DEFAULT_RULE) -> SafePathSetup:
+    """Taxonomies, budget, thresholds and size check from public inputs only; refuses before any data is read.
+
+    The ε_ng guard (``H(H+1) < |U|``), the samplers' scale range and the tree-size estimate are
+    refused here with an :class:`InputDataError` naming the universe and both taxonomy heights.
+    """
+    if rule not in safepath.THRESHOLD_RULES:
+        raise InputDataError(f"the threshold rule must be one of {', '.join(safepath.THRESHOLD_RULES)}. "
+                             f"Found {rule!r}.")
+    levels = universe.taxonomy_levels
+    loc_height = len(levels) if levels else (DEFAULT_TAXONOMY_HEIGHT if location_taxonomy_height is None
+                                             else location_taxonomy_height)
+    time_fanout = DEFAULT_FANOUT if time_fanout is None else time_fanout
+    time_height = DEFAULT_TAXONOMY_HEIGHT if time_taxonomy_height is None else time_taxonomy_height
+    where = (f"SafePath over {universe.source} ({len(universe)} locations, location taxonomy of height "
+             f"{loc_height}) and the {HOURS_PER_WEEK} hours of the week (time taxonomy of height {time_height})")
+    locations, loc_source = location_hierarchy(universe, location_fanout, location_taxonomy_height)
+    try:
+        hours = Hierarchy.from_fanout(HOURS_PER_WEEK, time_fanout, time_height, "time")
+        budget = SafePathBudget.of(epsilon, height, len(universe), locations.height, hours.height, HOURS_PER_WEEK)
+        thresholds = thresholds_for(budget, rule, locations, hours)
+        check_tree_size(budget, thresholds)
+    except ValueError as exc:  # TaxonomyBudgetError, NoiseParameterError, TreeTooLargeError, a bad fan-out
+        raise InputDataError(f"{where}: {exc}") from None
+    return SafePathSetup(budget, locations, hours, thresholds, loc_source,
+                         None if levels else (DEFAULT_FANOUT if location_fanout is None else location_fanout),
+                         time_fanout)
+
+
+def location_hierarchy(universe: LocationUniverse, fanout: int | None, height: int | None) -> tuple[Hierarchy, str]:
+    """The location taxonomy: the universe's own levels (a taxonomy file) or a fan-out tree over its sorted ids."""
+    levels = universe.taxonomy_levels
+    if levels and fanout is not None:
+        raise InputDataError("give the location taxonomy once: a taxonomy file (--location-taxonomy) or "
+                             "--location-fanout F, not both")
+    if levels:
+        if height is not None:
+            raise InputDataError("the location taxonomy file fixes its own height (groups, and lines above them); "
+                                 "--location-taxonomy-height goes with --location-fanout only")
+        names = "groups, lines" if universe.lines is not None else "groups"
+        return Hierarchy.from_labels(levels, "location", len(universe)), f"taxonomy file ({names})"
+    fanout = DEFAULT_FANOUT if fanout is None else fanout
+    height = DEFAULT_TAXONOMY_HEIGHT if height is None else height
+    try:
+        return Hierarchy.from_fanout(len(universe), fanout, height, "location"), f"fan-out {fanout}"
+    except ValueError as exc:
+        raise InputDataError(f"location taxonomy of {universe.source}: {exc}") from None
+
+
+def plan_spend(release_id: str, period, setup: SafePathSetup, fingerprint: str, code_version: str) -> SafePathEvent:
+    """The one event of a trajectory release; ``delta`` is the samplers' exact TV slack (``safepath.delta_slack``)."""
+    b = setup.budget
+    return SafePathEvent(release_id=release_id, period_start=period.start.isoformat(),
+                         period_end=period.end.isoformat(), epsilon=float(b.epsilon), delta=delta_slack(b),
+                         height=b.height, locations=b.location.size, hours=b.time.size,
+                         location_taxonomy_height=b.location.taxonomy_height,
+                         time_taxonomy_height=b.time.taxonomy_height, thresholds=setup.rule, time_rule=TIME_RULE,
+                         release_form=RELEASE_FORM, sensitivity=1, unit_of_privacy=UNIT, neighbouring=NEIGHBOURING,
+                         input_fingerprint=fingerprint, code_version=code_version)
+
+
+def default_release_id(period) -> str:
+    return f"trajectories-safepath-{period.start:%Y%m%d}-{period.end:%Y%m%d}"
+
+
+def sanitize(trajs: Trajectories, setup: SafePathSetup, noise: NoiseSource, release_id: str):
+    """``(tree, release)``: the noisy tree and the released ``(trajectory, copies)``, sorted by trajectory."""
+    return safepath.sanitize_trajectories(trajs, setup.budget, setup.locations, setup.hours,
+                                          noise.stream(KIND, release_id), rule=setup.rule,
+                                          monotone=TIME_RULE == "monotone", release=RELEASE_FORM)
+
+
+def query_length(height: int) -> int:
+    """The longest count query: ``h/3`` pairs, as in the paper's Figure 5 (at least 1)."""
+    return max(1, height // 3)
+
+
+def evaluate(trajs: Trajectories, release: list, height: int, n_queries: int, top_k: tuple[int, ...] = TOP_K,
+             n_nodes: int | None = None) -> dict:
+    """Internal utility figures, with the metric names every release kind shares.
+
+    * ``count_query.relative_error.max_q{k}``: the paper's workload (pairs uniform over
+      locations × hours, hours sorted), mean relative error of the queries of at most ``k`` pairs,
+      ``k = 1 .. h/3``; ``nonempty_query.relative_error.max_q{k}``: the same over random
+      sub-trajectories of the raw data (most uniform queries of two pairs or more are empty);
+    * ``patterns.top{k}.{tp,fp,fd}``: the top-k frequent sequential (station, hour) patterns of
+      size > 1; ``pairs.top{k}.{tp,fp}``: the top-k (station, hour) pairs.
+    """
+    out = {"trajectories.input": float(len(trajs)),
+           "trajectories.released": float(sum(c for _, c in release)),
+           "trajectories.distinct_released": float(len(release))}
+    if n_nodes is not None:
+        out["tree.nodes"] = float(n_nodes)
+    if n_queries:
+        released = utility.release_index(release, trajs.n_locations, trajs.n_hours)
+        original = utility.TrajectoryIndex(trajs)
+        q = query_length(height)
+        for name, workload in (("count_query", utility.uniform_workload(trajs.n_locations, trajs.n_hours, q,
+                                                                        n_queries, seed=0)),
+                               ("nonempty_query", utility.nonempty_workload(trajs, q, n_queries, seed=0))):
+            errors = {k: utility.relative_errors(original.counts(qs), released.counts(qs), len(trajs))
+                      for k, qs in workload.by_length.items()}
+            for k in range(1, q + 1):
+                upto = [e for length, e in errors.items() if length <= k]
+                if upto:
+                    out[f"{name}.relative_error.max_q{k}"] = float(np.concatenate(upto).mean())
+    if top_k:
+        expanded = expand_release(release, trajs.n_locations, trajs.n_hours)
+        out.update({k: float(v) for k, v in utility.trajectory_pattern_utility(trajs, expanded, tuple(top_k)).items()})
+        out.update({k: float(v) for k, v in utility.top_pair_utility(trajs, release, tuple(top_k)).items()})
+    return out
+
+
+def trajectory_text(release: list, universe: LocationUniverse, header: str) -> str:
+    from transit_release.inputs.trajectories import format_trajectories
+
+    return format_trajectories(release, universe.ids, header=header)
+
+
+def trajectory_table(release: list, universe: LocationUniverse) -> pd.DataFrame:
+    """``trajectory,count``: each distinct released trajectory once (``station@hour`` tokens), sorted."""
+    counts: Counter = Counter()
+    for traj, copies in release:
+        if copies > 0:
+            counts[" ".join(f"{universe.ids[loc]}@{hour}" for loc, hour in traj)] += int(copies)
+    rows = sorted(counts.items())
+    return pd.DataFrame({"trajectory": [r[0] for r in rows], "count": [r[1] for r in rows]}).astype(
+        {"trajectory": str, "count": "int64"})
+
+
+def _taxonomy(setup: SafePathSetup, which: str) -> dict:
+    sub = setup.budget.location if which == "location" else setup.budget.time
+    tax = setup.locations if which == "location" else setup.hours
+    return {"source": setup.location_taxonomy if which == "location" else f"fan-out {setup.time_fanout}",
+            "height": sub.taxonomy_height,
+            "fanout": setup.location_fanout if which == "location" else setup.time_fanout,
+            "nodes_per_depth": [tax.n_nodes(d) for d in range(1, tax.height + 1)],
+            "epsilon_per_step": [float(e) for e in sub.per_step],
+            "thresholds": list(setup.thresholds.location if which == "location" else setup.thresholds.time)}
+
+
+def build_manifest(release_id: str, period, universe: LocationUniverse, setup: SafePathSetup, event: SafePathEvent,
+                   noise_kind: str, code_version: str, created_at: str) -> dict:
+    """Everything public about the release except files, ledger head and cumulative loss (added at staging)."""
+    b = setup.budget
+    return {
+        "release_id": release_id,
+        "kind": KIND,
+        "created_at": created_at,
+        "product": "passenger trajectories: (station, hour of the week) sequences, one line per trajectory",
+        "period": {"start": period.start.isoformat(), "end": period.end.isoformat()},
+        "period_rule": "one calendar week, Monday to Sunday; hours of the week 0–167 from Monday 00:00 (local time)",
+        "scope": event.scope,
+        "universe": universe.describe(),
+        "hour_universe": dict(HOUR_UNIVERSE),
+        "privacy": {
+            "unit_of_privacy": UNIT,
+            "neighbouring_relation": "add or remove one passenger's whole trajectory of the week",
+            "epsilon": float(b.epsilon),
+            "delta": event.delta,
+            "mechanism": "SafePath noisy location-time prefix tree (Al-Hussaeni, Fung et al., Computer "
+                         "Networks 2018)",
+            "mechanism_id": "safepath",
+            "height": b.height,
+            "level_epsilon": float(b.level_epsilon),
+            "sublevel_epsilon": float(b.sublevel_epsilon),
+            "location_taxonomy": _taxonomy(setup, "location"),
+            "time_taxonomy": _taxonomy(setup, "time"),
+            "threshold_rule": setup.rule,
+            "time_rule": TIME_RULE,
+            "release_form": RELEASE_FORM,
+            "composition": ("one spend per release; releases of disjoint declared periods (weeks) compose in "
+                            "parallel, releases whose periods overlap add up on their common days"),
+        },
+        "noise_source": noise_kind,
+        "code_version": code_version,
+        "licence": "CC BY 4.0",
+    }
+
+
+_RULES = {"paper": "the paper's rule: 2√2/ε_ℓ for single stations and hours, 4√2/ε_ℓ for groups of them, ε_ℓ "
+                   "being the budget of a level",
+          "node": "each test's own budget: ln(candidates)/ε of the test"}
+
+
+def render_datacard(manifest: dict) -> str:
+    p = manifest["privacy"]
+    period = manifest["period"]
+    u = manifest["universe"]
+    lt, tt = p["location_taxonomy"], p["time_taxonomy"]
+    head = manifest.get("ledger_head", {})
+    return f"""# {manifest['release_id']}: differentially private passenger trajectories
+
+The trajectories of the week of {period['start']} (Monday) to {period['end']} (Sunday):
+for each passenger, the stations they tapped at and the hour of each tap, in time order,
+released under differential privacy. Times are hours of the week, so each release covers
+exactly one calendar week, Monday to Sunday; other weeks are other releases.
+
+## Files
+- `trajectories.txt`: one trajectory per line, `station@hour` tokens separated by spaces,
+  e.g. `12@7 40@17`; the hour is the hour of the week, 0 to 167 counted from Monday 00:00
+  local time (7 is Monday 07:00–07:59, 31 is Tuesday 07:00–07:59). Lines starting with `#`
+  are comments.
+- `trajectories.csv` (and `trajectories.parquet`): `trajectory,count`, each distinct released
+  trajectory once with the number of lines it has in `trajectories.txt`. In the CSV, {CSV_NEUTRALISATION}.
+
+The possible stations are the public list of {u['locations']} locations given as input
+({u['source']}; SHA-256 `{u['sha256'][:16]}…`), never the stations found in the data; the
+possible hours are the 168 hours of the week.
+
+## How they were made
+A tree of all trajectories (height {p['height']}) was built level by level: at each level
+first the station, then the hour of the next tap. Candidates were tested through two public
+taxonomies (stations: {lt['source']}, height {lt['height']}; hours: blocks of consecutive hours,
+{tt['source']}, height {tt['height']}), each count with integer noise, and kept when the noisy
+count reached its threshold ({_RULES.get(p['threshold_rule'], p['threshold_rule'])}). Counts were
+then made consistent (a trajectory counts at least as many passengers as its continuations), and
+each node released as many copies of its trajectory as journeys end there ({p['mechanism']}).
+
+- Trajectories are at most {p['height']} taps long: longer ones are cut.
+- Hours never go back within a trajectory (a passenger's taps of one week are in time order).
+- Rare trajectories are missing; frequent ones have noisy counts.
+- Every line is a shape of the noisy tree, not a record of one person; a few lines may be
+  trajectories nobody made (every station and hour had a chance to appear).
+
+## Privacy guarantee
+{p['epsilon']:g}-differential privacy for one **passenger's whole trajectory over the week**
+({p['neighbouring_relation']}; δ = {p['delta']:.2g} covers the exactly computed deviation of the
+integer noise sampler). Composition: {p['composition']}.
+{cumulative_text(p)}
+Noise source: {manifest['noise_source']}. Code version: {manifest['code_version']}.
+Ledger head at publication: entry {head.get('seq', '—')}, `{head.get('hash', '—')}`.
+"""
+
+
+def tracking(manifest: dict, metrics: dict, quarantine: dict) -> dict:
+    p = manifest["privacy"]
+    lt, tt = p["location_taxonomy"], p["time_taxonomy"]
+    params = {"epsilon": p["epsilon"], "height": p["height"], "threshold_rule": p["threshold_rule"],
+              "location_taxonomy": lt["source"], "location_taxonomy_height": lt["height"],
+              "location_fanout": lt["fanout"], "time_taxonomy_height": tt["height"], "time_fanout": tt["fanout"],
+              "location_thresholds": "/".join(map(str, lt["thresholds"])),
+              "time_thresholds": "/".join(map(str, tt["thresholds"])), "time_rule": p["time_rule"],
+              "release_form": p["release_form"], "universe.locations": manifest["universe"]["locations"],
+              "universe.sha256": manifest["universe"]["sha256"], "universe.hours": manifest["hour_universe"]["hours"]}
+    m = {**metrics, **{f"input.quarantined.{k}": v for k, v in quarantine.items()}}
+    return {"kind": KIND, "mechanism": "safepath", "tags": {"scope": manifest["scope"]}, "params": params,
+            "metrics": m, "children": [], "artifacts": {}}
