@@ -7,27 +7,51 @@ the environment exactly as ``prefect deploy`` does) and runs them with Prefect's
 ``serve``: one process that both holds the schedules and executes the runs. Prefect's
 scheduler service creates the scheduled runs, so ``serve`` needs a server: the one
 ``PREFECT_API_URL`` names, or else a local one it starts on loopback for as long as
-it runs (its database under ``<home>/.prefect``).
+it runs (its database and its log, ``server.log``, under ``<home>/.prefect``).
+
+A scheduler that creates no runs leaves a served process looking healthy while nothing
+ever runs, so ``serve`` checks it: at start-up, every served deployment with an active
+schedule must get its upcoming runs from the scheduler within ``startup_timeout``, or
+``serve`` stops with a ``SchedulerError`` (exit 2) before any run has started. Later,
+the local server's scheduler errors are reported on stderr, one line each (at most one a
+minute for the same error), and serving goes on: runs in flight and runs already
+scheduled still execute, whereas stopping would abort a release that may already have
+charged the ledger.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import contextvars
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import yaml
 
-from transit_release.errors import ConfigError
+from transit_release.errors import ConfigError, TransitReleaseError
 
 PROJECT = Path(__file__).resolve().parent.parent
 DEFAULT_FILE = PROJECT / "prefect.yaml"
 _UNRESOLVED = re.compile(r"\{\{\s*\$(\w+)\s*\}\}")
+# Prefect's server logs a failed service loop as an ERROR record naming the service, then the traceback
+_SCHEDULER_SERVICES = ("schedule_deployments", "schedule_recent_deployments", "services.scheduler")
+_LOG_RECORD = re.compile(r"^\d{2}:\d{2}:\d{2}(?:\.\d+)? \| (?P<level>[A-Z]+)\s*\| (?P<message>.*)")
+_TRACEBACK_HEADERS = ("Traceback", "The above exception", "During handling")
+
+
+class SchedulerError(TransitReleaseError):
+    """Prefect's scheduler does not create the served deployments' runs."""
 
 
 def read_deployments(path: str | Path = DEFAULT_FILE) -> list[dict]:
@@ -65,6 +89,19 @@ def runner_deployments(path: str | Path = DEFAULT_FILE) -> list:
     return out
 
 
+def die_with_parent() -> None:
+    """In a child process (``preexec_fn``): be killed when the parent dies, even by SIGKILL (Linux), so that a killed
+    command never leaves its Prefect server running. SIGKILL, not SIGTERM: the server's graceful shutdown can wait
+    on connections of the dead parent for a long time; its state is an SQLite database, which a kill leaves
+    consistent."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: the server is still stopped when the command ends normally
+
+
 def free_port() -> int:
     """A free TCP port on loopback."""
     with socket.socket() as s:
@@ -72,25 +109,92 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class SchedulerLogWatch:
+    """Reads a Prefect server's log line by line and calls ``on_error`` with a one-line summary (the
+    service and the exception) of each failed loop of the scheduler service."""
+
+    def __init__(self, on_error: Callable[[str], None]):
+        self.on_error = on_error
+        self._service: str | None = None  # inside the traceback of a failed scheduler loop
+
+    def feed(self, line: str) -> None:
+        line = line.rstrip("\n")
+        record = _LOG_RECORD.match(line)
+        if record:
+            self._service = None
+            if record["level"] in ("ERROR", "CRITICAL"):
+                self._service = next((s for s in _SCHEDULER_SERVICES if s in record["message"]), None)
+        elif self._service and line.strip() and not line[0].isspace() and not line.startswith(_TRACEBACK_HEADERS):
+            self.on_error(f"{self._service}: {line.strip()}")  # the traceback's first exception
+            self._service = None
+
+
+class SchedulerHealth:
+    """The scheduler errors seen while serving; each is printed on stderr as one line, the same error at
+    most once every ``repeat_after`` seconds."""
+
+    def __init__(self, log_path: Path | None = None, repeat_after: float = 60.0, out=None):
+        self.log_path = log_path
+        self.repeat_after = repeat_after
+        self.out = out
+        self.errors: list[str] = []
+        self._last_printed: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def error(self, summary: str) -> None:
+        with self._lock:
+            self.errors.append(summary)
+            now = time.monotonic()
+            if now - self._last_printed.get(summary, -self.repeat_after) < self.repeat_after:
+                return
+            self._last_printed[summary] = now
+        where = f" (server log: {self.log_path})" if self.log_path else ""
+        print(f"transit-release serve: ERROR: the Prefect scheduler failed, no new scheduled run is created: "
+              f"{summary}{where}", file=self.out or sys.stderr, flush=True)
+
+
 @contextlib.contextmanager
-def local_server(prefect_home: Path, timeout: float = 120.0):
-    """A Prefect server (with its scheduler) on loopback for the duration; yields its API URL."""
+def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error: Callable[[str], None] | None = None):
+    """A Prefect server (with its scheduler) on loopback for the duration; yields its API URL.
+
+    Its output goes to ``<prefect_home>/server.log``; ``on_scheduler_error`` is called (from a reader
+    thread) with a one-line summary of each failed scheduler loop.
+    """
     import httpx
 
+    prefect_home = Path(prefect_home)
+    prefect_home.mkdir(parents=True, exist_ok=True)
     port = free_port()
     url = f"http://127.0.0.1:{port}/api"
     env = {**os.environ, "PREFECT_HOME": str(prefect_home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "PREFECT_UI_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)
+    env.pop("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", None)  # the server logs in full to its own log file
     proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                             "--port", str(port), "--no-ui"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                             "--port", str(port), "--no-ui"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, encoding="utf-8", errors="replace",
+                            preexec_fn=die_with_parent)
+    tail: collections.deque[str] = collections.deque(maxlen=40)
+    watch = SchedulerLogWatch(on_scheduler_error) if on_scheduler_error else None
+
+    def read_log() -> None:  # always drained: a full pipe would block the server
+        with open(prefect_home / "server.log", "a", encoding="utf-8") as log:
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()
+                tail.append(line)
+                if watch:
+                    watch.feed(line)
+
+    reader = threading.Thread(target=read_log, name="prefect-server-log", daemon=True)
+    reader.start()
     try:
         deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:
+                reader.join(timeout=5)
                 raise RuntimeError(f"the local Prefect server exited (code {proc.returncode}): "
-                                   f"{(proc.stderr.read() if proc.stderr else '')[-2000:]}")
+                                   f"{''.join(tail)[-2000:]}")
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{url}/health", timeout=2).status_code == 200:
                     break
@@ -104,17 +208,91 @@ def local_server(prefect_home: Path, timeout: float = 120.0):
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+        reader.join(timeout=5)
 
 
-def serve(path: str | Path = DEFAULT_FILE, api_url: str | None = None) -> None:
-    """Serve every deployment of ``path`` until interrupted, against ``api_url`` or the configured API."""
+def upcoming_scheduled_runs(client, flow_name: str, deployment_name: str) -> list:
+    """The future runs of a deployment that Prefect's scheduler created (state Scheduled), soonest first."""
+    from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterDeploymentId, FlowRunFilterState,
+                                                FlowRunFilterStateType)
+    from prefect.client.schemas.objects import StateType
+
+    deployment = client.read_deployment_by_name(f"{flow_name}/{deployment_name}")
+    runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+        deployment_id=FlowRunFilterDeploymentId(any_=[deployment.id]),
+        state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED]))))
+    now = datetime.now(timezone.utc)
+    return sorted((r for r in runs if r.auto_scheduled and r.created_by and r.created_by.type == "SCHEDULE"
+                   and r.expected_start_time and r.expected_start_time > now), key=lambda r: r.expected_start_time)
+
+
+def _check_scheduler(deployments: list, health: SchedulerHealth, timeout: float) -> str | None:
+    """Wait until the scheduler has created upcoming runs for every deployment with an active schedule;
+    print the next run of each. Returns why not, or None."""
+    from prefect.client.orchestration import get_client
+
+    expected = {d.name: d for d in deployments if any(s.active is not False for s in d.schedules or [])}
+    deadline = time.monotonic() + timeout
+    missing = sorted(expected)
+    with get_client(sync_client=True) as client:
+        while True:
+            if health.errors:
+                return f"the Prefect scheduler failed: {health.errors[0]}"
+            found = {}
+            for name, d in expected.items():
+                with contextlib.suppress(Exception):  # not registered yet, or the server is busy
+                    runs = upcoming_scheduled_runs(client, d.flow_name, name)
+                    if runs:
+                        found[name] = runs[0]
+            missing = sorted(set(expected) - set(found))
+            if not missing:
+                nexts = []
+                for name, run in sorted(found.items()):
+                    tz = expected[name].schedules[0].schedule.timezone or "UTC"
+                    nexts.append(f"{name} {run.expected_start_time.astimezone(ZoneInfo(tz)):%Y-%m-%d %H:%M %Z}")
+                print(f"transit-release serve: scheduler OK, next runs: {'; '.join(nexts)}", flush=True)
+                return None
+            if time.monotonic() > deadline:
+                break
+            time.sleep(1)
+    return (f"the Prefect scheduler created no scheduled run for {', '.join(missing)} within {timeout:.0f} s "
+            "(is the server's scheduler service running? see the server's log)")
+
+
+def serve(path: str | Path = DEFAULT_FILE, api_url: str | None = None, health: SchedulerHealth | None = None,
+          startup_timeout: float = 120.0) -> None:
+    """Serve every deployment of ``path`` until interrupted, against ``api_url`` or the configured API.
+
+    Raises ``SchedulerError`` if, at start-up, the scheduler does not create the upcoming runs of every
+    scheduled deployment within ``startup_timeout`` seconds, or fails (as ``health`` reports) before then.
+    """
     from prefect import serve as prefect_serve
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     path = Path(path).resolve()
+    health = health or SchedulerHealth()
     # entrypoints are recorded relative to the working directory, and the runs' relative paths
     # (config, policy) are the project's, as for a worker: work from the project directory
     os.chdir(path.parent)
     deployments = runner_deployments(path)
+    failure: list[str] = []
+
+    def watchdog() -> None:
+        reason = _check_scheduler(deployments, health, startup_timeout)
+        if reason:
+            failure.append(reason)
+            os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C (a real signal wakes the event loop at once)
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # started in the background by a shell script, which ignores SIGINT: the watchdog stops serve with it
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     with temporary_settings(updates={PREFECT_API_URL: api_url} if api_url else {}):
-        prefect_serve(*deployments, print_starting_message=True)
+        context = contextvars.copy_context()  # the watchdog's client sees these settings
+        threading.Thread(target=context.run, args=(watchdog,), name="scheduler-check", daemon=True).start()
+        try:
+            prefect_serve(*deployments, print_starting_message=True)
+        except KeyboardInterrupt:
+            if not failure:  # the user's Ctrl-C before Prefect's serve took over
+                raise
+    if failure:
+        raise SchedulerError(failure[0])

@@ -2,34 +2,60 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import shutil
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
+from types import SimpleNamespace
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
+import yaml
 
-from flows.deployments import PROJECT, local_server, read_deployments
+from flows.deployments import PROJECT, SchedulerHealth, SchedulerLogWatch, local_server, read_deployments
 from transit_release.errors import ConfigError
 
 EXPECTED = {  # deployment name -> (flow name, cron, time zone)
     "weekly": ("weekly-opal-release", "0 3 * * 1", "Australia/Sydney"),
     "monthly": ("monthly-sequence-release", "0 4 2 * *", "America/Montreal"),
+    "weekly-trajectories": ("weekly-trajectory-release", "0 5 * * 1", "America/Montreal"),
+    "monthly-sets": ("monthly-set-release", "0 5 2 * *", "America/Montreal"),
     "monthly-audit": ("privacy-audit", "0 6 1 * *", "Australia/Sydney"),
 }
 
 
+def _variables() -> list[str]:
+    """Every ``{{ $NAME }}`` of the project's prefect.yaml's deployments."""
+    spec = yaml.safe_load((PROJECT / "prefect.yaml").read_text(encoding="utf-8"))
+    return sorted(set(re.findall(r"\{\{\s*\$(\w+)\s*\}\}", json.dumps(spec.get("deployments") or []))))
+
+
 def _env(tmp_path: Path, home: Path, trips_pattern: str, stops: str, **extra) -> dict:
+    """The environment a deployment needs: the given paths, and a file under ``tmp_path`` for every other variable
+    the file names (so a new deployment's variables are set without editing this helper)."""
+    given = {"TRANSIT_RELEASE_HOME": str(home), "TRANSIT_RELEASE_TRIPS_PATTERN": trips_pattern,
+             "TRANSIT_RELEASE_STOPS": stops,
+             "TRANSIT_RELEASE_SEQUENCES_PATTERN": str(tmp_path / "sequences-{year}-{month}.txt"),
+             "TRANSIT_RELEASE_TAXONOMY": str(tmp_path / "taxonomy.csv")}
+    others = {v: str(tmp_path / v.lower()) for v in _variables() if v not in given}
     return {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_HOME": str(tmp_path / "client"),
             "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "PREFECT_LOGGING_LEVEL": "WARNING",
-            "TRANSIT_RELEASE_HOME": str(home), "TRANSIT_RELEASE_TRIPS_PATTERN": trips_pattern,
-            "TRANSIT_RELEASE_STOPS": stops,
-            "TRANSIT_RELEASE_SEQUENCES_PATTERN": str(tmp_path / "sequences-{year}-{month}.txt"),
-            "TRANSIT_RELEASE_TAXONOMY": str(tmp_path / "taxonomy.csv"), **extra}
+            **others, **given, **extra}
+
+
+def test_the_environment_helper_sets_every_variable_prefect_yaml_names(tmp_path):
+    env = _env(tmp_path, tmp_path / "home", "t-{start}.csv", "stops.csv")
+    assert {"TRANSIT_RELEASE_SETS_PATTERN", "TRANSIT_RELEASE_LOCATIONS"} <= set(_variables())
+    assert all(env.get(v) for v in _variables())
 
 
 def _deployments(url: str) -> dict[str, dict]:
@@ -59,21 +85,32 @@ def _check_schedules(deployments: dict[str, dict]) -> None:
 
 def test_a_deployment_parameter_without_its_environment_variable_is_named(monkeypatch):
     monkeypatch.delenv("TRANSIT_RELEASE_STOPS", raising=False)
-    for var in ("TRANSIT_RELEASE_HOME", "TRANSIT_RELEASE_TRIPS_PATTERN", "TRANSIT_RELEASE_SEQUENCES_PATTERN",
-                "TRANSIT_RELEASE_TAXONOMY"):
-        monkeypatch.setenv(var, "/x")
+    for var in _variables():
+        if var != "TRANSIT_RELEASE_STOPS":
+            monkeypatch.setenv(var, "/x")
     with pytest.raises(ConfigError, match="set the environment variable\\(s\\) TRANSIT_RELEASE_STOPS"):
         read_deployments()
 
 
-def test_prefect_deploy_all_on_a_real_server_then_a_worker_runs_the_weekly_release(tmp_path, small_week):
-    """`prefect deploy --all` against a Prefect server on loopback; a process worker runs one week."""
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory, small_week):
+    """`prefect deploy --all` of prefect.yaml against a real Prefect server on loopback (one per module).
+
+    The server's scheduler loops every second or two instead of every minute, so that it schedules
+    soon; what it creates does not depend on how often it runs.
+    """
+    tmp_path = tmp_path_factory.mktemp("deployed")
     home = tmp_path / "home"
     inbox = tmp_path / "inbox"  # where the agency drops each week's file
     inbox.mkdir()
     shutil.copy(small_week["trips"], inbox / "trips-2016-08-08.csv")
     stops = Path(small_week["stops"])
-    with local_server(tmp_path / "server") as url:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS", "2")
+        mp.setenv("PREFECT_SERVER_SERVICES_SCHEDULER_RECENT_DEPLOYMENTS_LOOP_SECONDS", "1")
+        server = local_server(tmp_path / "server")
+        url = server.__enter__()
+    try:
         env = _env(tmp_path, home, str(inbox / "trips-{start}.csv"), str(stops), PREFECT_API_URL=url,
                    PWD=str(PROJECT))
 
@@ -84,26 +121,121 @@ def test_prefect_deploy_all_on_a_real_server_then_a_worker_runs_the_weekly_relea
             return done.stdout
 
         prefect("work-pool", "create", "transit-release", "--type", "process")
+        deployed_at = datetime.now(timezone.utc)
         prefect("--no-prompt", "deploy", "--all")
-        deployments = _deployments(url)
-        _check_schedules(deployments)
-        assert {d["work_pool_name"] for d in deployments.values()} == {"transit-release"}
-        weekly = deployments["weekly"]
-        assert weekly["parameters"]["stops"] == str(stops)
-        assert weekly["parameters"]["home"] == str(home)
-        assert weekly["parameters"]["workers"] == 2  # sanitized on a local Dask cluster of 2 processes
+        yield SimpleNamespace(url=url, home=home, stops=stops, prefect=prefect, deployed_at=deployed_at,
+                              server_log=tmp_path / "server" / "server.log")
+    finally:
+        server.__exit__(None, None, None)
 
-        # one run of the weekly release for the synthetic week (8–14 Aug 2016), by a worker
-        run = _create_run(url, weekly["id"], {"week_of": "2016-08-10"})
-        prefect("worker", "start", "--pool", "transit-release", "--run-once", timeout=600)
-        final = _wait_for_run(url, run["id"], 60)
-        assert final["state_type"] == "COMPLETED", final["state"]
+
+def _cron_times(cron: str, tz: str, after: datetime, until: datetime) -> list[datetime]:
+    """The times a five-field cron (numbers, lists, ranges or *) falls on in ``tz``, after ``after`` and up to
+    ``until``, in UTC: an oracle written apart from Prefect's (it uses cronsim)."""
+    def field(text: str, low: int, high: int) -> set[int] | None:
+        if text == "*":
+            return None
+        out = set()
+        for part in text.split(","):
+            a, _, b = part.partition("-")
+            out |= set(range(int(a), int(b or a) + 1))
+        assert out <= set(range(low, high + 1)), f"unsupported cron field {text!r}"
+        return out
+
+    minute, hour, dom, month, dow = cron.split()
+    minutes, hours = sorted(field(minute, 0, 59) or range(60)), sorted(field(hour, 0, 23) or range(24))
+    doms, months, dows = field(dom, 1, 31), field(month, 1, 12), field(dow, 0, 7)
+    dows = {d % 7 for d in dows} if dows is not None else None
+    zone, out = ZoneInfo(tz), []
+    day = after.astimezone(zone).date()
+    while datetime.combine(day, datetime.min.time(), zone) <= until:
+        cron_dow = (day.weekday() + 1) % 7  # cron: 0 is Sunday
+        if doms is not None and dows is not None:  # both restricted: either matches (cron's rule)
+            day_ok = day.day in doms or cron_dow in dows
+        else:
+            day_ok = (doms is None or day.day in doms) and (dows is None or cron_dow in dows)
+        if day_ok and (months is None or day.month in months):
+            for h in hours:
+                for m in minutes:
+                    t = datetime(day.year, day.month, day.day, h, m, tzinfo=zone).astimezone(timezone.utc)
+                    if after < t <= until:
+                        out.append(t)
+        day += timedelta(days=1)
+    return out
+
+
+def _scheduled_runs(url: str, deployment_id: str) -> list[dict]:
+    runs = httpx.post(f"{url}/flow_runs/filter", json={"flow_runs": {"deployment_id": {"any_": [deployment_id]}},
+                                                        "sort": "EXPECTED_START_TIME_ASC"}, timeout=30).json()
+    return [r for r in runs if r["auto_scheduled"]]
+
+
+def test_the_scheduler_itself_creates_the_upcoming_runs_of_every_deployment_in_prefect_yaml(deployed):
+    """After `prefect deploy --all`, Prefect's scheduler service (not the test) creates the runs that fall due,
+    at the cron's times in each deployment's time zone; nobody creates a run by hand here."""
+    spec = yaml.safe_load((PROJECT / "prefect.yaml").read_text(encoding="utf-8"))["deployments"]
+    by_name = _deployments(deployed.url)
+    scheduled = {d["name"]: d for d in spec if d.get("schedules")}
+    assert scheduled, "prefect.yaml has no scheduled deployment"
+    deadline, runs = time.monotonic() + 120, {}
+    while time.monotonic() < deadline:
+        runs = {name: _scheduled_runs(deployed.url, by_name[name]["id"]) for name in scheduled}
+        if all(len(r) >= 3 for r in runs.values()):  # the scheduler keeps at least 3 upcoming runs
+            break
+        time.sleep(1)
+    log = deployed.server_log.read_text(encoding="utf-8", errors="replace") if deployed.server_log.exists() else ""
+    errors = [line for line in log.splitlines() if line.startswith(("sqlalchemy.", "sqlite3."))][-1:]
+    assert all(runs.values()), ("the scheduler created no run for "
+                                f"{sorted(n for n, r in runs.items() if not r)}; server log: {errors}")
+    for name, d in scheduled.items():
+        deployment = by_name[name]
+        (schedule,) = d["schedules"]
+        (server_schedule,) = deployment["schedules"]
+        for run in runs[name]:
+            assert run["state_type"] == "SCHEDULED" and run["state_name"] == "Scheduled"
+            assert run["created_by"]["type"] == "SCHEDULE" and run["created_by"]["id"] == server_schedule["id"]
+            assert run["parameters"] == deployment["parameters"]
+        times = [datetime.fromisoformat(r["expected_start_time"]) for r in runs[name]]
+        # the next consecutive occurrences of the cron after the deployment, none skipped
+        assert len(times) >= 3
+        assert times == _cron_times(schedule["cron"], schedule["timezone"], deployed.deployed_at, times[-1]), name
+        zone = ZoneInfo(schedule["timezone"])
+        minute, hour = (int(x) for x in schedule["cron"].split()[:2])
+        assert {(t.astimezone(zone).hour, t.astimezone(zone).minute) for t in times} == {(hour, minute)}
+
+
+def test_the_cron_oracle_follows_the_time_zone_and_cron_day_rules():
+    after = datetime(2026, 3, 25, tzinfo=timezone.utc)
+    weekly = _cron_times("0 3 * * 1", "Australia/Sydney", after, after + timedelta(days=15))
+    # Sydney leaves daylight saving on 5 April 2026: Monday 03:00 is 16:00 UTC the day before, then 17:00
+    assert weekly == [datetime(2026, 3, 29, 16, tzinfo=timezone.utc), datetime(2026, 4, 5, 17, tzinfo=timezone.utc)]
+    assert _cron_times("0 4 2 * *", "America/Montreal", after, after + timedelta(days=40)) == \
+        [datetime(2026, 4, 2, 8, tzinfo=timezone.utc), datetime(2026, 5, 2, 8, tzinfo=timezone.utc)]
+
+
+def test_prefect_deploy_all_on_a_real_server_then_a_worker_runs_the_weekly_release(deployed):
+    """`prefect deploy --all` against a Prefect server on loopback; a process worker runs one week."""
+    url, home, stops = deployed.url, deployed.home, deployed.stops
+    deployments = _deployments(url)
+    _check_schedules(deployments)
+    assert {d["work_pool_name"] for d in deployments.values()} == {"transit-release"}
+    weekly = deployments["weekly"]
+    assert weekly["parameters"]["stops"] == str(stops)
+    assert weekly["parameters"]["home"] == str(home)
+    assert weekly["parameters"]["workers"] == 2  # sanitized on a local Dask cluster of 2 processes
+
+    # one run of the weekly release for the synthetic week (8–14 Aug 2016), by a worker
+    run = _create_run(url, weekly["id"], {"week_of": "2016-08-10"})
+    deployed.prefect("worker", "start", "--pool", "transit-release", "--run-once", timeout=600)
+    final = _wait_for_run(url, run["id"], 60)
+    assert final["state_type"] == "COMPLETED", final["state"]
     manifests = list((home / "releases").glob("*/manifest.json"))
     assert len(manifests) == 1
     manifest = json.loads(manifests[0].read_text())
     assert manifest["period"] == {"start": "2016-08-08", "end": "2016-08-14"}
+    assert manifest["privacy"]["unit_of_privacy"] == "card"  # the scheduled release follows the README's recommendation
     assert manifest["release_id"] in (home / "release_reports" / "index.html").read_text()
-    assert not (home / "private" / manifest["release_id"] / "partitions").exists()
+    assert not (home / "private" / "work").exists() or not any((home / "private" / "work").iterdir())
 
 
 def test_transit_release_serve_runs_the_same_schedules_and_executes_a_run(tmp_path):
@@ -132,21 +264,94 @@ def _serve_and_run_the_audit(tmp_path: Path, url: str) -> None:
                PREFECT_API_URL=url)
     proc = subprocess.Popen([sys.executable, "-m", "transit_release.cli", "serve", "--home", str(home)],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []  # read as it comes: a full pipe would block serve
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             found = {n: d for n, d in _deployments(url).items() if n in EXPECTED}
             if len(found) == len(EXPECTED):
                 break
-            assert proc.poll() is None, proc.stdout.read()
+            assert proc.poll() is None, "".join(lines)[-3000:]
             time.sleep(1)
         _check_schedules(found)
         run = _create_run(url, found["monthly-audit"]["id"])
         final = _wait_for_run(url, run["id"], 180)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any("scheduler OK" in line for line in list(lines)):
+            assert proc.poll() is None, "".join(lines)[-3000:]
+            time.sleep(1)
     finally:
         proc.terminate()
-        output = proc.communicate(timeout=30)[0]
+        proc.wait(timeout=30)
+        reader.join(timeout=10)
+    output = "".join(lines)
+    # serve checked that the scheduler created the upcoming runs, and said when the next ones are
+    (ok,) = [line for line in output.splitlines() if "scheduler OK" in line]
+    assert all(f"{name} 20" in ok for name in EXPECTED), ok
+    assert "transit-release serve: ERROR" not in output, output[-3000:]  # no scheduler failure reported
     assert final["state_type"] == "COMPLETED", (final["state"].get("message"), [l for l in output.splitlines() if "Error" in l or "error" in l][:20])
     audits = list((home / "release_reports").glob("audit-*/audit.html"))
     assert len(audits) == 1
     assert "PASSED" in (home / "release_reports" / "index.html").read_text()
+
+
+# what Prefect 3.8's server logs when SQLAlchemy 2.1 refuses its scheduler's insert (traceback shortened)
+_FAILED_LOOP = """\
+10:49:55.610 | ERROR   | docket.dependencies - \u21a9 [   167ms] schedule_deployments(){schedule_deployments}
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/docket/worker.py", line 1134, in _execute
+    result = await execution.function(
+  File "/venv/lib/python3.11/site-packages/sqlalchemy/ext/hybrid.py", line 1851, in prop
+    raise exc.InvalidRequestError(
+sqlalchemy.exc.InvalidRequestError: Can't evaluate bulk DML statement; please supply a bulk_dml decorated function
+10:49:56.001 | INFO    | uvicorn.access - 127.0.0.1 - "GET /api/health HTTP/1.1" 200
+10:49:57.100 | ERROR   | prefect.server.api.server - Some other failure
+Traceback (most recent call last):
+  File "x.py", line 1, in f
+ValueError: not the scheduler
+"""
+
+
+def test_the_server_log_watch_reports_each_failed_scheduler_loop_in_one_line():
+    seen: list[str] = []
+    watch = SchedulerLogWatch(seen.append)
+    for line in (_FAILED_LOOP * 2).splitlines(keepends=True):
+        watch.feed(line)
+    assert seen == ["schedule_deployments: sqlalchemy.exc.InvalidRequestError: Can't evaluate bulk DML statement; "
+                    "please supply a bulk_dml decorated function"] * 2
+    out = io.StringIO()
+    health = SchedulerHealth(log_path=Path("/srv/x/.prefect/server.log"), out=out)
+    for summary in seen + ["schedule_recent_deployments: other"]:
+        health.error(summary)
+    lines = out.getvalue().splitlines()  # the same error at most once a minute
+    assert len(lines) == 2 and len(health.errors) == 3
+    assert lines[0].startswith("transit-release serve: ERROR: the Prefect scheduler failed")
+    assert lines[0].endswith("(server log: /srv/x/.prefect/server.log)")
+
+
+def test_serve_stops_with_a_one_line_error_when_the_scheduler_fails(tmp_path):
+    """A scheduler that fails (here: its database refuses the runs it creates) stops `serve` at start-up
+    with exit 2 and the scheduler's error, instead of serving in silence."""
+    home = tmp_path / "home"
+    prefect_home = home / ".prefect"  # where `serve` keeps its local server's database
+    env = _env(tmp_path, home, str(tmp_path / "trips-{start}.csv"), str(tmp_path / "stops.csv"),
+               PREFECT_HOME=str(prefect_home))
+    env.pop("PREFECT_API_URL", None)  # `serve` starts its own server
+    prefect_home.mkdir(parents=True)
+    made = subprocess.run([sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"], env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-3000:]
+    with sqlite3.connect(prefect_home / "prefect.db") as db:
+        db.execute("CREATE TRIGGER refuse_scheduled_runs BEFORE INSERT ON flow_run WHEN NEW.auto_scheduled "
+                   "BEGIN SELECT RAISE(ABORT, 'test: scheduled runs refused'); END")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "transit_release.cli", "serve", "--home", str(home)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("transit-release")]
+    assert done.returncode == 2, (done.stdout[-2000:], done.stderr[-3000:])
+    assert errors[-1].startswith("transit-release: error: the Prefect scheduler failed: schedule_"), errors
+    assert "test: scheduled runs refused" in errors[-1]
+    assert time.monotonic() - started < 120  # reported when it fails, not after a long wait
+    assert "test: scheduled runs refused" in (prefect_home / "server.log").read_text(encoding="utf-8")
