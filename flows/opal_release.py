@@ -6,7 +6,7 @@ from prefect import flow, unmapped
 
 from flows.scale_out import sanitization_runner
 from flows.tail import publish_staged
-from tasks.budget import charge_budget, check_budget, load_policy, resolve_release
+from tasks.budget import charge_budget, check_budget, load_policy, precheck_budget, resolve_release
 from tasks.config import check_scale_out, load_config
 from tasks.evaluate import evaluate_utility
 from tasks.home import discard_run, prepare_home
@@ -68,13 +68,14 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
         raw = validate_trips_file(ingest_trips(trips), trips)
         stop_table = validate_stops(ingest_stops(stops), stops)
     period = release_period(raw, period_start, period_end, dry_run)
-    fingerprint = fingerprint_inputs([trips, stops])
+    fingerprint = fingerprint_inputs(where, [trips, stops])
     target = resolve_release(where, release_id or opal.release_id_for(period.start, period.end),
                              same_release(cfg, fingerprint))
     if target.already_published:
         return summarize(where, load_manifest(where, target.release_id), "already published: nothing drawn or spent")
     rid = target.release_id
     with work_dir(where, rid) as work:
+        raw_quality = None
         try:
             with progress.stage("validating"):
                 raw_quality = check_raw_quality.submit(where, str(work.path), rid, raw, stop_table, period, cfg)
@@ -98,6 +99,7 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
             if dry_run:
                 return summarize_dry_run(rid, period, period_start is not None, events,
                                          check_budget(where, events, budget_policy), quarantine)
+            precheck_budget(where, events, budget_policy)
             check_store(where)  # MLflow must work before anything is spent
             charged = charge_budget(where, events, budget_policy)
             anchor_ledger(where, rid, "charge")
@@ -115,6 +117,8 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
                                          {"raw": raw_quality, "release": release_quality}, sanitizers)
                 run_id = publish_staged(where, staged, charged, record, report)
         except BaseException:
+            if raw_quality is not None and hasattr(raw_quality, "wait"):
+                raw_quality.wait()  # the raw-data suite writes under the work directory: let it finish first
             discard_run(where, rid, keep_reports=False)
             raise
     return summarize(where, staged.manifest, "published", run_id, f"{report}/report.html", quarantine)

@@ -6,7 +6,7 @@ from prefect import flow
 from prefect.utilities.annotations import quote
 
 from flows.tail import publish_staged
-from tasks.budget import charge_budget, check_budget, load_policy, resolve_release
+from tasks.budget import charge_budget, check_budget, load_policy, precheck_budget, resolve_release
 from tasks.home import discard_run, prepare_home
 from flows.taps import clean_taps
 from tasks.ingest import fingerprint_inputs, ingest_stops
@@ -48,7 +48,7 @@ def sequence_release(epsilon: float, height: int | None = None, input: str | Non
     universe = stop_universe(stop_table, mode, stops) if trips else load_universe(locations, taxonomy)
     budget, tax = sequence_budget(mechanism, universe, epsilon, height, variant, fanout, lmax, nmax)
     inputs = [p for p in (input, locations, taxonomy, trips, stops) if p]
-    fingerprint = fingerprint_inputs(inputs)
+    fingerprint = fingerprint_inputs(where, inputs)
     target = resolve_release(where, release_id or sequences.default_release_id(mechanism, period),
                              sequences.same_release(budget, fingerprint))
     if target.already_published:
@@ -64,6 +64,7 @@ def sequence_release(epsilon: float, height: int | None = None, input: str | Non
     if dry_run:
         return summarize_dry_run(rid, period, True, [event], check_budget(where, [event], budget_policy),
                                  data.quarantine_counts)
+    precheck_budget(where, [event], budget_policy)
     check_store(where)  # MLflow must work before anything is spent
     try:
         charged = charge_budget(where, [event], budget_policy)

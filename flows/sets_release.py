@@ -6,7 +6,7 @@ from prefect import flow
 
 from flows.tail import publish_staged
 from flows.taps import clean_taps
-from tasks.budget import charge_budget, check_budget, load_policy, resolve_release, same_spend
+from tasks.budget import charge_budget, check_budget, load_policy, precheck_budget, resolve_release, same_spend
 from tasks.home import discard_run, prepare_home
 from tasks.ingest import fingerprint_inputs, ingest_stops
 from tasks.publish import load_manifest, stage_release
@@ -43,7 +43,7 @@ def set_release(epsilon: float, input: str | None = None, locations: str | None 
     stop_table = validate_stops(ingest_stops(stops), stops) if trips else None
     universe = stop_locations(stop_table, modes, stops) if trips else load_universe(locations, None)
     budget = set_budget(universe, epsilon, fanout)
-    fingerprint = fingerprint_inputs([p for p in (input, locations, trips, stops) if p])
+    fingerprint = fingerprint_inputs(where, [p for p in (input, locations, trips, stops) if p])
     target = resolve_release(where, release_id or sets.default_release_id(period),
                              same_spend("diffpart", epsilon, fingerprint))
     if target.already_published:
@@ -60,6 +60,7 @@ def set_release(epsilon: float, input: str | None = None, locations: str | None 
     event = plan_set_spend(rid, period, budget, fingerprint, code_version())
     if dry_run:
         return summarize_dry_run(rid, period, True, [event], check_budget(where, [event], budget_policy), quarantine)
+    precheck_budget(where, [event], budget_policy)
     check_store(where)  # MLflow must work before anything is spent
     try:
         charged = charge_budget(where, [event], budget_policy)

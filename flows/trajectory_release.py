@@ -6,7 +6,7 @@ from prefect import flow
 
 from flows.tail import publish_staged
 from flows.taps import clean_taps
-from tasks.budget import charge_budget, check_budget, load_policy, resolve_release
+from tasks.budget import charge_budget, check_budget, load_policy, precheck_budget, resolve_release
 from tasks.home import discard_run, prepare_home
 from tasks.ingest import fingerprint_inputs, ingest_stops
 from tasks.publish import load_manifest, stage_release
@@ -49,7 +49,7 @@ def trajectory_release(epsilon: float, height: int, input: str | None = None, pe
                                    stop_universe(stop_table, mode, stops) if trips else None)
     setup = safepath_setup(universe, epsilon, height, location_fanout, location_taxonomy_height, time_fanout,
                            time_taxonomy_height, thresholds)
-    fingerprint = fingerprint_inputs([p for p in (input, locations, location_taxonomy, trips, stops) if p])
+    fingerprint = fingerprint_inputs(where, [p for p in (input, locations, location_taxonomy, trips, stops) if p])
     target = resolve_release(where, release_id or trajectories.default_release_id(period),
                              same_release(setup, fingerprint))
     if target.already_published:
@@ -65,6 +65,7 @@ def trajectory_release(epsilon: float, height: int, input: str | None = None, pe
     if dry_run:
         return summarize_dry_run(rid, period, True, [event], check_budget(where, [event], budget_policy),
                                  data.quarantine_counts)
+    precheck_budget(where, [event], budget_policy)
     check_store(where)  # MLflow must work before anything is spent
     try:
         charged = charge_budget(where, [event], budget_policy)

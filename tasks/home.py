@@ -10,7 +10,9 @@ from prefect import get_run_logger
 
 from tasks import data_task
 from transit_release import recovery
+from transit_release.errors import ConfigError
 from transit_release.home import UMASK, Home
+from transit_release.noise import TEST_SEED_ENV
 
 
 @data_task(name="prepare-home")
@@ -20,6 +22,9 @@ def prepare_home(home: str, ledger: str | None, quarantine_retention_days: float
     world-readable unless made so on purpose: the public release files), whoever started the run."""
     os.umask(UMASK)
     where = Home.at(home, ledger).prepare()
+    if os.environ.get(TEST_SEED_ENV) and where.releases.is_dir() and any(where.releases.iterdir()):
+        raise ConfigError(f"{TEST_SEED_ENV} is set, but {where.root} holds public releases: the test-only seed makes "
+                          "noise anyone can regenerate and would use up this home's budget and periods; unset it")
     if quarantine_retention_days is not None:
         removed = recovery.purge_quarantine(where, quarantine_retention_days)
         if removed:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tasks import data_task
+from transit_release.home import Home
 from transit_release.inputs import tables as io
 
 
@@ -19,6 +20,6 @@ def ingest_stops(path: str) -> pd.DataFrame:
 
 
 @data_task(name="fingerprint-inputs")
-def fingerprint_inputs(paths: list[str]) -> str:
-    """SHA-256 over the input files (recorded in the ledger, never published)."""
-    return io.fingerprint(*paths)
+def fingerprint_inputs(home: Home, paths: list[str]) -> str:
+    """The home-keyed fingerprint of the input files (recorded in the ledger, never published)."""
+    return io.fingerprint(*paths, key=home.fingerprint_key())

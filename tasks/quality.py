@@ -57,11 +57,29 @@ def check_raw_quality(home: Home, work: str, release_id: str, trips: pd.DataFram
 
 
 @data_task(name="check-release-tables")
+def _keys_outside(tables: dict[str, pd.DataFrame], times: set[str], locs: dict[str, set[str]]) -> int:
+    """How many released rows have a time bin or a location no input trip had (a count only)."""
+    n = 0
+    for df in tables.values():
+        if "time" in df.columns:
+            n += int((~df["time"].isin(times)).sum())
+        if "loc" in df.columns:
+            for mode, rows in df.groupby("mode", sort=True):
+                n += int((~rows["loc"].isin(locs.get(mode, set()))).sum())
+    return n
+
+
 def check_release_tables(home: Home, work: str, release_id: str, tables: dict[str, pd.DataFrame],
                          outcomes: list[opal.PartitionOutcome], dataset: PartitionDataset,
                          config: ReleaseConfig) -> dict:
-    """Exact columns, counts ≥ each marginal's threshold, and only time bins and locations of the input."""
-    from transit_release.mechanisms.stability_histogram import sbh_threshold
+    """Exact columns, counts ≥ each marginal's threshold, only public time bins and locations (Great Expectations),
+    and only keys present in the input (checked here, in plain code).
+
+    The suite is given the public domain, never the input's: Great Expectations renders an expectation's value set
+    into the Data Docs, which are stored with the report and in MLflow, and the input's stations and time bins would
+    name what one passenger used even where nothing was released.
+    """
+    import numpy as np
 
     times: set[str] = set()
     locs: dict[str, set[str]] = {}
@@ -69,15 +87,19 @@ def check_release_tables(home: Home, work: str, release_id: str, tables: dict[st
         times.update(time_label(o.input_time_bins, dataset.bin_minutes))
         locs.setdefault(o.sanitized.mode, set()).update(
             location_label(o.input_locations, dataset.vocab[o.sanitized.mode]))
+    stray = _keys_outside(tables, times, locs)
+    if stray:
+        raise ReleaseCheckError(f"release tables hold {stray} key(s) that no input trip has; nothing published")
+    public_times = sorted(set(time_label(np.arange(-1, dataset.key_space.n_bins), dataset.bin_minutes)))
+    public_locs = {m: sorted(set(location_label(np.arange(-1, len(v)), v))) for m, v in dataset.vocab.items()}
     frames = {}
     for name, df in tables.items():
         ms = [m for m in MARGINALS if m.output == name]
-        thresholds = {m.tap: sbh_threshold(config.budgets[m.name].epsilon, config.budgets[m.name].delta) for m in ms}
+        thresholds = {m.tap: config.sbh_budget(m.name).threshold for m in ms}
         has_time, has_loc = ms[0].has_time, ms[0].has_loc
         frames[f"release_{name.replace('-', '_')}"] = (df, partial(
             expectations.release_suite, name, OUTPUT_COLUMNS[name], thresholds, config.modes,
-            sorted(times) if has_time else None,
-            {m: sorted(v) for m, v in locs.items()} if has_loc else None))
+            public_times if has_time else None, public_locs if has_loc else None))
     out = Path(work) / "validation"
     result = expectations.validate_frames(out / "data_docs" / "release", frames)
     (out / "validation-release.json").write_text(json.dumps(result, indent=2), encoding="utf-8")

@@ -52,6 +52,19 @@ def test_a_card_is_charged_for_its_p_most_expensive_partitions_and_every_release
     assert two.overall.epsilon == pytest.approx(8.0 + 8 * 0.8)
 
 
+def test_the_data_card_states_what_the_ledger_composes_for_a_card():
+    """The finding: a card-level release's data card said a card stood at ε = 0, δ = 0 (the partition cells of its
+    spends were looked up among the card unit's single cell)."""
+    from transit_release.accounting.accountant import cumulative_for
+
+    first, second = card_events("w1"), card_events("w2", days=2)
+    assert cumulative_for(first, first) == {"epsilon": pytest.approx(8.0), "delta": pytest.approx(6e-9),
+                                            "releases": 1}
+    both = cumulative_for(first + second, second)
+    assert both == {"epsilon": pytest.approx(compose_one(first + second).overall.epsilon),
+                    "delta": pytest.approx(compose_one(first + second).overall.delta), "releases": 2}
+
+
 def test_the_card_cap_by_privacy_loss_distributions(tmp_path):
     policy = load_budget_policy()
     cap = next(c for c in policy.caps if c.unit_of_privacy == "card")
@@ -126,6 +139,8 @@ def test_a_card_level_release_end_to_end(prefect_harness, small_week, tmp_path, 
     assert loss["basic"]["epsilon"] == pytest.approx(8.0)
     assert loss["pld"] and loss["pld"]["epsilon"] < 8.0 and loss["pld"]["delta"] > loss["pld"]["pld_delta"]
     assert result["card_unbounded_periods"] == []
+    assert manifest["privacy"]["cumulative_at_publication"] == {"epsilon": pytest.approx(8.0),
+                                                                "delta": pytest.approx(6e-9), "releases": 1}
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")

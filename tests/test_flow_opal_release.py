@@ -77,7 +77,8 @@ def test_manifest_hashes_and_privacy_statement(released):
     assert "replace one trip" in m["privacy"]["neighbouring_relation"]
     assert m["noise_source"] == "test-seed"
     assert m["code_version"]
-    assert (d / "DATACARD.md").read_text().startswith(f"# {summary['release_id']}")
+    card = (d / "DATACARD.md").read_text()
+    assert card.startswith("> **TEST SEED: NOT PRIVATE.**") and f"\n# {summary['release_id']}" in card
     assert not list(home.releases.glob(".tmp-*")) and not list(home.test_releases.glob(".tmp-*"))
 
 

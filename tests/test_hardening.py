@@ -125,7 +125,8 @@ def test_one_release_id_never_serves_two_runs(api_env, tiny_week, tmp_path):
     assert len(fingerprints) == 1 and len(ledger.spends("same")) == 168
     from transit_release.inputs.tables import fingerprint
 
-    winner = [w for w in (tiny_week["trips"], other) if fingerprint(w, tiny_week["stops"]) in fingerprints]
+    key = Home.at(home).fingerprint_key()
+    winner = [w for w in (tiny_week["trips"], other) if fingerprint(w, tiny_week["stops"], key=key) in fingerprints]
     assert len(winner) == 1  # the published release's input is the one the ledger charged
 
 
@@ -197,6 +198,7 @@ def test_test_seed_releases_stay_private_and_a_keyed_ledger_resists_a_forged_his
 
     key = tmp_path / "ledger.key"
     key.write_bytes(os.urandom(48).hex().encode())
+    key.chmod(0o600)
     monkeypatch.setenv(KEY_FILE_ENV, str(key))
     home = tmp_path / "home"
     assert main(["release", "--trips", str(tiny_week["trips"]), "--stops", str(tiny_week["stops"]), "--home",
@@ -243,3 +245,22 @@ def test_the_audit_text_names_leftovers_and_repair_removes_them(prefect_harness,
     assert main(["repair", "--home", str(home)]) == 0
     assert "removed private/work/gone-deadbeef" in capsys.readouterr().out
     assert not (home / "releases" / ".tmp-gone-1234abcd").exists()
+
+
+def test_the_input_fingerprint_on_the_ledger_is_keyed_by_the_home(tmp_path):
+    """The finding: the published ledger head chains each spend's payload, whose input fingerprint was a plain
+    SHA-256 of the input files, so anyone holding candidate inputs could test them against the published head."""
+    import hashlib
+    import stat
+
+    from transit_release.inputs.tables import fingerprint
+
+    data = tmp_path / "trips.csv"
+    data.write_bytes(b"card_id,mode\n1,bus\n")
+    first, second = (Home.at(tmp_path / h).prepare() for h in ("a", "b"))
+    mine = fingerprint(data, key=first.fingerprint_key())
+    assert mine == fingerprint(data, key=first.fingerprint_key())  # same home, same files: a re-run is recognised
+    assert mine != fingerprint(data, key=second.fingerprint_key())
+    assert mine != hashlib.sha256(data.read_bytes() + b"\x00").hexdigest()
+    assert stat.S_IMODE(first.fingerprint_key_file.stat().st_mode) == 0o600
+    assert len(first.fingerprint_key()) == 32 and first.fingerprint_key() != second.fingerprint_key()

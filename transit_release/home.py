@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +104,38 @@ class Home:
         return self.ledger_path or self.root / "ledger.sqlite"
 
     @property
+    def fingerprint_key_file(self) -> Path:
+        return self.private / "fingerprint.key"
+
+    def fingerprint_key(self) -> bytes:
+        """This home's secret keying the input fingerprints on the ledger (created once, 0600, never published).
+
+        The ledger's head hash is published (manifest, data card) and chains every spend's payload, so a
+        payload field that is a plain hash of the input files would let anyone holding candidate inputs test
+        them against the published head: a noise-free membership test. Keyed by this secret, the fingerprint
+        still says "same files" within the home (a re-run of a release) and nothing outside it.
+        """
+        path = self.fingerprint_key_file
+        if not path.exists():  # written aside, then linked: a concurrent run sees no key or the whole key
+            tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(secrets.token_bytes(32))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    pass  # another run made it first: use theirs
+            finally:
+                tmp.unlink(missing_ok=True)
+        key = path.read_bytes()
+        if len(key) != 32:
+            raise ConfigError(f"{path}: not a fingerprint key (32 bytes expected); restore it from a backup")
+        return key
+
+    @property
     def mlflow_db(self) -> Path:
         return self.root / "mlflow.db"
 
@@ -154,4 +187,5 @@ class Home:
             path.mkdir(exist_ok=True)
             if stat.S_IMODE(path.stat().st_mode) != mode:
                 os.chmod(path, mode)
+        self.fingerprint_key()
         return self

@@ -118,3 +118,41 @@ def test_the_bounding_keeps_k_per_partition_and_p_partitions_whatever_the_row_or
     a = trips.loc[kept].sort_values(["card_id", "tap_on_time"]).reset_index(drop=True)
     b = shuffled.loc[kept2].sort_values(["card_id", "tap_on_time"]).reset_index(drop=True)
     pd.testing.assert_frame_equal(a, b)
+
+
+def absent_key_case(name: str, runs: int, seed: int, lowered: int = 0, control: str = ""):
+    """D′ = D plus one card whose k kept trips are the only ones at a key (03:00): in D the key is absent (never
+    released), in D′ its count is k. The claim at the card threshold: Pr[released | D′] ≤ δ_j (and ε_j)."""
+    cfg = load_release_config(unit="card").with_overrides(epsilons=[2.0] * 6, delta=1e-3)  # stressed: measurable
+    budget = cfg.sbh_budget("tap_on_time")
+    k = budget.max_rows_per_partition
+    threshold = budget.threshold - lowered
+    g = NoiseSource(seed=seed)
+    generator = g.stream("card-absent", name, "D2")
+
+    def draw_d(n: int) -> np.ndarray:
+        return np.full(n, NOT_RELEASED, dtype=np.int64)
+
+    def draw_d2(n: int) -> np.ndarray:
+        res = sbh._sanitize(np.full(n, k, dtype=np.int64), budget.scale, threshold, generator)
+        out = np.full(n, NOT_RELEASED, dtype=np.int64)
+        out[res.kept] = res.counts
+        return out
+
+    ev = {"released": lambda v: v != NOT_RELEASED}
+    for x in range(budget.threshold - 3, budget.threshold + 3):
+        ev[f"released ≥ {x}"] = lambda v, x=x: v >= x
+    return run_case(name, "card-level SBH", draw_d, draw_d2, ev, runs, budget.epsilon, budget.delta,
+                    control=control)
+
+
+def test_a_card_alone_at_a_key_is_released_at_most_delta_of_the_time(audit_sizes, audit_seed, audit_report):
+    result = absent_key_case("card-level: a card's k trips alone at a key, present vs absent", audit_sizes.sbh,
+                             audit_seed)
+    check(result, audit_report, "PASS")
+
+
+def test_control_the_card_threshold_lowered_fails(audit_sizes, audit_seed, audit_report):
+    result = absent_key_case("card-level: the same, card threshold lowered by 3", audit_sizes.sbh_control,
+                             audit_seed, lowered=3, control="card threshold lowered by 3")
+    check(result, audit_report, "FAIL")

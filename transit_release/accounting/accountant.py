@@ -222,6 +222,14 @@ def compose_one(events: Iterable) -> AccountingReport:
     return next(iter(reports.values()))
 
 
+def _cells_of(event, report: AccountingReport) -> tuple[str, ...]:
+    """The cells of ``report`` an event counts in: a card-level spend (bounded over partitions) and an event
+    without a calendar scope count in every cell, as :func:`_compose_unit` composes them."""
+    if hasattr(event, "max_partitions") or scope_of(event).cells is None:
+        return tuple(report.spends)
+    return scope_of(event).cells
+
+
 def cumulative_for(recorded: Iterable, these: Iterable) -> dict:
     """The loss of the unit of ``these`` events (one release) counting every ``recorded`` spend of that unit:
     the worst of the cells ``these`` touch. Figures for the data card ("where the unit stands at publication")."""
@@ -231,9 +239,8 @@ def cumulative_for(recorded: Iterable, these: Iterable) -> dict:
     key = (these[0].unit_of_privacy, these[0].neighbouring)
     recorded = [e for e in recorded if (e.unit_of_privacy, e.neighbouring) == key]
     report = compose(recorded)[key]
-    touched = {c for e in these for c in (scope_of(e).cells or report.spends)}
+    touched = {c for e in these for c in _cells_of(e, report)}
     cells = report.per_cell
     worst = _worst(cells[c] for c in touched if c in cells)
-    releases = {e.release_id for e in recorded
-                if (scope_of(e).cells is None) or (set(scope_of(e).cells) & touched)}
+    releases = {e.release_id for e in recorded if set(_cells_of(e, report)) & touched}
     return {"epsilon": worst.epsilon, "delta": worst.delta, "releases": len(releases)}

@@ -6,6 +6,7 @@ Error messages name the file and the problem, never a value from the file.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import re
 from pathlib import Path
 
@@ -47,6 +48,9 @@ TIME_FORMATS = ["%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-
 _LOCAL_TIME = r"^\d{4}-\d{2}-\d{2}[ T]([01]\d|2[0-3]):[0-5]\d(:[0-5]\d)?$"
 
 
+BLOCK_BYTES = 1 << 24  # a row must fit in one block of the CSV reader
+
+
 def _read_csv(path: Path, column_types: dict[str, pa.DataType] | None) -> pa.Table:
     convert = pacsv.ConvertOptions(
         column_types=column_types or {},
@@ -56,11 +60,11 @@ def _read_csv(path: Path, column_types: dict[str, pa.DataType] | None) -> pa.Tab
     )
     if not column_types:
         # everything as text: the schema's coercion reports what does not parse
-        with pacsv.open_csv(path) as reader:
+        with pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES)) as reader:
             names = reader.schema.names
         convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in names},
                                        strings_can_be_null=True, null_values=[""])
-    return pacsv.read_csv(path, read_options=pacsv.ReadOptions(block_size=1 << 24), convert_options=convert)
+    return pacsv.read_csv(path, read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES), convert_options=convert)
 
 
 def read_table(path: str | Path, column_types: dict[str, pa.DataType], what: str) -> pd.DataFrame:
@@ -105,6 +109,9 @@ def _explain(exc: Exception) -> str:
                 "(a truncated file, a wrong delimiter or an unquoted comma?)")
     if "UTF8" in text or "UTF-8" in text or isinstance(exc, UnicodeDecodeError):
         return "the text is not valid UTF-8 (export the file as UTF-8)"
+    if "straddl" in text:
+        return (f"a row is longer than {BLOCK_BYTES >> 20} MiB (an unclosed quote, or not a CSV export of "
+                "trips?)")
     if "Parquet" in text or "magic" in text.lower():
         return "not a readable Parquet file (truncated or corrupt?)"
     return exc.__class__.__name__
@@ -145,9 +152,12 @@ def read_stops(path: str | Path) -> pd.DataFrame:
     return read_table(path, STOP_COLUMN_TYPES, "stops")
 
 
-def fingerprint(*paths: str | Path) -> str:
-    """SHA-256 over the input files' bytes (internal: ledger only, never published)."""
-    h = hashlib.sha256()
+def fingerprint(*paths: str | Path, key: bytes) -> str:
+    """HMAC-SHA-256, keyed by the home's secret, over the input files' bytes (internal: ledger only).
+
+    Keyed because the ledger's published head hash chains it (see ``Home.fingerprint_key``).
+    """
+    h = hmac.new(key, digestmod=hashlib.sha256)
     for p in paths:
         if not Path(p).is_file():
             raise InputDataError(f"input file {p}: not found")
