@@ -28,11 +28,12 @@ def verify_ledger(home: Home) -> list:
 def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, anchors: list,
               delta_prime: float) -> dict:
     published_ids, charged, spends, published = audit.summarise(entries)
-    release_problems, staging, manifests = audit.check_releases(home, published)
+    release_problems, staging, manifests = audit.check_releases(home, published, {e.release_id for e in spends})
     ledger = Ledger(home.ledger, key=b"", read_only=True) if home.ledger.exists() else None
-    anchor_problems, matched = (audit.check_anchors(ledger.check_anchor, manifests, anchors)
-                                if ledger else ([], {}))
     keyed = ledger.keyed() if ledger else False
+    anchor_problems, matched = (audit.check_anchors(ledger.check_anchor, manifests, anchors, keyed,
+                                                    published_ids if home.mlflow_db.exists() else ())
+                                if ledger else ([], {}))
     key_configured = key_from_environment(home.root) is not None
     pending = [i.release_id for i in recovery.pending_intents(ledger)] if ledger else []
     result = audit.AuditResult(

@@ -10,7 +10,8 @@ from transit_release.faults import crash_point
 from transit_release.accounting.ledger import Ledger
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
 from transit_release.home import Home, check_release_id
-from transit_release.publish import already_published
+from transit_release.errors import LedgerIntegrityError
+from transit_release.publish import MANIFEST, already_published
 
 
 @dataclass(frozen=True)
@@ -52,11 +53,26 @@ def check_budget(home: Home, events: list, policy: BudgetPolicy) -> dict:
     return {"allowed": True, "reason": ""}
 
 
+@data_task(name="precheck-budget")
+def precheck_budget(home: Home, events: list, policy: BudgetPolicy) -> None:
+    """Refuse at once, before MLflow or anything else is touched, what the policy would refuse now (the charge
+    checks again, atomically, inside the ledger's transaction)."""
+    policy.check(Ledger(home.ledger).entries() if home.ledger.exists() else [], events)
+
+
 @data_task(name="charge-budget")
 def charge_budget(home: Home, events: list, policy: BudgetPolicy) -> list:
     """Check the budget policy and write every spend to the ledger, in one transaction,
     before any noise is drawn. A refusal writes nothing."""
-    charged = Ledger(home.ledger).charge(events, check=policy.check)
+    ledger = Ledger(home.ledger)
+    if ledger.head().seq == 0:  # a new or emptied ledger must not restart the budget of a home that published
+        earlier = sorted(p.parent.name for root in (home.releases, home.test_releases) if root.is_dir()
+                         for p in root.glob(f"*/{MANIFEST}"))
+        if earlier:
+            raise LedgerIntegrityError(f"the ledger {home.ledger} is empty, but this home has published "
+                                       f"{len(earlier)} release(s) (first: {earlier[0]}): it is not this home's "
+                                       "ledger, or the ledger was lost; restore it from a backup. Nothing was charged")
+    charged = ledger.charge(events, check=policy.check)
     crash_point("after-charge")
     return charged
 

@@ -63,7 +63,8 @@ def _write_quarantine(home: Home, release_id: str, rows: pd.DataFrame) -> str | 
     if not len(rows):
         return None
     folder = home.quarantine / release_id
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    home.quarantine.mkdir(exist_ok=True, mode=0o700)
+    folder.mkdir(exist_ok=True, mode=0o700)
     path = folder / f"quarantine-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%fZ')}.parquet"
     rows.to_parquet(path, index=False)
     os.chmod(path, 0o600)

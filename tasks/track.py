@@ -84,12 +84,13 @@ def check_store(home: Home) -> None:
 @data_task(name="anchor-ledger-head")
 def anchor_ledger(home: Home, release_id: str, event: str) -> dict:
     """Record the ledger's head (sequence number and hash) in MLflow, outside the ledger file."""
-    head = Ledger(home.ledger).head()
+    ledger = Ledger(home.ledger)
+    head = ledger.head()
     client = mlflow_client(home)
     exp = _experiment(client, home, ANCHOR_EXPERIMENT, home.mlflow_artifacts / "ledger")
     run = client.create_run(exp, run_name=f"{release_id} {event}",
                             tags={"release_id": release_id, "event": event, "head_seq": str(head.seq),
-                                  "head_hash": head.hash}).info.run_id
+                                  "head_hash": head.hash, "keyed": str(ledger.keyed()).lower()}).info.run_id
     client.set_terminated(run, "FINISHED")
     return head.to_dict()
 
@@ -215,7 +216,7 @@ def read_anchors(home: Home) -> list[dict]:
         t = r.data.tags
         if "head_seq" in t and "head_hash" in t:
             out.append({"run_id": r.info.run_id, "release_id": t.get("release_id", ""), "event": t.get("event", ""),
-                        "seq": int(t["head_seq"]), "hash": t["head_hash"],
+                        "seq": int(t["head_seq"]), "hash": t["head_hash"], "keyed": t.get("keyed") == "true",
                         "deleted": r.info.lifecycle_stage == "deleted"})
     return out
 

@@ -231,7 +231,7 @@ def test_a_forged_refund_behind_the_trigger_breaks_verification_and_charging(tmp
     _raw_insert(path, payload, seq=7, prev=written[-1].hash)
     with pytest.raises(LedgerIntegrityError, match="entry 7 is not a valid spend"):
         ledger.verify()
-    with pytest.raises(ValueError, match="epsilon must be finite and non-negative"):
+    with pytest.raises(LedgerIntegrityError, match="entry 7 is not a valid spend"):  # before any check runs
         ledger.charge(partition_events("r2"), check=lambda existing, evs: [e.event() for e in existing])
 
 
@@ -270,6 +270,25 @@ def test_keyed_chain_detects_a_recomputed_forgery(tmp_path):
     assert Ledger(path, key=b"").verify() == 6  # without the key the forgery is consistent
     with pytest.raises(LedgerIntegrityError, match="entry 6's MAC does not match the key"):
         Ledger(path, key=key).verify()
+    # and the budget is never checked against it: the next charge is refused, nothing written
+    with pytest.raises(LedgerIntegrityError, match="entry 6's MAC does not match the key"):
+        Ledger(path, key=key).charge(partition_events("r2"))
+    assert len(Ledger(path, key=b"").entries()) == 6
+
+
+def test_a_spend_edited_in_place_stops_the_next_charge(tmp_path):
+    """The finding: `charge` checked the cap against a ledger it never verified; with every spend set to ε = 0 in
+    place (chain visibly broken) a second release was charged and published over the cap."""
+    path = tmp_path / "ledger.sqlite"
+    Ledger(path).charge(partition_events("r1"))
+    con = sqlite3.connect(path)
+    con.execute("DROP TRIGGER entries_no_update")
+    con.execute("""UPDATE entries SET payload = replace(payload, '"epsilon":2.0', '"epsilon":0.0') WHERE seq = 6""")
+    con.commit()
+    con.close()
+    with pytest.raises(LedgerIntegrityError, match="entry 6 was modified after it was recorded"):
+        Ledger(path).charge(partition_events("r2"))
+    assert [e.release_id for e in Ledger(path).entries()] == ["r1"] * 6
 
 
 def test_keyed_ledger_is_never_appended_to_without_its_key_and_never_launders(tmp_path):
@@ -294,8 +313,13 @@ def test_a_key_file_inside_the_home_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="lies inside the home"):
         read_key_file(tmp_path / "key", home=tmp_path)
     (tmp_path / "short").write_bytes(b"x")
+    (tmp_path / "short").chmod(0o600)
     with pytest.raises(ConfigError, match="holds 1 bytes; use at least 32"):
         read_key_file(tmp_path / "short")
+    (tmp_path / "open").write_bytes(b"x" * 40)
+    (tmp_path / "open").chmod(0o644)
+    with pytest.raises(ConfigError, match=r"other accounts may read or change it \(mode 0644\); `chmod 600 "):
+        read_key_file(tmp_path / "open")
 
 
 def test_anchors_notice_truncation_and_rewritten_history(tmp_path):

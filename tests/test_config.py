@@ -64,3 +64,21 @@ def test_epsilon_true_and_non_utf8_config_are_refused(tmp_path):
     p.write_bytes("release:\n  bin_minutes: 15 # caf\xe9\n".encode("latin-1"))
     with pytest.raises(ConfigError, match="the text is not valid UTF-8"):
         load_release_config(p)
+
+
+def test_a_key_given_twice_is_refused_and_1e_minus_6_is_a_number(tmp_path):
+    """The findings: a budget policy with `epsilon: 8.0` then `epsilon: 800.0` was read as 800 (the last one won);
+    `delta: 1e-6`, the usual spelling, was refused as text (PyYAML reads YAML 1.1)."""
+    from transit_release.accounting.policy import load_budget_policy
+    from transit_release.config import default_file
+
+    text = default_file("budget_policy.yaml").read_text()
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(text.replace("      epsilon: 8.0\n", "      epsilon: 8.0\n      epsilon: 800.0\n", 1))
+    with pytest.raises(ConfigError, match=r"twice.yaml: 'epsilon' is given twice \(lines \d+ and \d+\)"):
+        load_budget_policy(twice)
+    short = tmp_path / "short.yaml"
+    short.write_text(text.replace("      delta: 1.0e-6\n", "      delta: 1e-6\n", 1))
+    assert "      delta: 1e-6\n" in short.read_text()
+    trip = next(c for c in load_budget_policy(short).caps if c.unit_of_privacy == "trip")
+    assert trip.delta == 1e-6

@@ -15,6 +15,7 @@ import pytest
 from tests.conftest import WEEK_FLAGS
 from transit_release.accounting.ledger import Ledger
 from transit_release.cli import main
+from transit_release.home import Home
 
 CHECK_WITHOUT_PREFECT = ("import sys; from transit_release.cli import main; rc = main(sys.argv[1:]); "
                          "print('PREFECT-IMPORTED' if 'prefect' in sys.modules else 'NO-PREFECT'); sys.exit(rc)")
@@ -110,12 +111,15 @@ def test_a_refused_run_leaves_nothing_behind(prefect_harness, small_week, tmp_pa
     policy = tmp_path / "policy.yaml"
     policy.write_text(Path(__file__).parent.joinpath("..", "transit_release", "defaults", "budget_policy.yaml")
                       .read_text().replace("      epsilon: 8.0\n", "      epsilon: 4.0\n", 1))
-    rc = main(["release", "--trips", str(small_week["trips"]), "--stops", str(small_week["stops"]), "--home",
-               str(home), "--policy", str(policy), *WEEK_FLAGS])
-    assert rc == 3 and "Cannot release 'bus/20160808' without exceeding the budget" in capsys.readouterr().err
-    assert not any((home / "releases").iterdir()) and not any((home / "release_reports").iterdir())
-    assert not (home / "private" / "work").exists() or not any((home / "private" / "work").iterdir())
-    assert Ledger(home / "ledger.sqlite").entries() == []
+    args = ["release", "--trips", str(small_week["trips"]), "--stops", str(small_week["stops"]), "--home",
+            str(home), "--policy", str(policy), *WEEK_FLAGS]
+    assert main(args) == 3 and "Cannot release 'bus/20160808' without exceeding the budget" in capsys.readouterr().err
+    assert not home.exists()  # a new home that was refused is not left behind, nor Prefect's database in it
+    Home.at(home).prepare()
+    (home / "notes.txt").write_text("the custodian's")
+    before = sorted(p.relative_to(home) for p in home.rglob("*"))
+    assert main(args) == 3
+    assert sorted(p.relative_to(home) for p in home.rglob("*")) == before  # an existing home: as it was
     assert main(["audit", "--home", str(home), "--json"]) == 0
     out = capsys.readouterr().out
     result = json.loads(out[out.index("{"):])

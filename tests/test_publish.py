@@ -157,3 +157,25 @@ def test_a_home_that_is_a_file_or_read_only_is_refused_at_once(tmp_path, read_on
     with pytest.raises(ConfigError, match="is not writable"):
         Home.at(read_only_dir).prepare()
     assert time.monotonic() - start < 1
+
+
+def test_formulas_behind_spaces_or_invisible_characters_are_neutralised():
+    """The finding: a leading space or a zero-width space let `=HYPERLINK(...)` through the CSV guard."""
+    from transit_release.publish import neutralise_cell
+
+    for text in (" =HYPERLINK(\"http://x\")", "\u200b=1+1", "\ufeff@SUM(A1)", "\u00a0+1+2"):
+        assert neutralise_cell(text) == "'" + text
+    for text in ("-1", " -1", "Central Station", "2000"):
+        assert neutralise_cell(text) == text
+
+
+def test_released_keys_outside_the_input_are_counted_in_plain_code():
+    """The finding: the release suite's value sets were the input's stations and time bins, which Great Expectations
+    rendered into the Data Docs (report and MLflow): a station only one passenger used was named there. The suite now
+    gets the public domain; this check (counts only) keeps "only keys the input has"."""
+    from tasks.quality import _keys_outside
+
+    tables = {"time": pd.DataFrame({"mode": ["bus", "bus"], "time": ["07:00", "03:00"], "count": [40, 40]}),
+              "location": pd.DataFrame({"mode": ["bus", "train"], "loc": ["2000", "Central"], "count": [40, 40]})}
+    assert _keys_outside(tables, {"07:00", "03:00"}, {"bus": {"2000"}, "train": {"Central"}}) == 0
+    assert _keys_outside(tables, {"07:00"}, {"bus": {"2000"}, "train": set()}) == 2

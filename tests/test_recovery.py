@@ -89,3 +89,120 @@ def test_quarantine_is_kept_for_its_retention_only(tmp_path):
     assert new.exists() and not old.exists()
     shutil.rmtree(q)
     assert recovery.purge_quarantine(home, 30) == []
+
+
+def test_an_intent_naming_directories_outside_the_releases_is_refused_and_nothing_is_touched(tmp_path):
+    """The finding: intents are not chained, and repair renamed and deleted whatever directories an intent named
+    (one written into the ledger made `repair` delete a directory outside the home)."""
+    import pytest
+
+    from transit_release.errors import LedgerIntegrityError
+
+    home, ledger, staged = staged_home(tmp_path)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("x")
+    ledger.record_intent("r1", staged.manifest_sha256, victim, staged.final_dir, None)
+    with pytest.raises(LedgerIntegrityError, match="publication intent 1 names directories outside this home's "
+                                                   "releases"):
+        recovery.repair(home, ledger)
+    assert (victim / "keep.txt").exists() and staged.staging_dir.exists() and not staged.final_dir.exists()
+    for final in (tmp_path / "r1", home.releases / "other", home.private / "r1"):
+        bad = ledger.record_intent("r1", staged.manifest_sha256, staged.staging_dir, final, None)
+        with pytest.raises(LedgerIntegrityError):
+            recovery.intent_paths(home, bad)
+    assert recovery.intent_paths(home, ledger.record_intent("r1", staged.manifest_sha256, staged.staging_dir,
+                                                            staged.final_dir, None)) == (staged.final_dir,
+                                                                                         staged.staging_dir)
+
+
+def test_a_key_is_never_adopted_by_a_ledger_an_anchor_says_was_keyed(tmp_path):
+    """The finding: stripping every MAC and re-chaining made a keyed ledger look never keyed, and the refusal's
+    advice (`repair --adopt-ledger-key`) then vouched for the forgery."""
+    import json
+
+    import pytest
+
+    from transit_release.audit import check_anchors
+    from transit_release.errors import LedgerIntegrityError
+
+    home = Home.at(tmp_path / "home").prepare()
+    keyed = Ledger(home.ledger, key=b"k" * 32)
+    keyed.charge(partition_events("r1"))
+    with pytest.raises(LedgerIntegrityError, match="already holds MACs"):
+        keyed.adopt_key()
+    (home.releases / "r1").mkdir()
+    head = {**keyed.head().to_dict(), "keyed": True}
+    (home.releases / "r1" / "manifest.json").write_text(json.dumps({"ledger_head": head}))
+    with pytest.raises(LedgerIntegrityError, match=r"its public manifest's ledger head \(r1\) says the ledger was "
+                                                   "keyed"):
+        recovery.check_never_keyed(home, [])
+    with pytest.raises(LedgerIntegrityError, match="anchored in MLflow at charged"):
+        recovery.check_never_keyed(Home.at(tmp_path / "other").prepare(),
+                                   [{"release_id": "r1", "run_id": "x", "event": "charged", "keyed": True}])
+    problems, _ = check_anchors(lambda seq, h: None, {"r1": {"ledger_head": head}}, [], ledger_keyed=False)
+    assert [p.problem for p in problems] == ["its public manifest's ledger head says the ledger was keyed, but it "
+                                            "holds no MAC: it was rewritten without the key; restore it from a backup"]
+    recovery.check_never_keyed(Home.at(tmp_path / "fresh").prepare(), [])  # nothing says keyed: adoption may go on
+
+
+def test_an_intent_for_a_release_never_charged_is_refused(tmp_path):
+    """The finding: with a staged directory and one intent row written by hand, `repair` published the raw trips
+    as release 'evil' (a MACed publication entry, no spend) and the audit passed."""
+    import pytest
+
+    from transit_release.audit import check_releases
+    from transit_release.errors import LedgerIntegrityError
+
+    home, ledger, _ = staged_home(tmp_path)
+    t = {"trips": pd.DataFrame({"card_id": [1], "mode": ["bus"]})}
+    evil = stage_release(home.releases, "evil", t, manifest("evil"), "card")
+    ledger.record_intent("evil", evil.manifest_sha256, evil.staging_dir, evil.final_dir, None)
+    with pytest.raises(LedgerIntegrityError, match="release 'evil', which the ledger never charged"):
+        recovery.repair(home, ledger)
+    assert not (home.releases / "evil").exists() and ledger.published() == {}
+    # had it been published anyway, the audit names it
+    os.rename(evil.staging_dir, evil.final_dir)
+    ledger.record_publication("evil", evil.manifest_sha256)
+    problems, _, _ = check_releases(home, ledger.published(), {e.release_id for e in ledger.spends()})
+    assert [str(p) for p in problems] == ["release: evil: published on the ledger without a single spend: its files "
+                                          "were never charged (a forged publication?); withdraw it"]
+
+
+def test_the_audit_names_anything_under_releases_that_is_not_a_release(tmp_path):
+    """The finding: plain files and hidden folders under releases/ (raw trips dropped there) passed the audit."""
+    from transit_release.audit import check_releases
+
+    home = Home.at(tmp_path / "home").prepare()
+    (home.releases / "trips.csv").write_text("card_id\n1\n")
+    (home.releases / ".hidden").mkdir()
+    (home.releases / ".tmp-r1-0000abcd").mkdir()  # a staging leftover: reported as such, not here
+    problems, leftovers, _ = check_releases(home, {}, set())
+    assert [str(p) for p in problems] == [
+        "release: releases/.hidden: not a release: nothing but release directories belongs there; remove it",
+        "release: releases/trips.csv: not a release: nothing but release directories belongs there; remove it"]
+    assert leftovers == [".tmp-r1-0000abcd"]
+
+
+def test_a_new_ledger_never_restarts_the_budget_of_a_home_that_published(tmp_path):
+    """The finding: `release --ledger <new file>` on a home with published releases spent from a fresh budget."""
+    import pytest
+
+    from tasks.budget import charge_budget
+    from transit_release.accounting.policy import load_budget_policy
+    from transit_release.errors import LedgerIntegrityError
+
+    home = Home.at(tmp_path / "home").prepare()
+    (home.releases / "opal-20160808-20160814").mkdir()
+    (home.releases / "opal-20160808-20160814" / "manifest.json").write_text("{}")
+    with pytest.raises(LedgerIntegrityError, match=r"is empty, but this home has published 1 release\(s\) \(first: "
+                                                   r"opal-20160808-20160814\)"):
+        charge_budget.fn(home, partition_events("r2"), load_budget_policy())
+    assert not Ledger(home.ledger).entries()
+
+
+def test_auditing_a_home_that_does_not_exist_is_refused_and_creates_nothing(tmp_path, capsys):
+    from transit_release.cli import main
+
+    assert main(["audit", "--home", str(tmp_path / "nowhere")]) == 2
+    assert "--home" in capsys.readouterr().err and not (tmp_path / "nowhere").exists()

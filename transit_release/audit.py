@@ -12,6 +12,7 @@ free of MLflow.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -98,7 +99,8 @@ def _release_dirs(home: Home) -> dict[str, tuple[Path, bool]]:
     return out
 
 
-def check_releases(home: Home, published: dict[str, LedgerEntry]) -> tuple[list[Discrepancy], list[str], dict]:
+def check_releases(home: Home, published: dict[str, LedgerEntry],
+                   charged_ids: set[str] | None = None) -> tuple[list[Discrepancy], list[str], dict]:
     """Every published release is on disk, intact and exactly what its manifest lists; every release on disk is
     on the ledger; nothing under ``releases/`` was made with the test seed. Returns the problems, the staging
     leftovers and each published release's manifest (for the anchors)."""
@@ -120,10 +122,22 @@ def check_releases(home: Home, published: dict[str, LedgerEntry]) -> tuple[list[
             problems.append(Discrepancy("release", rid, f"{MANIFEST} differs from the one recorded at publication"))
         for p in verify_release(d):
             problems.append(Discrepancy("release", rid, p.removeprefix(f"{rid}/").removeprefix(f"{rid}: ")))
+        if charged_ids is not None and rid not in charged_ids:
+            problems.append(Discrepancy("release", rid, "published on the ledger without a single spend: its files "
+                                        "were never charged (a forged publication?); withdraw it"))
         try:
             manifests[rid] = json.loads(manifest.read_text(encoding="utf-8"))
         except ValueError:
             continue
+        if manifests[rid].get("release_id") != rid:
+            problems.append(Discrepancy("release", rid, f"its {MANIFEST} names another release"))
+    for root in (home.releases, home.test_releases):
+        for p in sorted(root.iterdir()) if root.is_dir() else []:
+            if p.name.startswith(".tmp-") and p.is_dir():
+                continue  # staging leftovers, listed as such
+            if p.is_symlink() or not p.is_dir() or p.name.startswith("."):
+                problems.append(Discrepancy("release", str(p.relative_to(home.root)), "not a release: nothing but "
+                                            "release directories belongs there; remove it"))
     for rid, (d, public) in on_disk.items():
         if rid not in published:
             problems.append(Discrepancy("release", rid, "in releases/ but never recorded as published on the ledger"))
@@ -138,10 +152,22 @@ def check_releases(home: Home, published: dict[str, LedgerEntry]) -> tuple[list[
     return problems, leftovers, manifests
 
 
-def check_anchors(check_anchor, manifests: dict[str, dict], mlflow_anchors: list[dict]) -> tuple[list[Discrepancy],
-                                                                                                 dict[str, int]]:
-    """Every ledger head recorded outside the ledger still matches it (``check_anchor(seq, hash)``)."""
+def check_anchors(check_anchor, manifests: dict[str, dict], mlflow_anchors: list[dict],
+                  ledger_keyed: bool = True, expect_anchored: Iterable[str] = ()) -> tuple[list[Discrepancy],
+                                                                                              dict[str, int]]:
+    """Every ledger head recorded outside the ledger still matches it (``check_anchor(seq, hash)``), and a ledger
+    that an anchor says was keyed still is (stripping every MAC and re-chaining would otherwise pass for a ledger
+    that never had a key). Every release in ``expect_anchored`` (the published ones, when MLflow is there) must
+    have at least one anchor run: each was anchored after its charge, before any noise was drawn."""
     problems = []
+    anchored = {a["release_id"] for a in mlflow_anchors}
+    for rid in sorted(set(expect_anchored) - anchored):
+        problems.append(Discrepancy("anchor", rid, "published, but no ledger head was anchored in MLflow for it "
+                                    "(its anchor runs were removed from the store?)"))
+    if not ledger_keyed:
+        for where, anchor in keyed_anchors(manifests, mlflow_anchors):
+            problems.append(Discrepancy("anchor", where, f"{anchor} says the ledger was keyed, but it holds no MAC: "
+                                        "it was rewritten without the key; restore it from a backup"))
     matched = {"manifests": 0, "mlflow": 0}
     for rid, m in sorted(manifests.items()):
         head = m.get("ledger_head")
@@ -160,6 +186,15 @@ def check_anchors(check_anchor, manifests: dict[str, dict], mlflow_anchors: list
         else:
             matched["mlflow"] += 1
     return problems, matched
+
+
+def keyed_anchors(manifests: dict[str, dict], mlflow_anchors: list[dict]) -> list[tuple[str, str]]:
+    """The anchors (published manifests, MLflow) recorded while the ledger was keyed: (release id, which anchor)."""
+    out = [(rid, "its public manifest's ledger head") for rid, m in sorted(manifests.items())
+           if (m.get("ledger_head") or {}).get("keyed")]
+    out += [(a["release_id"] or a["run_id"], f"the ledger head anchored in MLflow at {a['event']}")
+            for a in mlflow_anchors if a.get("keyed")]
+    return out
 
 
 def check_mirror(spends: list[LedgerEntry], published: dict[str, LedgerEntry],

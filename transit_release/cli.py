@@ -30,11 +30,12 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from transit_release.errors import BudgetError, InputDataError, TransitReleaseError
+from transit_release.errors import BudgetError, ConfigError, InputDataError, TransitReleaseError
 from transit_release.home import UMASK, Home, check_release_id
 
 EXIT_INPUT = 2
@@ -375,8 +376,10 @@ def _prefect(home: Home, verbose: bool):
         try:
             with temporary_settings(updates={PREFECT_API_URL: url}):
                 _quiet_logging(verbose)
-                yield
-                APILogHandler().flush()  # send the run's last logs before the server stops
+                try:
+                    yield
+                finally:
+                    APILogHandler().flush()  # send the run's last logs (a refusal's too) before the server stops
         finally:
             os.environ.pop("PREFECT_API_URL", None)
 
@@ -556,6 +559,8 @@ def _sets(args, home: Home) -> int:
 def _audit(args, home: Home) -> int:
     from transit_release.accounting.policy import load_budget_policy
 
+    if not home.root.is_dir():
+        raise ConfigError(f"--home {home.root}: no such directory: nothing to audit")
     load_budget_policy(args.policy)
     with _prefect(home, args.verbose):
         from flows.audit import privacy_audit
@@ -574,13 +579,14 @@ def _audit(args, home: Home) -> int:
 
 def _repair(args, home: Home) -> int:
     """No Prefect needed: the ledger, the file system and MLflow's store directly."""
-    from tasks.track import tag_published_runs
+    from tasks.track import read_anchors, tag_published_runs
     from transit_release import recovery
     from transit_release.accounting.ledger import Ledger
 
     home.prepare()
     ledger = Ledger(home.ledger)
     if args.adopt_ledger_key:
+        recovery.check_never_keyed(home, read_anchors.fn(home))
         print(f"ledger key adopted: {ledger.adopt_key()} entr(y/ies) MACed")
     result = recovery.repair(home, ledger)
     tagged = tag_published_runs.fn(home, sorted(ledger.published())) if home.mlflow_db.exists() else []
@@ -660,6 +666,58 @@ def _demo(args, home: Home) -> int:
     return _release(args, str(data / "trips.csv"), str(data / "stops.csv"), home)
 
 
+def _dispatch(args, home: Home) -> int:
+    _prepare_environment(home, args.verbose)
+    if args.command == "budget":
+        return _budget(args, home)
+    if args.command == "repair":
+        return _repair(args, home)
+    if args.command == "serve":
+        return _serve(args, home)
+    if args.command == "release":
+        return _release(args, args.trips, args.stops, home)
+    if args.command == "sequences":
+        return _sequences(args, home)
+    if args.command == "trajectories":
+        return _trajectories(args, home)
+    if args.command == "sets":
+        return _sets(args, home)
+    if args.command == "audit":
+        return _audit(args, home)
+    return _demo(args, home)
+
+
+def _entries(home: Home) -> set[Path] | None:
+    """The home's top-level entries before a command (``None``: the home did not exist)."""
+    return set(home.root.iterdir()) if home.root.is_dir() else None
+
+
+def _remove_what_a_refusal_created(home: Home, before: set[Path] | None) -> None:
+    """A refused command leaves nothing behind: what it created at the top of the home (its folders, Prefect's
+    database, the home itself if it was new) goes, except the quarantine (the custodian's record of the rows that
+    were refused, kept for its retention) and unless something is on the ledger (this run's charge or a
+    concurrent run's)."""
+    from transit_release.accounting.ledger import Ledger
+
+    if not home.root.is_dir():
+        return
+    try:
+        if home.ledger.exists() and Ledger(home.ledger, key=b"", read_only=True).head().seq > 0:
+            return
+    except (TransitReleaseError, OSError, ValueError):
+        return
+    keep_private = home.quarantine.is_dir() and any(p.is_file() for p in home.quarantine.rglob("*"))
+    for p in set(home.root.iterdir()) - (before or set()):
+        if p == home.private and keep_private:
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:  # an empty ledger, MLflow's store: made by this run before it was refused
+            p.unlink(missing_ok=True)
+    if before is None and not any(home.root.iterdir()):
+        home.root.rmdir()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     os.umask(UMASK)
@@ -669,24 +727,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "synth-metro":
             return _synth_metro(args)
         home = Home.at(args.home, getattr(args, "ledger", None)).check_usable()  # created only when a flow runs
-        _prepare_environment(home, args.verbose)
-        if args.command == "budget":
-            return _budget(args, home)
-        if args.command == "repair":
-            return _repair(args, home)
-        if args.command == "serve":
-            return _serve(args, home)
-        if args.command == "release":
-            return _release(args, args.trips, args.stops, home)
-        if args.command == "sequences":
-            return _sequences(args, home)
-        if args.command == "trajectories":
-            return _trajectories(args, home)
-        if args.command == "sets":
-            return _sets(args, home)
-        if args.command == "audit":
-            return _audit(args, home)
-        return _demo(args, home)
+        before = _entries(home)
+        try:
+            return _dispatch(args, home)
+        except (TransitReleaseError, KeyboardInterrupt):
+            _remove_what_a_refusal_created(home, before)
+            raise
     except TransitReleaseError as exc:
         if args.verbose:
             raise

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -277,10 +278,38 @@ def default_file(name: str) -> Path:
     return Path(str(resources.files("transit_release") / "defaults" / name))
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, stricter where a budget file must not be misread: a key given twice is an error
+    (not "the last one wins"), and ``1e-6`` is a number as in YAML 1.2 (PyYAML's YAML 1.1 reads it as text)."""
+
+
+def _mapping_without_repeats(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise _RepeatedKey(f"'{key}' is given twice (lines {seen[key] + 1} and {key_node.start_mark.line + 1})")
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+class _RepeatedKey(ValueError):
+    pass
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_repeats)
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
 def read_yaml(path: Path, what: str):
     """Parse a YAML file, or raise :class:`ConfigError` naming ``what`` and the file."""
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader)  # noqa: S506 (a SafeLoader)
+    except _RepeatedKey as exc:
+        raise ConfigError(f"{what} {path}: {exc}") from None
     except FileNotFoundError:
         raise ConfigError(f"{what} {path}: file not found") from None
     except IsADirectoryError:

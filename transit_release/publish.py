@@ -34,17 +34,22 @@ MANIFEST = "manifest.json"
 DATACARD = "DATACARD.md"
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _NUMBER = re.compile(r"[+-]?\d+(\.\d+)?([eE][+-]?\d+)?")
-CSV_NEUTRALISATION = ("text cells that would start with =, +, -, @, a tab or a carriage return are prefixed with a "
-                      "single quote (') so that no spreadsheet runs them as a formula (plain numbers such as -1 are "
-                      "kept as they are)")
+CSV_NEUTRALISATION = ("text cells that would start with =, +, -, @, a tab or a carriage return, after any spaces or "
+                      "invisible characters, are prefixed with a single quote (') so that no spreadsheet runs them "
+                      "as a formula (plain numbers such as -1 are kept as they are)")
 
 __all__ = ["MANIFEST", "DATACARD", "check_release_id", "rows_released", "neutralise_cell", "neutralise_frame", "stage_release",
            "commit_release", "verify_release", "sha256_file", "already_published", "StagedRelease"]
 
 
+_LEADING_BLANKS = re.compile(r"^[\s\u00a0\u180e\u200b-\u200f\u2028-\u202f\u205f-\u206f\u3000\ufeff]+")
+
+
 def neutralise_cell(text: str) -> str:
-    """``'`` + ``text`` if a spreadsheet would read ``text`` as a formula; ``text`` otherwise."""
-    if text.startswith(_FORMULA_START) and not _NUMBER.fullmatch(text):
+    """``'`` + ``text`` if a spreadsheet would read ``text`` as a formula (also after leading spaces or invisible
+    characters, which spreadsheets may skip); ``text`` otherwise."""
+    bare = _LEADING_BLANKS.sub("", text)
+    if (bare.startswith(_FORMULA_START) or text.startswith(_FORMULA_START)) and not _NUMBER.fullmatch(text.strip()):
         return "'" + text
     return text
 

@@ -19,7 +19,9 @@ Quarantined rows are never leftovers: they follow the quarantine's retention
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import re
 import secrets
 import shutil
 import time
@@ -28,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from transit_release.accounting.ledger import Ledger, PublicationIntent
-from transit_release.home import Home
+from transit_release.errors import ConfigError, LedgerIntegrityError
+from transit_release.home import Home, check_release_id
 from transit_release.publish import MANIFEST, sha256_file, verify_release
 
 LOCK = ".lock"
@@ -59,9 +62,53 @@ def _holds(directory: Path, manifest_sha256: str) -> bool:
     return directory.is_dir() and m.is_file() and sha256_file(m) == manifest_sha256 and not verify_release(directory)
 
 
-def complete_or_roll_back(ledger: Ledger, intent: PublicationIntent) -> bool:
-    """Finish one interrupted publication (True) or undo it (False)."""
+def intent_paths(home: Home, intent: PublicationIntent) -> tuple[Path, Path]:
+    """The intent's final and staging directories, if they are where this tool would have put them.
+
+    Intents are not chained (they are written between a charge and its publication), so their paths are
+    not trusted: both must lie directly under ``releases/`` (or, for test-seed releases,
+    ``private/test-releases/``), the final one named by the release id and the staging one
+    ``.tmp-<id>-<8 hex>``. Anything else is refused rather than renamed or deleted.
+    """
     final, staging = Path(intent.final_dir), Path(intent.staging_dir)
+    roots = {home.releases.resolve(), home.test_releases.resolve()}
+    try:
+        check_release_id(intent.release_id)
+        ok = (final.parent.resolve() in roots and staging.parent.resolve() == final.parent.resolve()
+              and final.name == intent.release_id
+              and re.fullmatch(rf"\.tmp-{re.escape(intent.release_id)}-[0-9a-f]{{8}}", staging.name) is not None
+              and not final.is_symlink() and not staging.is_symlink())
+    except (ConfigError, OSError):
+        ok = False
+    if not ok:
+        raise LedgerIntegrityError(f"publication intent {intent.id} names directories outside this home's releases "
+                                   "(the ledger's intents were altered): nothing was renamed or removed; check the "
+                                   "ledger with `transit-release audit`")
+    return final, staging
+
+
+def _manifest_release_id(directory: Path) -> str | None:
+    try:
+        return json.loads((directory / MANIFEST).read_text(encoding="utf-8")).get("release_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def complete_or_roll_back(ledger: Ledger, intent: PublicationIntent, home: Home) -> bool:
+    """Finish one interrupted publication (True) or undo it (False).
+
+    Only a release the ledger charged is ever completed, and only with the manifest of that release: an
+    intent for a release id without spends (written into the ledger by hand) is refused before anything moves.
+    """
+    final, staging = intent_paths(home, intent)
+    if not ledger.spends(intent.release_id):
+        raise LedgerIntegrityError(f"publication intent {intent.id} is for release '{intent.release_id}', which the "
+                                   "ledger never charged: nothing is published without its spends; nothing was "
+                                   "renamed or removed")
+    for d in (staging, final):
+        if d.is_dir() and (d / MANIFEST).is_file() and _manifest_release_id(d) != intent.release_id:
+            raise LedgerIntegrityError(f"publication intent {intent.id}: the manifest in {d.name} is not release "
+                                       f"'{intent.release_id}'s; nothing was renamed or removed")
     if not final.exists() and _holds(staging, intent.manifest_sha256):
         os.rename(staging, final)
     if _holds(final, intent.manifest_sha256):
@@ -86,9 +133,15 @@ class WorkDir:
 @contextmanager
 def work_dir(home: Home, release_id: str):
     """A fresh ``private/work/<id>-<run>/`` held (flock) for the duration, removed afterwards."""
-    home.work.mkdir(parents=True, exist_ok=True)
     path = home.work / f"{release_id}-{secrets.token_hex(4)}"
-    path.mkdir(mode=0o700)
+    for attempt in range(3):  # another run may remove an empty private/work/ between our two mkdirs
+        home.work.mkdir(mode=0o700, exist_ok=True)  # private/ exists (Home.prepare); 0700 like all in it
+        try:
+            path.mkdir(mode=0o700)
+            break
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
     fh = open(path / LOCK, "w")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -97,6 +150,10 @@ def work_dir(home: Home, release_id: str):
         shutil.rmtree(path, ignore_errors=True)
         fcntl.flock(fh, fcntl.LOCK_UN)
         fh.close()
+        try:
+            home.work.rmdir()  # only if no other run works there
+        except OSError:
+            pass
 
 
 def _locked(path: Path) -> bool:
@@ -155,9 +212,33 @@ def repair(home: Home, ledger: Ledger) -> RepairResult:
     """Complete or roll back every interrupted publication, then remove the leftovers of dead runs."""
     result = RepairResult()
     for intent in pending_intents(ledger):
-        (result.completed if complete_or_roll_back(ledger, intent) else result.rolled_back).append(intent.release_id)
+        (result.completed if complete_or_roll_back(ledger, intent, home) else result.rolled_back).append(
+            intent.release_id)
     result.removed = clean_leftovers(home, ledger)
     return result
+
+
+def check_never_keyed(home: Home, mlflow_anchors: list[dict]) -> None:
+    """Refuse to adopt a key when anything recorded outside the ledger says the ledger was already keyed.
+
+    Someone who can write the home but not read the key could strip every MAC and re-chain the ledger;
+    adopting a key then would vouch for the forgery. Published manifests and MLflow anchors record whether
+    the ledger was keyed when they were written.
+    """
+    from transit_release.audit import keyed_anchors
+
+    manifests = {}
+    for root in (home.releases, home.test_releases):
+        for m in sorted(root.glob(f"*/{MANIFEST}")) if root.is_dir() else []:
+            try:
+                manifests[m.parent.name] = json.loads(m.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+    found = keyed_anchors(manifests, mlflow_anchors)
+    if found:
+        where, what = found[0]
+        raise LedgerIntegrityError(f"{what} ({where}) says the ledger was keyed: its entries without a MAC were "
+                                   "written without the key, so no key is adopted; restore the ledger from a backup")
 
 
 def purge_quarantine(home: Home, retention_days: float, now: float | None = None) -> list[str]:

@@ -37,6 +37,7 @@ import hmac
 import json
 import os
 import sqlite3
+import stat
 from collections.abc import Callable, Sequence
 from contextlib import closing
 from dataclasses import dataclass
@@ -120,9 +121,13 @@ def read_key_file(path: str | Path, home: Path | None = None) -> bytes:
             raise ConfigError(f"ledger key file {path} lies inside the home {root}: keep it elsewhere, or anyone "
                               "who can rewrite the ledger can also recompute its keyed chain")
     try:
+        mode = stat.S_IMODE(path.stat().st_mode)
         key = path.read_bytes().strip()
     except OSError as exc:
         raise ConfigError(f"ledger key file {path}: cannot be read ({exc.strerror})") from None
+    if mode & 0o077:
+        raise ConfigError(f"ledger key file {path}: other accounts may read or change it (mode {mode:04o}); "
+                          f"`chmod 600 {path}`")
     if len(key) < 32:
         raise ConfigError(f"ledger key file {path}: holds {len(key)} bytes; use at least 32 random bytes "
                           "(e.g. `head -c 48 /dev/urandom | base64 > FILE`)")
@@ -261,14 +266,22 @@ class Ledger:
             raise ConfigError(f"the ledger {self.path} is keyed: set {KEY_FILE_ENV} to its key file")
         if self.key is not None and n_macs < n_entries:
             raise LedgerIntegrityError(
-                f"{self.path}: {n_entries - n_macs} entr(y/ies) carry no MAC; if you are introducing a key on an "
-                "existing ledger, check it with `transit-release audit` and run `transit-release repair "
-                "--adopt-ledger-key`")
+                f"{self.path}: {n_entries - n_macs} entr(y/ies) carry no MAC. If this ledger has never had a key "
+                "and you are introducing one, check it with `transit-release audit` and run `transit-release repair "
+                "--adopt-ledger-key`; if it had a key, entries were written or rewritten without it: restore the "
+                "ledger from a backup")
 
     def adopt_key(self) -> int:
-        """MAC every entry that has none (introducing a key on a ledger with history); returns how many."""
+        """MAC every entry that has none (introducing a key on a ledger with history); returns how many.
+
+        Only for a ledger that never had a key: the caller first checks the anchors recorded outside the
+        ledger (``recovery.check_never_keyed``), and a ledger holding any MAC is refused here.
+        """
         if not self.key:
             raise ConfigError(f"no ledger key: set {KEY_FILE_ENV}")
+        if self.keyed():
+            raise LedgerIntegrityError(f"{self.path} already holds MACs: a key is adopted only by a ledger that "
+                                       "never had one; entries without a MAC were written without the key")
         with closing(self._connect()) as con:
             con.execute("BEGIN IMMEDIATE")
             try:
@@ -301,6 +314,9 @@ class Ledger:
             try:
                 self._check_keying(con)
                 existing = self._read(con)
+                # the budget is checked against a ledger whose history is intact (an entry edited in place
+                # to give budget back is refused here, not only by a later audit)
+                self._check_chain(existing, dict(con.execute("SELECT seq, mac FROM entry_macs").fetchall()))
                 if any(e.release_id == release_id for e in existing):
                     raise ReleaseExistsError(
                         f"release '{release_id}' was already charged by another run (running now, or an earlier "
@@ -374,14 +390,8 @@ class Ledger:
         with closing(self._connect()) as con:
             return con.execute("SELECT count(*) FROM entry_macs").fetchone()[0] > 0
 
-    def verify(self) -> int:
-        """Check the database's integrity, the hash chain and (with a key) every MAC; returns the number of entries."""
-        with closing(self._connect()) as con:
-            status = con.execute("PRAGMA integrity_check").fetchone()[0]
-            if status != "ok":
-                raise LedgerIntegrityError(f"{self.path}: SQLite integrity check failed: {status}")
-            entries = self._read(con)
-            macs = dict(con.execute("SELECT seq, mac FROM entry_macs").fetchall())
+    def _check_chain(self, entries: list[LedgerEntry], macs: dict[int, str]) -> None:
+        """The hash chain, every spend's validity and (with a key) every MAC; raises on the first problem."""
         prev = GENESIS_HASH
         for expected_seq, e in enumerate(entries, start=1):
             if e.seq != expected_seq:
@@ -406,4 +416,14 @@ class Ledger:
                 if not hmac.compare_digest(macs[e.seq], entry_mac(self.key, e.hash)):
                     raise LedgerIntegrityError(f"{self.path}: entry {e.seq}'s MAC does not match the key: the entry "
                                                "was forged or the chain recomputed without the key")
+
+    def verify(self) -> int:
+        """Check the database's integrity, the hash chain and (with a key) every MAC; returns the number of entries."""
+        with closing(self._connect()) as con:
+            status = con.execute("PRAGMA integrity_check").fetchone()[0]
+            if status != "ok":
+                raise LedgerIntegrityError(f"{self.path}: SQLite integrity check failed: {status}")
+            entries = self._read(con)
+            macs = dict(con.execute("SELECT seq, mac FROM entry_macs").fetchall())
+        self._check_chain(entries, macs)
         return len(entries)
