@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from tasks import data_task
 from transit_release.faults import crash_point
-from transit_release.accounting.ledger import Ledger
+from transit_release.accounting.ledger import Ledger, refuse_second_charge
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
 from transit_release.home import Home, check_release_id
 from transit_release.errors import LedgerIntegrityError
@@ -57,7 +57,10 @@ def check_budget(home: Home, events: list, policy: BudgetPolicy) -> dict:
 def precheck_budget(home: Home, events: list, policy: BudgetPolicy) -> None:
     """Refuse at once, before MLflow or anything else is touched, what the policy would refuse now (the charge
     checks again, atomically, inside the ledger's transaction)."""
-    policy.check(Ledger(home.ledger).entries() if home.ledger.exists() else [], events)
+    existing = Ledger(home.ledger).entries() if home.ledger.exists() else []
+    if events:
+        refuse_second_charge(existing, events[0].release_id)  # the charge's own first refusal, in the same order
+    policy.check(existing, events)
 
 
 @data_task(name="charge-budget")

@@ -695,15 +695,19 @@ def _entries(home: Home) -> set[Path] | None:
 def _remove_what_a_refusal_created(home: Home, before: set[Path] | None) -> None:
     """A refused command leaves nothing behind: what it created at the top of the home (its folders, Prefect's
     database, the home itself if it was new) goes, except the quarantine (the custodian's record of the rows that
-    were refused, kept for its retention) and unless something is on the ledger (this run's charge or a
-    concurrent run's)."""
+    were refused, kept for its retention), and unless something is on the ledger (this run's charge or a
+    concurrent run's) or another run is working in the home."""
     from transit_release.accounting.ledger import Ledger
 
     if not home.root.is_dir():
         return
+    from transit_release.recovery import live_release_ids
+
     try:
         if home.ledger.exists() and Ledger(home.ledger, key=b"", read_only=True).head().seq > 0:
             return
+        if live_release_ids(home):
+            return  # another run works in this home now
     except (TransitReleaseError, OSError, ValueError):
         return
     keep_private = home.quarantine.is_dir() and any(p.is_file() for p in home.quarantine.rglob("*"))

@@ -134,6 +134,15 @@ def read_key_file(path: str | Path, home: Path | None = None) -> bytes:
     return key
 
 
+def refuse_second_charge(existing: Sequence["LedgerEntry"], release_id: str) -> None:
+    """A release id is charged once: refuse it if ``existing`` entries already hold it."""
+    if any(e.release_id == release_id for e in existing):
+        raise ReleaseExistsError(
+            f"release '{release_id}' was already charged by another run (running now, or an earlier "
+            "run that did not publish: its spends count); choose another --release-id, or run "
+            "`transit-release repair` if that run crashed while publishing")
+
+
 def key_from_environment(home: Path | None = None) -> bytes | None:
     raw = os.environ.get(KEY_FILE_ENV)
     return read_key_file(raw, home) if raw else None
@@ -317,11 +326,7 @@ class Ledger:
                 # the budget is checked against a ledger whose history is intact (an entry edited in place
                 # to give budget back is refused here, not only by a later audit)
                 self._check_chain(existing, dict(con.execute("SELECT seq, mac FROM entry_macs").fetchall()))
-                if any(e.release_id == release_id for e in existing):
-                    raise ReleaseExistsError(
-                        f"release '{release_id}' was already charged by another run (running now, or an earlier "
-                        "run that did not publish: its spends count); choose another --release-id, or run "
-                        "`transit-release repair` if that run crashed while publishing")
+                refuse_second_charge(existing, release_id)
                 if check is not None:
                     check(existing, events)
                 written = self._append(con, SPEND, release_id, [e.to_json() for e in events])
