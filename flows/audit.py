@@ -16,7 +16,7 @@ from transit_release.audit import DEFAULT_DELTA_PRIME
 def privacy_audit(home: str = ".", ledger: str | None = None, delta_prime: float = DEFAULT_DELTA_PRIME,
                   policy: str | None = None) -> dict:
     """Check the ledger, the published releases, the MLflow mirror and the ledger's anchors against one another."""
-    where = prepare_home(home, ledger)
+    where = prepare_home(home, ledger, releasing=False)
     caps = {c.unit_of_privacy: c.epsilon for c in reversed(load_policy(policy).caps)}
     problems = verify_ledger(where)
     entries = read_ledger(where)

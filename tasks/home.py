@@ -16,13 +16,14 @@ from transit_release.noise import TEST_SEED_ENV
 
 
 @data_task(name="prepare-home")
-def prepare_home(home: str, ledger: str | None, quarantine_retention_days: float | None = None) -> Home:
+def prepare_home(home: str, ledger: str | None, quarantine_retention_days: float | None = None,
+                 releasing: bool = True) -> Home:
     """Folders with their modes; a home that is a file or not writable is refused at once; quarantined
     rows older than the retention are deleted. The process's umask becomes the tool's (nothing it writes is
     world-readable unless made so on purpose: the public release files), whoever started the run."""
     os.umask(UMASK)
     where = Home.at(home, ledger).prepare()
-    if os.environ.get(TEST_SEED_ENV) and where.releases.is_dir() and any(where.releases.iterdir()):
+    if releasing and os.environ.get(TEST_SEED_ENV) and where.releases.is_dir() and any(where.releases.iterdir()):
         raise ConfigError(f"{TEST_SEED_ENV} is set, but {where.root} holds public releases: the test-only seed makes "
                           "noise anyone can regenerate and would use up this home's budget and periods; unset it")
     if quarantine_retention_days is not None:

@@ -21,6 +21,7 @@ from tests.conftest import WEEK, WEEK_FLAGS
 from transit_release.accounting.ledger import Ledger
 from transit_release.cli import main
 from transit_release.faults import CRASH_ENV, STEPS
+from transit_release.home import Home
 from transit_release.publish import verify_release
 
 pytestmark = pytest.mark.flow
@@ -264,3 +265,18 @@ def test_the_input_fingerprint_on_the_ledger_is_keyed_by_the_home(tmp_path):
     assert mine != hashlib.sha256(data.read_bytes() + b"\x00").hexdigest()
     assert stat.S_IMODE(first.fingerprint_key_file.stat().st_mode) == 0o600
     assert len(first.fingerprint_key()) == 32 and first.fingerprint_key() != second.fingerprint_key()
+
+
+def test_the_test_seed_is_refused_by_a_home_that_holds_public_releases(tmp_path, monkeypatch):
+    """The finding: with the test seed set on a production home, a run charged the real ledger and recorded its
+    (regenerable) release as published, burning the period."""
+    from tasks.home import prepare_home
+    from transit_release.errors import ConfigError
+    from transit_release.noise import TEST_SEED_ENV
+
+    home = Home.at(tmp_path / "home").prepare()
+    (home.releases / "opal-20160808-20160814").mkdir()
+    monkeypatch.setenv(TEST_SEED_ENV, "7")
+    with pytest.raises(ConfigError, match="TRANSIT_RELEASE_TEST_SEED is set, but .* holds public releases"):
+        prepare_home.fn(str(home.root), None)
+    assert prepare_home.fn(str(home.root), None, releasing=False).root == home.root  # the audit may still run
