@@ -23,6 +23,7 @@ Prints, and writes to ``<work>/results.json``:
    partition's rows, to compare the workers' peak with.
 
     python benchmarks/bench_opal_release.py --only-scale-out --workers 1,2
+    python benchmarks/bench_opal_release.py --only-e2e --units trip,card    # card level within 1.2x the trip level?
 """
 
 from __future__ import annotations
@@ -49,18 +50,28 @@ def timed(fn, *args, **kwargs):
     return out, time.perf_counter() - t
 
 
-def end_to_end(trips: Path, stops: Path, home: Path) -> dict:
+def period_flags() -> list[str]:
+    """The synthetic week's own (public) period: a publishing run must declare it."""
+    from transit_release.synth.opal_week import week_period
+
+    start, end = week_period()
+    return ["--period-start", start, "--period-end", end]
+
+
+def end_to_end(trips: Path, stops: Path, home: Path, unit: str = "trip") -> dict:
+    """``transit-release release --unit UNIT`` as a subprocess: wall time, and the largest peak RSS of any child
+    so far (``RUSAGE_CHILDREN`` is a running maximum; the scale-out runs measure each process separately)."""
     exe = Path(sys.executable).parent / "transit-release"
     cmd = [str(exe), "release", "--trips", str(trips), "--stops", str(stops), "--home", str(home),
-           "--release-id", f"bench-{int(time.time())}"]
+           "--release-id", f"bench-{unit}-{int(time.time())}", "--unit", unit, *period_flags()]
     env = {**os.environ, "PREFECT_LOGGING_LEVEL": "WARNING"}
     t = time.perf_counter()
     res = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     if res.returncode != 0:
         raise SystemExit(f"release failed:\n{res.stderr[-3000:]}")
-    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return {"wall_s": round(wall, 2), "peak_rss_gib": round(peak_kib / 2**20, 2)}
+    return {"unit": unit, "wall_s": round(wall, 2), "peak_rss_gib_so_far": round(peak_kib / 2**20, 2)}
 
 
 def _process_table() -> dict[int, tuple[int, str]]:
@@ -158,7 +169,7 @@ def scale_out(trips: Path, stops: Path, work: Path, workers: list[int]) -> dict:
         home = work / f"home-workers-{n}"
         shutil.rmtree(home, ignore_errors=True)
         cmd = [str(exe), "release", "--trips", str(trips), "--stops", str(stops), "--home", str(home),
-               "--release-id", f"bench-workers-{n}", "--workers", str(n)]
+               "--release-id", f"bench-workers-{n}", "--workers", str(n), *period_flags()]
         env = {**os.environ, "PREFECT_LOGGING_LEVEL": "WARNING"}
         log = work / f"workers-{n}.log"
         t = time.perf_counter()
@@ -267,6 +278,8 @@ def main() -> None:
     ap.add_argument("--skip-opendp", action="store_true")
     ap.add_argument("--workers", default="1,2", help="local Dask workers to compare, e.g. 1,2 (empty: skip)")
     ap.add_argument("--only-scale-out", action="store_true", help="only the scale-out comparison")
+    ap.add_argument("--units", default="trip,card", help="end to end at these units of privacy (card/trip ratio)")
+    ap.add_argument("--only-e2e", action="store_true", help="only the end-to-end runs")
     args = ap.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-opal-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -298,8 +311,15 @@ def main() -> None:
         return
 
     if not args.skip_e2e:
-        results["end_to_end"] = end_to_end(trips, stops, work / "home")
-        print("end to end:", results["end_to_end"], flush=True)
+        runs = [end_to_end(trips, stops, work / f"home-{unit}", unit) for unit in args.units.split(",")]
+        results["end_to_end"] = runs
+        by_unit = {r["unit"]: r["wall_s"] for r in runs}
+        if {"trip", "card"} <= set(by_unit):
+            results["card_over_trip"] = round(by_unit["card"] / by_unit["trip"], 3)
+        print("end to end:", runs, "card/trip:", results.get("card_over_trip"), flush=True)
+        if args.only_e2e:
+            (work / "results.json").write_text(json.dumps(results, indent=2))
+            return
 
     st, enc, parts = stages(trips, stops, work)
     results["stages"] = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in st.items()}
