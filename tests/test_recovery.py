@@ -206,3 +206,30 @@ def test_auditing_a_home_that_does_not_exist_is_refused_and_creates_nothing(tmp_
 
     assert main(["audit", "--home", str(tmp_path / "nowhere")]) == 2
     assert "--home" in capsys.readouterr().err and not (tmp_path / "nowhere").exists()
+
+
+def test_with_a_key_repair_acts_only_on_intents_the_tool_wrote(tmp_path):
+    """The re-check's finding: an intent written by hand for a charged, unpublished id (its own manifest, raw files)
+    was completed by `repair`. With a ledger key every intent is MACed; one without a valid MAC is refused."""
+    import sqlite3
+
+    import pytest
+
+    from transit_release.errors import LedgerIntegrityError
+
+    home = Home.at(tmp_path / "home").prepare()
+    ledger = Ledger(home.ledger, key=b"k" * 32)
+    ledger.charge(partition_events("r1"))
+    t = {"trips": pd.DataFrame({"card_id": [1], "mode": ["bus"]})}
+    forged = stage_release(home.releases, "r1", t, manifest(), "card")
+    con = sqlite3.connect(home.ledger)  # as someone without the key would: a plain row
+    con.execute("INSERT INTO publication_intents (recorded_at, release_id, manifest_sha256, staging_dir, final_dir) "
+                "VALUES ('now', 'r1', ?, ?, ?)", (forged.manifest_sha256, str(forged.staging_dir),
+                                                  str(forged.final_dir)))
+    con.commit()
+    con.close()
+    with pytest.raises(LedgerIntegrityError, match="publication intent 1 carries no valid MAC"):
+        recovery.repair(home, ledger)
+    assert not forged.final_dir.exists() and ledger.published() == {}
+    real = ledger.record_intent("r1", forged.manifest_sha256, forged.staging_dir, forged.final_dir, None)
+    ledger.check_intent(real)  # the tool's own intent passes

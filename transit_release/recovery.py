@@ -100,6 +100,7 @@ def complete_or_roll_back(ledger: Ledger, intent: PublicationIntent, home: Home)
     Only a release the ledger charged is ever completed, and only with the manifest of that release: an
     intent for a release id without spends (written into the ledger by hand) is refused before anything moves.
     """
+    ledger.check_intent(intent)
     final, staging = intent_paths(home, intent)
     if not ledger.spends(intent.release_id):
         raise LedgerIntegrityError(f"publication intent {intent.id} is for release '{intent.release_id}', which the "

@@ -99,6 +99,14 @@ CREATE TRIGGER IF NOT EXISTS publication_intents_no_update BEFORE UPDATE ON publ
 BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only: UPDATE refused'); END;
 CREATE TRIGGER IF NOT EXISTS publication_intents_no_delete BEFORE DELETE ON publication_intents
 BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only: DELETE refused'); END;
+CREATE TABLE IF NOT EXISTS intent_macs (
+    id  INTEGER PRIMARY KEY,
+    mac TEXT NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS intent_macs_no_update BEFORE UPDATE ON intent_macs
+BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only: UPDATE refused'); END;
+CREATE TRIGGER IF NOT EXISTS intent_macs_no_delete BEFORE DELETE ON intent_macs
+BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only: DELETE refused'); END;
 """
 
 
@@ -110,6 +118,14 @@ def entry_hash(prev_hash: str, seq: int, recorded_at: str, entry_type: str, rele
 
 def entry_mac(key: bytes, entry_hash_hex: str) -> str:
     return hmac.new(key, entry_hash_hex.encode("ascii"), hashlib.sha256).hexdigest()
+
+
+def intent_mac(key: bytes, intent: "PublicationIntent") -> str:
+    """Intents are not chained (they come and go between a charge and its publication); with a key each is MACed,
+    so that `repair` acts only on intents this tool wrote."""
+    body = json.dumps(["intent", intent.id, intent.recorded_at, intent.release_id, intent.manifest_sha256,
+                       intent.staging_dir, intent.final_dir], separators=(",", ":"), ensure_ascii=False)
+    return hmac.new(key, body.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
 def read_key_file(path: str | Path, home: Path | None = None) -> bytes:
@@ -298,6 +314,12 @@ class Ledger:
                                    "WHERE m.seq IS NULL ORDER BY e.seq").fetchall()
                 con.executemany("INSERT INTO entry_macs (seq, mac) VALUES (?, ?)",
                                 [(seq, entry_mac(self.key, h)) for seq, h in rows])
+                intents = [PublicationIntent(*r) for r in con.execute(
+                    "SELECT i.id, i.recorded_at, i.release_id, i.manifest_sha256, i.staging_dir, i.final_dir, "
+                    "i.mlflow_run_id FROM publication_intents i LEFT JOIN intent_macs m ON m.id = i.id "
+                    "WHERE m.id IS NULL ORDER BY i.id").fetchall()]
+                con.executemany("INSERT INTO intent_macs (id, mac) VALUES (?, ?)",
+                                [(i.id, intent_mac(self.key, i)) for i in intents])
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
@@ -341,11 +363,34 @@ class Ledger:
         """Before the rename: what is about to be published, so a crash can be completed or rolled back."""
         now = datetime.now(timezone.utc).isoformat(timespec="microseconds")
         with closing(self._connect()) as con:
-            cur = con.execute("INSERT INTO publication_intents (recorded_at, release_id, manifest_sha256, "
-                              "staging_dir, final_dir, mlflow_run_id) VALUES (?, ?, ?, ?, ?, ?)",
-                              (now, release_id, manifest_sha256, str(staging_dir), str(final_dir), mlflow_run_id))
-            return PublicationIntent(cur.lastrowid, now, release_id, manifest_sha256, str(staging_dir),
-                                     str(final_dir), mlflow_run_id)
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                cur = con.execute("INSERT INTO publication_intents (recorded_at, release_id, manifest_sha256, "
+                                  "staging_dir, final_dir, mlflow_run_id) VALUES (?, ?, ?, ?, ?, ?)",
+                                  (now, release_id, manifest_sha256, str(staging_dir), str(final_dir),
+                                   mlflow_run_id))
+                intent = PublicationIntent(cur.lastrowid, now, release_id, manifest_sha256, str(staging_dir),
+                                           str(final_dir), mlflow_run_id)
+                if self.key:
+                    con.execute("INSERT INTO intent_macs (id, mac) VALUES (?, ?)",
+                                (intent.id, intent_mac(self.key, intent)))
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        return intent
+
+    def check_intent(self, intent: PublicationIntent) -> None:
+        """Refuse an intent of a keyed ledger that carries no valid MAC (not written by this tool with the key)."""
+        if self.key is None:
+            if self.keyed():
+                raise ConfigError(f"the ledger {self.path} is keyed: set {KEY_FILE_ENV} to its key file")
+            return
+        with closing(self._connect()) as con:
+            row = con.execute("SELECT mac FROM intent_macs WHERE id = ?", (intent.id,)).fetchone()
+        if row is None or not hmac.compare_digest(row[0], intent_mac(self.key, intent)):
+            raise LedgerIntegrityError(f"publication intent {intent.id} carries no valid MAC: it was not written "
+                                       "with the ledger key; nothing was renamed or removed")
 
     def intents(self) -> list[PublicationIntent]:
         with closing(self._connect()) as con:
