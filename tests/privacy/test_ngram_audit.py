@@ -339,3 +339,12 @@ def test_ngram_manifest_is_the_same_for_neighbours(tmp_path):
     assert m_d["privacy"]["mechanism_id"] == "ngram" and m_d["privacy"]["node_budgets"]
     for other in (f2, long):
         assert_same_public_manifest(m_d, library_ngram_manifest(other, locations, 1.0, 20, 5))
+
+
+def test_control_noise_scale_halved_fails(monkeypatch, tmp_path, audit_sizes, audit_seed, audit_report):
+    """Every node's discrete Laplace noise at half its scale: the passenger's path shows about 2ε."""
+    delta = claimed_delta(TIGHT)
+    original = ngram.NGramBudget.noise_scale
+    monkeypatch.setattr(ngram.NGramBudget, "noise_scale", lambda self, epsilon: original(self, epsilon) / 2)
+    result = tight_case(audit_sizes.ngram_control, audit_seed, tmp_path, delta, control="noise scale halved")
+    check(result, audit_report, "FAIL")
