@@ -233,3 +233,31 @@ def test_with_a_key_repair_acts_only_on_intents_the_tool_wrote(tmp_path):
     assert not forged.final_dir.exists() and ledger.published() == {}
     real = ledger.record_intent("r1", forged.manifest_sha256, forged.staging_dir, forged.final_dir, None)
     ledger.check_intent(real)  # the tool's own intent passes
+
+
+def test_a_ledger_the_key_record_lists_never_adopts_the_key_again(tmp_path, monkeypatch):
+    """The re-check's finding: with every MAC stripped, the chain rebuilt and every anchor in the home doctored,
+    `repair --adopt-ledger-key` vouched for the forgery. The key's own record, beside it outside the home, lists
+    the ledgers it has MACed."""
+    import sqlite3
+
+    import pytest
+
+    from transit_release.accounting.ledger import KEY_FILE_ENV
+    from transit_release.errors import LedgerIntegrityError
+
+    key = tmp_path / "keys" / "ledger.key"
+    key.parent.mkdir()
+    key.write_bytes(b"k" * 48)
+    key.chmod(0o600)
+    monkeypatch.setenv(KEY_FILE_ENV, str(key))
+    path = tmp_path / "home" / "ledger.sqlite"
+    Ledger(path).charge(partition_events("r1"))
+    assert (tmp_path / "keys" / "ledger.key.ledgers").read_text().splitlines() == [str(path.resolve())]
+    con = sqlite3.connect(path)  # the insider strips every MAC (the chain itself is untouched here)
+    con.execute("DROP TRIGGER entry_macs_no_delete")
+    con.execute("DELETE FROM entry_macs")
+    con.commit()
+    con.close()
+    with pytest.raises(LedgerIntegrityError, match="records .* as keyed by this key: its MACs were removed"):
+        Ledger(path).adopt_key()

@@ -159,6 +159,19 @@ def refuse_second_charge(existing: Sequence["LedgerEntry"], release_id: str) -> 
             "`transit-release repair` if that run crashed while publishing")
 
 
+def keyed_ledgers_record() -> Path | None:
+    """``<key file>.ledgers``: beside the key, outside the home, the ledgers this key has MACed (one path a line).
+
+    Someone who can write the home but not the key's directory cannot remove a ledger from it, so a ledger
+    whose MACs were stripped cannot have a key "adopted" again even if every anchor in the home was doctored.
+    """
+    raw = os.environ.get(KEY_FILE_ENV)
+    if not raw:
+        return None
+    key = Path(raw).expanduser().resolve()
+    return key.with_name(key.name + ".ledgers")
+
+
 def key_from_environment(home: Path | None = None) -> bytes | None:
     raw = os.environ.get(KEY_FILE_ENV)
     return read_key_file(raw, home) if raw else None
@@ -276,7 +289,31 @@ class Ledger:
         if self.key:
             con.executemany("INSERT INTO entry_macs (seq, mac) VALUES (?, ?)",
                             [(e.seq, entry_mac(self.key, e.hash)) for e in written])
+            self._remember_keyed()
         return written
+
+    def _remember_keyed(self) -> None:
+        """Add this ledger to the key's record of keyed ledgers (best effort: the key's directory may be
+        read-only, and then the record simply does not help)."""
+        record = keyed_ledgers_record()
+        if record is None:
+            return
+        me = str(self.path.resolve())
+        try:
+            if me not in (record.read_text(encoding="utf-8").splitlines() if record.exists() else []):
+                fd = os.open(record, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                with os.fdopen(fd, "a", encoding="utf-8") as fh:
+                    fh.write(me + "\n")
+        except OSError:
+            pass
+
+    def was_keyed_by_this_key(self) -> bool:
+        record = keyed_ledgers_record()
+        try:
+            return (record is not None and record.exists()
+                    and str(self.path.resolve()) in record.read_text(encoding="utf-8").splitlines())
+        except OSError:
+            return False
 
     def _check_keying(self, con: sqlite3.Connection) -> None:
         """Refuse to append when the key configuration and the ledger disagree.
@@ -307,6 +344,9 @@ class Ledger:
         if self.keyed():
             raise LedgerIntegrityError(f"{self.path} already holds MACs: a key is adopted only by a ledger that "
                                        "never had one; entries without a MAC were written without the key")
+        if self.was_keyed_by_this_key():
+            raise LedgerIntegrityError(f"{keyed_ledgers_record()} records {self.path} as keyed by this key: its MACs "
+                                       "were removed, so no key is adopted; restore the ledger from a backup")
         with closing(self._connect()) as con:
             con.execute("BEGIN IMMEDIATE")
             try:
@@ -324,6 +364,7 @@ class Ledger:
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
+        self._remember_keyed()
         return len(rows)
 
     def charge(self, events: Sequence[Any], check: SpendCheck | None = None) -> list[LedgerEntry]:
