@@ -711,7 +711,11 @@ def _remove_what_a_refusal_created(home: Home, before: set[Path] | None) -> None
     except (TransitReleaseError, OSError, ValueError):
         return
     keep_private = home.quarantine.is_dir() and any(p.is_file() for p in home.quarantine.rglob("*"))
+    ours = {home.private, home.reports, home.releases, home.mlflow_db, home.mlflow_artifacts, home.prefect_home}
+    ledger_names = {home.ledger.name + suffix for suffix in ("", "-wal", "-shm", "-journal")}
     for p in set(home.root.iterdir()) - (before or set()):
+        if p not in ours and not (p.parent == home.ledger.parent and p.name in ledger_names):
+            continue  # only what this tool makes: a file someone else put there meanwhile stays
         if p == home.private and keep_private:
             continue
         if p.is_dir() and not p.is_symlink():
