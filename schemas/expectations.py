@@ -140,7 +140,9 @@ def raw_suite(period, quality, modes: tuple[str, ...]):
 
 def release_suite(name: str, columns: list[str], thresholds: dict[str, int], modes: tuple[str, ...],
                   input_times: list[str] | None, input_locations: dict[str, list[str]] | None):
-    """Checks of one published table: exact columns, counts ≥ threshold per tap, only input bins and locations."""
+    """Checks of one published table: exact columns, counts ≥ threshold per tap, only the given time bins and
+    locations. Give only public domains: Great Expectations renders a value set into the Data Docs (the release
+    check passes the public time bins and checks locations in plain code, see ``tasks.quality``)."""
     gx = _gx()
     E = gx.expectations
     suite = gx.ExpectationSuite(name=f"release_{name.replace('-', '_')}")
