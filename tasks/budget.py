@@ -45,19 +45,23 @@ def check_budget(home: Home, events: list, policy: BudgetPolicy) -> dict:
     """The dry run's verdict: would the policy allow these spends now? Reads the ledger, writes nothing."""
     from transit_release.errors import BudgetError
 
-    existing = Ledger(home.ledger).entries() if home.ledger.exists() else []
     try:
-        policy.check(existing, events)
+        policy.check(_recorded(home), events)
     except BudgetError as exc:
         return {"allowed": False, "reason": str(exc)}
     return {"allowed": True, "reason": ""}
+
+
+def _recorded(home: Home) -> list:
+    """The ledger's entries, read without creating a ledger that does not exist yet."""
+    return Ledger(home.ledger).entries() if home.ledger.exists() else []
 
 
 @data_task(name="precheck-budget")
 def precheck_budget(home: Home, events: list, policy: BudgetPolicy) -> None:
     """Refuse at once, before MLflow or anything else is touched, what the policy would refuse now (the charge
     checks again, atomically, inside the ledger's transaction)."""
-    existing = Ledger(home.ledger).entries() if home.ledger.exists() else []
+    existing = _recorded(home)
     if events:
         refuse_second_charge(existing, events[0].release_id)  # the charge's own first refusal, in the same order
     policy.check(existing, events)

@@ -477,8 +477,7 @@ def _sequences(args, home: Home) -> int:
             input=resolve(args.input), trips=resolve(args.trips), stops=resolve(args.stops), mode=args.mode,
             epsilon=args.epsilon, height=args.height, mechanism=args.mechanism, lmax=args.lmax, nmax=args.nmax,
             period_start=args.period_start, period_end=args.period_end, variant=args.variant,
-            locations=str(Path(args.locations).resolve()) if args.locations else None,
-            taxonomy=str(Path(args.taxonomy).resolve()) if args.taxonomy else None, fanout=args.fanout,
+            locations=resolve(args.locations), taxonomy=resolve(args.taxonomy), fanout=args.fanout,
             home=str(home.root), release_id=args.release_id, policy=args.policy, ledger=args.ledger,
             quarantine_limit=args.quarantine_limit, queries=args.queries, dry_run=args.dry_run)
     _print_summary(result)
