@@ -183,9 +183,9 @@ def _hand_tree():
     return NGramTree([lv1, lv2, lv3], b, b.node_budgets(), [Fraction(1)])
 
 
-def test_consistency_cases_on_a_hand_built_tree():
+def test_consistency_cases_on_a_hand_built_tree_the_thesis_way():
     tree = _hand_tree()
-    enforce_consistency(tree)
+    enforce_consistency(tree, missing="thesis")
     c1, c2, c3 = (lv.count for lv in tree.levels)
     assert c1.tolist() == [100, 40, 0]  # the root's children: raw, negatives to 0, not renormalised
     assert c2[:4] == pytest.approx([50, 50 / 3, 50 / 3, 50 / 3])  # 3a: the parent's rest shared uniformly
@@ -198,6 +198,32 @@ def test_consistency_cases_on_a_hand_built_tree():
     assert c3[8:].tolist() == [0, 0, 0, 0]  # case 1
     for blk, parent in ((c2[:4], 100), (c2[4:], 40), (c3[:4], 50), (c3[4:8], 50 / 3)):
         assert blk.sum() == pytest.approx(parent)
+
+
+def test_consistency_case_2_shares_the_parents_rest_in_markov_proportions():
+    tree = _hand_tree()
+    tree.levels[2].noisy[:4] = [20, 2, 10, 1]  # "0 0 ·": Σ_{V⁺} A = 30 under c("0 0") = 50
+    enforce_consistency(tree)
+    c1, c2, c3 = (lv.count for lv in tree.levels)
+    assert c1.tolist() == [100, 40, 0] and c2[:4] == pytest.approx([50, 50 / 3, 50 / 3, 50 / 3])
+    # the rest 50 − 30 = 20 goes to "0 0 1" and "0 0 &" in the ratio of c("0 1") : c("0 &") = 1 : 1;
+    # the children that passed keep their noisy counts (nothing to renormalise)
+    assert c3[:4] == pytest.approx([20, 10, 10, 10])
+    # "0 1 ·" (context "1"): the rest 50/3 − 13 in the ratio c("1 0") : c("1 1") = 25 : 15
+    rest = 50 / 3 - 13
+    assert c3[4:8] == pytest.approx([rest * 25 / 40, rest * 15 / 40, 9, 4])
+    assert c3[8:].tolist() == [0, 0, 0, 0]  # case 1
+    # the thesis rule on the same tree: the context sets the missing total, r_u·Σ_{V⁺} A = 30/4 each
+    thesis = _hand_tree()
+    thesis.levels[2].noisy[:4] = [20, 2, 10, 1]
+    enforce_consistency(thesis, missing="thesis")
+    assert thesis.levels[2].count[:4] == pytest.approx(np.array([20, 7.5, 10, 7.5]) * 50 / 45)
+    # no rest (Σ_{V⁺} A ≥ c(v)): the missing children get 0 and those that passed are scaled to c(v)
+    full = _hand_tree()
+    enforce_consistency(full)
+    assert full.levels[2].count[:4] == pytest.approx([20, 0, 30, 0])
+    with pytest.raises(ValueError, match="missing must be one of"):
+        enforce_consistency(_hand_tree(), missing="markov")
 
 
 def test_no_approx_variant_sets_failing_children_to_zero():
