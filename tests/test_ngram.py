@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transit_release.mechanisms.ngram import (END, GramLevel, NGramBudget, NGramParameterError, NGramTree,
-                                              _extend_by_joins, _peel, _Trie, build_exploration_tree, check_tree_size,
+                                              _extend_by_joins, _extend_leaves_by_joins, _peel, _Trie, build_exploration_tree, check_tree_size,
                                               child_budget, enforce_consistency, noise_delta, released_ngrams,
                                               sanitize, subtree_heights, synthetic_database, true_counts)
 from transit_release.mechanisms.prefix_tree import Sequences, TreeTooLargeError
@@ -251,6 +251,44 @@ def test_joins_of_example_6_4_4():
     assert len(trie.count) == 4  # nothing joins at level 4
     grams = trie.grams(4, np.arange(trie.count[3].size)).tolist()
     assert dict(zip(map(tuple, grams), trie.count[3].tolist())) == {(1, 2, 0, 0): 1.0, (1, 2, 0, 1): 4 * 2 / 4}
+
+
+def _trie_grams(trie):
+    """Every gram of the trie as {gram: count} per level; checks that each is found where it is."""
+    out = []
+    for n in range(1, len(trie.count) + 1):
+        idx = np.arange(trie.count[n - 1].size)
+        grams = trie.grams(n, idx)
+        assert np.all(np.diff(trie.keys[n - 1]) > 0)  # sorted and unique
+        assert trie.lookup(grams).tolist() == idx.tolist()
+        out.append(dict(zip(map(tuple, grams.tolist()), trie.count[n - 1].tolist())))
+    return out
+
+
+def test_joins_extend_every_leaf_not_only_level_h():
+    """A bigram leaf "0 1" and the 4-gram "1 2 0 1" added to Example 6.4.4's grams: the leaves of
+    levels 2 and 3 are joined too, the new nodes are merged into their level in order and the next
+    level's parents follow."""
+    trie = _Trie([], [], [], [], 4)
+    trie.add(np.zeros(3, dtype=np.int64), np.arange(3), np.array([5.0, 9.0, 10.0]))
+    trie.add(np.array([0, 1, 2]), np.array([1, 2, 0]), np.array([3.0, 6.0, 4.0]))  # 0 1 (a leaf), 1 2, 2 0
+    trie.add(np.array([1, 2, 2, 2]), np.array([0, 0, 1, 3]), np.array([4.0, 1.0, 2.0, 1.0]))
+    trie.add(np.array([0]), np.array([1]), np.array([2.0]))  # 1 2 0 1
+    _extend_leaves_by_joins(trie, end=3, max_length=5)
+    levels = _trie_grams(trie)
+    assert levels[2] == pytest.approx({(0, 1, 2): 3 * 6 / 9, (1, 2, 0): 4, (2, 0, 0): 1, (2, 0, 1): 2, (2, 0, 3): 1})
+    # "1 2 0" has a child: not extended; "2 0 0" has no overlap "0 0"; "2 0 1" joins the new "0 1 2"
+    assert levels[3] == pytest.approx({(0, 1, 2, 0): 2 * 4 / 6, (1, 2, 0, 1): 2, (2, 0, 1, 2): 2 * 2 / 3})
+    assert levels[4] == pytest.approx({(0, 1, 2, 0, 1): (4 / 3) * 2 / 4, (1, 2, 0, 1, 2): 2 * (4 / 3) / 2,
+                                       (2, 0, 1, 2, 0): (4 / 3) * (4 / 3) / 2})
+    # the thesis's joins start at level h = 4: "0 1" stays a leaf and only "1 2 0 1" is extended
+    thesis = _Trie([], [], [], [], 4)
+    thesis.add(np.zeros(3, dtype=np.int64), np.arange(3), np.array([5.0, 9.0, 10.0]))
+    thesis.add(np.array([0, 1, 2]), np.array([1, 2, 0]), np.array([3.0, 6.0, 4.0]))
+    thesis.add(np.array([1, 2, 2, 2]), np.array([0, 0, 1, 3]), np.array([4.0, 1.0, 2.0, 1.0]))
+    thesis.add(np.array([0]), np.array([1]), np.array([2.0]))
+    _extend_by_joins(thesis, end=3, max_length=5)
+    assert (0, 1, 2) not in _trie_grams(thesis)[2] and len(thesis.count) == 4  # "2 0 1 ·" has no level 4
 
 
 def test_peeling_subtracts_occurrences_with_multiplicity():
