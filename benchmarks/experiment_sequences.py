@@ -258,7 +258,8 @@ prefix trees: h = {args.height}. Times are wall-clock on a shared machine (indic
 <p>gq.max_qM: mean relative error of 10,000 contiguous-occurrence count queries of sizes 1..M (thesis §6.4.3);
 grams.topK.tp: true positives among the K most frequent grams of size &gt; 1; count_query.max_qM and
 patterns.topk.tp: the prefix-tree paper's set-containment queries and PrefixSpan patterns. Variants
-"exact counts", "no-approx", "thesis joins", "thesis case 2" and "thesis (both)" re-score the same noisy n-gram tree (see the script's docstring).</p>
+"exact counts", "no-approx", "thesis joins", "thesis case 2" and "thesis (both)" re-score the same noisy
+n-gram tree (see the script's docstring).</p>
 """, encoding="utf-8")
     print(f"report: {args.out / 'report.html'}")
 

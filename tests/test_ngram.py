@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transit_release.mechanisms.ngram import (END, GramLevel, NGramBudget, NGramParameterError, NGramTree,
-                                              _extend_by_joins, _extend_leaves_by_joins, _peel, _Trie, build_exploration_tree, check_tree_size,
-                                              child_budget, enforce_consistency, noise_delta, released_ngrams,
+                                              _extend_by_joins, _extend_leaves_by_joins, _peel, _Trie,
+                                              build_exploration_tree, check_tree_size, child_budget, enforce_consistency, noise_delta, released_ngrams,
                                               sanitize, subtree_heights, synthetic_database, true_counts)
 from transit_release.mechanisms.prefix_tree import Sequences, TreeTooLargeError
 from transit_release.noise import NoiseSource, discrete_laplace_table
