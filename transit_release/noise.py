@@ -245,7 +245,8 @@ class DiscreteLaplaceTable:
         the same event, rounded up: at most ``2η / P̂(|Z| ≤ bound)``.
 
         Why: with restricted masses ``p, q`` on the event ``E`` (totals ``m_p = P̂(E)``, ``m_q``) and
-        ``d = Σ_E |p − q| ≤ 2η``, ``Σ_E |p/m_p − q/m_q| ≤ d/m_p + |m_q − m_p|/m_p ≤ 2d/m_p``; TV is half of it.
+        ``d = Σ_E |p − q| ≤ 2η``, ``Σ_E |p/m_p − q/m_q| ≤ d/m_p + |m_q − m_p|/m_p ≤ 2d/m_p``;
+        TV is half of it.
         """
         m = self.within_words(bound)
         return math.nextafter(2.0 * self.total_variation * (_TWO_64 / m), math.inf)

@@ -27,7 +27,8 @@ EPS, DELTA, K = 2.0, 1e-3, 2  # stressed so that δ is measurable
 def draw_of(count: int, budget: sbh.TruncatedCardLevelBudget, generator, lowered: int = 0):
     def draw(n: int) -> np.ndarray:
         if lowered:  # the broken variant: a narrower noise support than the δ claim needs
-            noisy = count + discrete_laplace_table(budget.scale).sample_within(generator, budget.noise_bound - lowered, n)
+            table = discrete_laplace_table(budget.scale)
+            noisy = count + table.sample_within(generator, budget.noise_bound - lowered, n)
             out = np.where(noisy >= budget.threshold, noisy, NOT_RELEASED)
             return out.astype(np.int64)
         res = sbh.truncated_card_level_stability_histogram(np.full(n, count, dtype=np.int64), budget, generator)

@@ -305,7 +305,8 @@ def truncated_user_level_bound(epsilon: float, delta: float, l0: int, l1: int, l
 
 @dataclass(frozen=True)
 class TruncatedCardLevelBudget:
-    """One marginal's card-level SBH with *truncated* discrete Laplace noise (:func:`truncated_card_level_stability_histogram`).
+    """One marginal's card-level SBH with *truncated* discrete Laplace noise
+    (:func:`truncated_card_level_stability_histogram`).
 
     Same public inputs and the same per-card ``(ε, δ)`` for this marginal of one partition as
     :class:`CardLevelBudget`; deliberately not a subclass, so it can never be handed to the untruncated
@@ -392,7 +393,8 @@ def truncated_card_level_stability_histogram(counts: np.ndarray, budget: Truncat
     * **keys both sides have** (counts ``n_i`` and ``n_i + c_i``, ``Σ|c_i| ≤ l1``, at most ``l0`` of them):
       the release is post-processing (thresholding, the same on both sides) of the noisy vector, so it is
       enough that ``n + c + Z`` and ``n + Z`` are ``(ε, δ)``-close. On the points both supports contain the
-      ratio of their probabilities is ``Π_i e^{(|v_i − n_i| − |v_i − n_i − c_i|)/t} ≤ e^{Σ|c_i|/t} ≤ e^{ε}``
+      ratio of their probabilities is ``Π_i e^{(|v_i − n_i| − |v_i − n_i − c_i|)/t}``, at most
+      ``e^{Σ|c_i|/t} ≤ e^{ε}``
       (the normalisers are equal); a point in one support only needs some coordinate ``Z_i`` in the top
       ``|c_i|`` values ``A − |c_i| + 1 .. A`` (or, for the other side / a negative ``c_i``, the bottom ones,
       symmetric). So for every set ``S``, ``P(n + c + Z ∈ S) ≤ e^ε P(n + Z ∈ S) + β`` with
