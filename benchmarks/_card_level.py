@@ -18,8 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from transit_release.config import MARGINALS  # noqa: E402
 from transit_release.mechanisms.contribution_bounding import (BoundingResult, ContributionBounds,  # noqa: E402
                                                               bound_contributions)
-from transit_release.mechanisms.stability_histogram import (CardLevelBudget, card_level_stability_histogram,  # noqa: E402
-                                                            stability_histogram)
+from transit_release.mechanisms.stability_histogram import (CardLevelBudget, TruncatedCardLevelBudget,  # noqa: E402
+                                                            card_level_stability_histogram, stability_histogram,
+                                                            truncated_card_level_stability_histogram)
 from transit_release.noise import NoiseSource  # noqa: E402
 from transit_release.preprocessing import (EncodedTrips, PartitionHistograms, build_location_index,  # noqa: E402
                                            encode_trips, partition_histograms)
@@ -74,14 +75,16 @@ def bound_week(week: Week, bounds: ContributionBounds, noise: NoiseSource) -> tu
 
 
 def sanitize_card_level(parts: list[PartitionHistograms], epsilons, delta: float, k: int,
-                        noise: NoiseSource) -> dict:
-    """{(mode, date, marginal): (released keys, released counts)} with the card-level SBH."""
+                        noise: NoiseSource, truncated: bool = False) -> dict:
+    """{(mode, date, marginal): (released keys, released counts)} with the card-level SBH (``truncated``: its
+    truncated-noise variant, same (ε, δ) per card, lower thresholds; not what releases use yet)."""
     out = {}
+    budget, sanitize = ((TruncatedCardLevelBudget, truncated_card_level_stability_histogram) if truncated
+                        else (CardLevelBudget, card_level_stability_histogram))
     for ph in parts:
         for m, e in zip(MARGINALS, epsilons):
             h = ph.histograms[m.name]
-            res = card_level_stability_histogram(h.counts, CardLevelBudget(e, delta, k),
-                                                 noise.stream(ph.mode, ph.date, m.name))
+            res = sanitize(h.counts, budget(e, delta, k), noise.stream(ph.mode, ph.date, m.name))
             out[(ph.mode, ph.date, m.name)] = (h.keys[res.kept], res.counts)
     return out
 

@@ -233,6 +233,37 @@ class DiscreteLaplaceTable:
         words = uniform_below(generator, k, size) + np.uint64(_TWO_64 - k if k < _TWO_64 else 0)
         return _invert(self.cuts, words) - self.support_max
 
+    def within_words(self, bound: int) -> int:
+        """``2^64 · P̂(|Z| ≤ bound)``, an exact integer: ``2^64 − 2 R_{bound+1}`` (the table is symmetric)."""
+        bound = int(bound)
+        if bound < 0:
+            raise ValueError(f"bound must be non-negative. Found {bound}.")
+        return _TWO_64 - 2 * self.upper_tail_words(bound + 1)
+
+    def truncated_total_variation(self, bound: int) -> float:
+        """TV between the drawn ``Z`` conditioned on ``|Z| ≤ bound`` and the ideal discrete Laplace conditioned on
+        the same event, rounded up: at most ``2η / P̂(|Z| ≤ bound)``.
+
+        Why: with restricted masses ``p, q`` on the event ``E`` (totals ``m_p = P̂(E)``, ``m_q``) and
+        ``d = Σ_E |p − q| ≤ 2η``, ``Σ_E |p/m_p − q/m_q| ≤ d/m_p + |m_q − m_p|/m_p ≤ 2d/m_p``;
+        TV is half of it.
+        """
+        m = self.within_words(bound)
+        return math.nextafter(2.0 * self.total_variation * (_TWO_64 / m), math.inf)
+
+    def sample_within(self, generator: np.random.Generator, bound: int, size: int) -> np.ndarray:
+        """``size`` independent draws of the table's ``Z`` conditioned on ``|Z| ≤ bound``, exactly.
+
+        ``−bound ≤ Z ≤ bound`` exactly when the word lies in ``[C[−bound−1], C[bound]) =
+        [R_{bound+1}, 2^64 − R_{bound+1})``, so a word uniform on that range inverted through the same cuts
+        gives ``P̂(Z = z) / P̂(|Z| ≤ bound)`` for every ``|z| ≤ bound``.
+        """
+        width = self.within_words(bound)
+        if width <= 0:
+            raise ValueError(f"the table at scale {self.scale} has no mass within {bound}")
+        words = uniform_below(generator, width, size) + np.uint64(self.upper_tail_words(int(bound) + 1))
+        return _invert(self.cuts, words) - self.support_max
+
 
 @lru_cache(maxsize=16)
 def discrete_laplace_table(scale: Fraction) -> DiscreteLaplaceTable:
