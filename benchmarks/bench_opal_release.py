@@ -6,10 +6,10 @@ Prints, and writes to ``<work>/results.json``:
 
 1. end to end: ``transit-release release`` as a subprocess (Prefect's temporary
    server, MLflow, report, everything): wall time and peak resident memory;
-2. stage by stage, in-process without Prefect: read; the validation gate
-   (pandera file contract, row screen, GE raw-data suite, pandera clean
-   contract; in the flow the GE suite runs concurrently with the screen and
-   preprocessing); encode, group-count, sanitize, assemble;
+2. stage by stage, in-process without Prefect: the whole-frame path (read;
+   pandera file contract, row screen, pandera clean contract; encode,
+   group-count, sanitize, assemble), and the release's streamed path (the
+   streaming pass; each partition's step, one after the other);
 3. the sanitization step on the same histograms three ways: a bare NumPy
    group-count (``np.bincount`` of the six marginals), our SBH (noise and
    threshold only), and OpenDP's ``make_laplace_threshold`` on the same
@@ -202,7 +202,7 @@ def partition_sizes(enc) -> dict:
 def stages(trips: Path, stops: Path, work: Path) -> tuple[dict, object, list]:
     from functools import partial
 
-    from schemas import RawTrips, Stops, TripsFile, expectations, validate
+    from schemas import RawTrips, Stops, TripsFile, validate
     from transit_release import preprocessing
     from transit_release.releases import opal
     from transit_release.inputs import screening
@@ -219,14 +219,25 @@ def stages(trips: Path, stops: Path, work: Path) -> tuple[dict, object, list]:
     period = screening.infer_period(t_df)
     screened, out["screen_s"] = timed(screening.screen_trips, t_df, s_df, period, cfg.quality, cfg.modes)
     screening.check_gate(screened, cfg.quality)
-    view, out["ge_view_s"] = timed(expectations.raw_view, t_df, s_df, cfg.modes)
-    ge, out["ge_raw_suite_s"] = timed(expectations.validate_frames, work / "data_docs", {
-        "raw_trips": (view, partial(expectations.raw_suite, period, cfg.quality, cfg.modes))})
-    assert ge["success"]
-    del view, t_df
+    del t_df
     clean, out["validate_clean_s"] = timed(validate, RawTrips, screened.clean, "clean trips")
-    out["validation_total_s"] = sum(out[k] for k in ("validate_file_s", "screen_s", "ge_view_s", "ge_raw_suite_s",
-                                                    "validate_clean_s"))
+    out["validation_total_s"] = sum(out[k] for k in ("validate_file_s", "screen_s", "validate_clean_s"))
+    # the release's own path: the streaming pass (contract and screen batch by batch), then each partition's step
+    # (duplicates, its pandera contract and GE suite, encoding) one after the other in this process
+    from schemas.validation import check
+    from tasks.stream import _check_clean
+    from schemas import EncodedPartition
+    from transit_release.inputs import streaming
+
+    st, out["stream_pass_s"] = timed(streaming.stream_trips, trips, s_df, period, cfg.quality, cfg.modes,
+                                     work / "spill", work / "quarantine-parts", partial(check, TripsFile))
+    index = preprocessing.build_location_index(s_df, cfg.modes)
+    (work / "pairs").mkdir(exist_ok=True)
+    _, out["partition_steps_s"] = timed(lambda: [streaming.prepare_partition(
+        work / "spill", work / "staged", work / "quarantine-parts", work / "pairs", m, d, cfg.modes.index(m), index,
+        cfg.bin_minutes, None, NoiseSource(), partial(_check_clean, f"{m}/{d}", d, cfg.quality),
+        lambda enc: validate(EncodedPartition, __import__("pandas").DataFrame(enc), "encoded"))
+        for m, d in streaming.partition_labels(period, cfg.modes)])
     out["quarantined"] = screened.quarantined_rows
     enc, out["encode_s"] = timed(preprocessing.encode_trips, clean,
                                  preprocessing.build_location_index(s_df, cfg.modes), cfg.bin_minutes)

@@ -1,16 +1,21 @@
-"""Where the per-partition sanitization runs: Prefect's Dask task runner.
+"""Where the per-partition steps run: Prefect's Dask task runner on one Dask cluster per release.
 
+The partition steps (preparing each partition from the streamed input, then
+sanitizing it) are mapped over the partitions on Prefect's Dask task runner.
 By default a local Dask cluster of ``workers`` single-threaded worker processes
-is started for the sanitization and torn down after it; with an address, an
-existing Dask scheduler (any machine) is used instead. Its workers must have
-this project installed, see the partition dataset at the same path (shared file
-system) and reach the same Prefect API as the flow (``PREFECT_API_URL``); a
-local cluster's workers are pointed at this flow's API automatically.
+is started once per release, when the input has passed its streaming pass
+(its workers import what the partition steps need at once), and torn down
+after the release; with an address, an existing Dask scheduler (any machine) is used
+instead. Its workers must have this project installed, see the run's private
+working directory at the same path (shared file system) and reach the same
+Prefect API as the flow (``PREFECT_API_URL``); a local cluster's workers are
+pointed at this flow's API automatically.
 """
 
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 
 from prefect.context import FlowRunContext
 from prefect_dask import DaskTaskRunner
@@ -18,13 +23,67 @@ from prefect_dask import DaskTaskRunner
 from transit_release.cluster import DEFAULT_LOCAL_WORKERS
 
 
-def sanitization_runner(dask_address: str | None = None, workers: int | None = None) -> DaskTaskRunner:
-    """The task runner for the sanitization subflow (call inside a flow run)."""
+def _warm_up() -> None:
+    import tasks.sanitize  # noqa: F401
+    import tasks.stream  # noqa: F401
+    from schemas.expectations import warm_up
+
+    warm_up()
+
+
+def _drain_prefect() -> None:
+    """Send a worker's pending Prefect logs and events now, before it is closed."""
+    from prefect._internal.concurrency.services import QueueService
+
+    QueueService.drain_all(timeout=5)
+
+
+class ReleaseCluster:
+    """The scheduler address of the release's cluster: the one given, or a local cluster started on first use
+    (after the input has passed its streaming pass: a file refused there never starts one)."""
+
+    def __init__(self, dask_address: str | None, workers: int | None):
+        self._given = dask_address
+        self._workers = workers or DEFAULT_LOCAL_WORKERS
+        self._cluster = self._client = None
+
+    def address(self) -> str:
+        if self._given:
+            return self._given
+        if self._cluster is None:
+            from distributed import Client, LocalCluster
+
+            ctx = FlowRunContext.get()
+            env = {"PREFECT_API_URL": str(ctx.client.api_url)} if ctx is not None else {}
+            self._cluster = LocalCluster(n_workers=self._workers, threads_per_worker=1, processes=True,
+                                         dashboard_address=None, env=env)
+            self._client = Client(self._cluster, set_as_default=False)
+            self._client.run(_warm_up)  # both workers import at once, not in their first partition
+        return self._cluster.scheduler_address
+
+    def close(self) -> None:
+        if self._cluster is None:
+            return
+        try:
+            self._client.run(_drain_prefect)
+        except Exception:  # noqa: BLE001 — a worker that cannot drain is killed on close
+            pass
+        self._client.close()
+        self._cluster.close()
+        self._cluster = self._client = None
+
+
+@contextmanager
+def dask_cluster(dask_address: str | None = None, workers: int | None = None):
+    """The release's cluster for the duration (call inside a flow run)."""
     logging.getLogger("distributed").setLevel(logging.WARNING)  # Dask's per-worker INFO lines
-    if dask_address:
-        return DaskTaskRunner(address=dask_address)
-    ctx = FlowRunContext.get()
-    env = {"PREFECT_API_URL": str(ctx.client.api_url)} if ctx is not None else {}
-    return DaskTaskRunner(cluster_kwargs={
-        "n_workers": workers or DEFAULT_LOCAL_WORKERS, "threads_per_worker": 1, "processes": True,
-        "dashboard_address": None, "env": env})
+    cluster = ReleaseCluster(dask_address, workers)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def partition_runner(cluster: ReleaseCluster) -> DaskTaskRunner:
+    """The task runner of a subflow mapped over the partitions, on the release's cluster."""
+    return DaskTaskRunner(address=cluster.address())

@@ -1,10 +1,13 @@
 """Great Expectations 1.x suites: raw-data quality and release checks, with Data Docs.
 
 No value ever leaves a validation: results use ``SUMMARY`` with
-``partial_unexpected_count = 0`` (counts and percentages only), and the raw
-suite runs on a *view* of the trips without the card id (times as minutes
-since the epoch, which GE's pandas engine compares about twenty times faster
-than timestamps). Data Docs are written to the release's internal report
+``partial_unexpected_count = 0`` (counts and percentages only). The raw data is
+validated where it is prepared, partition by partition (on the Dask workers when
+there is a cluster): each partition's suite runs on a *view* of its clean trips
+without the card id (times as minutes since the epoch, which GE's pandas engine
+compares about twenty times faster than timestamps); the release's raw-data
+suites then validate what the screen and the partitions measured (one row of
+period totals, one row per partition), with Data Docs. Data Docs are written to the release's internal report
 folder, and work offline: GE's pages load Bootstrap, jQuery, bootstrap-table and
 Font Awesome from public CDNs (its templates hard-code the URLs), so once built
 they are pointed at copies of the same files shipped in ``schemas/data_docs_assets``
@@ -65,18 +68,24 @@ _CORS_ATTRS = re.compile(r"""\s(?:integrity|crossorigin)\s*=\s*["'][^"']*["']"""
 
 
 def _gx():
+    # Great Expectations sends usage analytics unless told not to: a privacy tool sends nothing anywhere (and
+    # offline, the client's flush at exit held every Dask worker for seconds until it was killed)
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
 
     logging.getLogger("great_expectations").setLevel(logging.ERROR)
     return gx
 
 
-def _context(docs_dir: Path):
+def _context(docs_dir: Path | None):
     gx = _gx()
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     ctx = gx.get_context(mode="ephemeral")
+    ctx.config.analytics_enabled = False
     ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+    if docs_dir is None:
+        return ctx
     docs_dir.mkdir(parents=True, exist_ok=True)
     ctx.add_data_docs_site(site_name="internal", site_config={
         "class_name": "SiteBuilder",
@@ -86,55 +95,65 @@ def _context(docs_dir: Path):
     return ctx
 
 
-def raw_view(trips: pd.DataFrame, stops: pd.DataFrame, modes: tuple[str, ...]) -> pd.DataFrame:
-    """The trips as GE sees them: no card id, times as epoch minutes, a row fingerprint, and whether each tap's
-    stop is in the stop table for the row's mode (the lookup the screen uses: a set of 200,000 stop ids as an
-    expectation's value set would be copied into every Data Docs page)."""
-    from transit_release.inputs.screening import _ints, _ns, _row_hash, mode_codes, stop_lookup
+def partition_view(rows: dict[str, np.ndarray]) -> pd.DataFrame:
+    """A partition's clean trips as its suite sees them: no card id, times as epoch minutes, a row fingerprint
+    (a keyless hash: the view never leaves the validation, and only counts come out of it)."""
+    from transit_release.inputs.screening import _row_hash
 
-    on, off = _ns(trips["tap_on_time"]), _ns(trips["tap_off_time"])
     nat = np.iinfo(np.int64).min
-    on_min = np.where(on == nat, np.nan, on // _NS_PER_MIN)
+    on, off = rows["on_ns"], rows["off_ns"]
+    on_min = (on // _NS_PER_MIN).astype(float)
     off_min = np.where(off == nat, np.nan, off // _NS_PER_MIN)
-    card, on_stop, off_stop = (_ints(trips[c]) for c in ("card_id", "tap_on_stop", "tap_off_stop"))
-    raw_codes, mode_code = mode_codes(trips, modes)
-    known = stop_lookup(stops, modes, mode_code)
     return pd.DataFrame({
-        "mode": trips["mode"],
-        "card_present": (card >= 0).astype(np.int8),
-        "tap_on_minute": on_min,
-        "tap_off_minute": off_min,
-        "duration_minutes": off_min - on_min,
-        "tap_on_stop_known": np.where(on_stop < 0, np.nan, known(on_stop).astype(float)),
-        "tap_off_stop_known": np.where(off_stop < 0, np.nan, known(off_stop).astype(float)),
-        "row_fingerprint": _row_hash(card, raw_codes.astype(np.int64), on, on_stop, off, off_stop).view(np.int64),
-    })
+        "tap_on_minute": on_min, "tap_off_minute": off_min, "duration_minutes": off_min - on_min,
+        "row_fingerprint": _row_hash(rows["card"], on, rows["on_stop"], off, rows["off_stop"]).view(np.int64)})
 
 
-def raw_suite(period, quality, modes: tuple[str, ...]):
-    """Raw-data quality; ``mostly`` is the quarantine policy, so the suite passes iff the gate does."""
+def partition_suite(date: str, quality):
+    """One partition's clean trips (run where the partition is prepared, on a Dask worker when there is a
+    cluster): every tap-on inside the partition's day, no tap-off before its tap-on, no trip longer than the
+    policy's limit, no repeated row. The screen has already quarantined rows that break these, so any failure
+    here is a fault of the pipeline, not of the data: the release stops."""
     gx = _gx()
     E = gx.expectations
-    mostly = 1.0 - quality.quarantine_limit
-    start = pd.Timestamp(period.start).value // _NS_PER_MIN
-    end = pd.Timestamp(period.end).value // _NS_PER_MIN + 1439
-    suite = gx.ExpectationSuite(name="raw_trips_quality")
+    start = pd.Timestamp(date).value // _NS_PER_MIN
+    suite = gx.ExpectationSuite(name=f"partition_{date}")
     for e in (
-        E.ExpectTableRowCountToBeBetween(min_value=quality.min_rows, max_value=quality.max_rows),
-        E.ExpectColumnValuesToBeInSet(column="mode", value_set=list(modes), mostly=mostly),
-        E.ExpectColumnValuesToBeInSet(column="card_present", value_set=[1], mostly=mostly),
-        E.ExpectColumnValuesToNotBeNull(column="tap_on_minute", mostly=mostly),
-        E.ExpectColumnValuesToBeBetween(column="tap_on_minute", min_value=start, max_value=end, mostly=mostly),
+        E.ExpectColumnValuesToBeBetween(column="tap_on_minute", min_value=start, max_value=start + 1439),
         E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="tap_off_minute", column_B="tap_on_minute", or_equal=True,
-                                                   ignore_row_if="either_value_is_missing", mostly=mostly),
-        E.ExpectColumnValuesToBeBetween(column="duration_minutes", min_value=0,
-                                        max_value=quality.max_trip_minutes, mostly=mostly),
-        E.ExpectColumnValuesToBeInSet(column="tap_on_stop_known", value_set=[1.0], mostly=mostly),
-        E.ExpectColumnValuesToBeInSet(column="tap_off_stop_known", value_set=[1.0], mostly=mostly),
-        E.ExpectColumnValuesToNotBeNull(column="tap_off_minute", mostly=MIN_TAP_OFF_PRESENT),
-        E.ExpectColumnValuesToBeUnique(column="row_fingerprint", mostly=mostly),
+                                                   ignore_row_if="either_value_is_missing"),
+        E.ExpectColumnValuesToBeBetween(column="duration_minutes", min_value=0, max_value=quality.max_trip_minutes),
+        E.ExpectColumnValuesToBeUnique(column="row_fingerprint"),
     ):
         suite.add_expectation(e)
+    return suite
+
+
+def totals_suite(quality):
+    """The period's screen in one row of counts and shares: as many rows as the policy allows, and each kind
+    of problem within the quarantine limit; at least 80% of the clean trips with a tap-off."""
+    gx = _gx()
+    E = gx.expectations
+    limit = quality.quarantine_limit
+    suite = gx.ExpectationSuite(name="raw_trips_quality")
+    suite.add_expectation(E.ExpectColumnValuesToBeBetween(column="rows", min_value=quality.min_rows,
+                                                          max_value=quality.max_rows))
+    for column in ("quarantined_share", "unknown_stop_share", "outside_period_share", "duplicate_share"):
+        suite.add_expectation(E.ExpectColumnValuesToBeBetween(column=column, min_value=0, max_value=limit))
+    suite.add_expectation(E.ExpectColumnValuesToBeBetween(column="tap_off_missing_share", min_value=0,
+                                                          max_value=1 - MIN_TAP_OFF_PRESENT))
+    return suite
+
+
+def partitions_suite(n_partitions: int):
+    """One row per partition of the public domain: every one was prepared, and passed its own suite and its
+    pandera contracts."""
+    gx = _gx()
+    E = gx.expectations
+    suite = gx.ExpectationSuite(name="raw_trips_partitions")
+    suite.add_expectation(E.ExpectTableRowCountToEqual(value=n_partitions))
+    suite.add_expectation(E.ExpectColumnValuesToBeInSet(column="checks_passed", value_set=[True]))
+    suite.add_expectation(E.ExpectColumnValuesToBeBetween(column="clean_rows", min_value=0))
     return suite
 
 
@@ -160,20 +179,32 @@ def release_suite(name: str, columns: list[str], thresholds: dict[str, int], mod
     return suite
 
 
-def validate_frames(docs_dir: Path, frames: dict[str, tuple[pd.DataFrame, Callable[[], object]]]) -> dict:
-    """Validate each frame against its suite through a checkpoint that updates Data Docs; counts only.
+def validate_frames(docs_dir: Path | None, frames: dict[str, tuple[pd.DataFrame, Callable[[], object]]]) -> dict:
+    """Validate each frame against its suite; counts only.
 
-    Suites are passed as zero-argument builders (e.g. ``functools.partial(raw_suite, ...)``): GE builds
+    With ``docs_dir``, through a checkpoint that updates the Data Docs there. Without (a partition's suite,
+    whose results are gathered into the release's), on a batch of one data context kept per process: a
+    worker validates many partitions, and a context costs more than a partition's validation.
+
+    Suites are passed as zero-argument builders (e.g. ``functools.partial(totals_suite, quality)``): GE builds
     expectations only inside an active data context.
     """
     gx = _gx()
     from great_expectations.checkpoint import UpdateDataDocsAction
 
-    ctx = _context(docs_dir)
-    source = ctx.data_sources.add_pandas("transit_release")
     out = {"success": True, "suites": {}}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        if docs_dir is None:
+            batch_def = _process_batch_definition()
+            for name, (df, build_suite) in frames.items():
+                result = batch_def.get_batch(batch_parameters={"dataframe": df}).validate(
+                    build_suite(), result_format=RESULT_FORMAT)
+                out["suites"][name] = {"success": bool(result.success), "expectations": _rows(result.results)}
+                out["success"] = out["success"] and bool(result.success)
+            return out
+        ctx = _context(docs_dir)
+        source = ctx.data_sources.add_pandas("transit_release")
         for name, (df, build_suite) in frames.items():
             batch_def = source.add_dataframe_asset(name).add_batch_definition_whole_dataframe(name)
             suite = ctx.suites.add(build_suite())
@@ -182,21 +213,47 @@ def validate_frames(docs_dir: Path, frames: dict[str, tuple[pd.DataFrame, Callab
                 name=f"{name}_checkpoint", validation_definitions=[vd], result_format=RESULT_FORMAT,
                 actions=[UpdateDataDocsAction(name="data_docs", site_names=["internal"])]))
             result = cp.run(batch_parameters={"dataframe": df})
-            rows = []
-            for run in result.run_results.values():
-                for r in run.results:
-                    cfg = r.expectation_config
-                    res = r.result or {}
-                    rows.append({"expectation": cfg.type, "column": cfg.kwargs.get("column") or
-                                 cfg.kwargs.get("column_A"), "row_condition": cfg.kwargs.get("row_condition"),
-                                 "success": bool(r.success), "unexpected_count": res.get("unexpected_count"),
-                                 "unexpected_percent": res.get("unexpected_percent"),
-                                 "element_count": res.get("element_count")})
+            rows = [row for run in result.run_results.values() for row in _rows(run.results)]
             out["suites"][name] = {"success": bool(result.success), "expectations": rows}
             out["success"] = out["success"] and bool(result.success)
     make_data_docs_offline(docs_dir)
     out["data_docs"] = str(docs_dir / "index.html")
     return out
+
+
+def _rows(results) -> list[dict]:
+    rows = []
+    for r in results:
+        cfg = r.expectation_config
+        res = r.result or {}
+        rows.append({"expectation": cfg.type, "column": cfg.kwargs.get("column") or cfg.kwargs.get("column_A"),
+                     "row_condition": cfg.kwargs.get("row_condition"), "success": bool(r.success),
+                     "unexpected_count": res.get("unexpected_count"),
+                     "unexpected_percent": res.get("unexpected_percent"),
+                     "element_count": res.get("element_count")})
+    return rows
+
+
+_BATCH_DEFINITION = None
+
+
+def _process_batch_definition():
+    """One ephemeral context, pandas data source and whole-dataframe batch definition per process."""
+    global _BATCH_DEFINITION
+    if _BATCH_DEFINITION is None:
+        ctx = _context(None)
+        _BATCH_DEFINITION = (ctx.data_sources.add_pandas("transit_release_partitions")
+                             .add_dataframe_asset("partition").add_batch_definition_whole_dataframe("partition"))
+    return _BATCH_DEFINITION
+
+
+def warm_up() -> None:
+    """Import Great Expectations and build this process's context (a Dask worker does it while the flow streams
+    the input, instead of in its first partition)."""
+    rows = {c: np.zeros(1, dtype=np.int64) for c in ("card", "on_ns", "on_stop", "off_ns", "off_stop")}
+    from transit_release.config import QualityPolicy
+
+    validate_frames(None, {"warm_up": (partition_view(rows), lambda: partition_suite("19700101", QualityPolicy()))})
 
 
 def make_data_docs_offline(docs_dir: Path) -> None:

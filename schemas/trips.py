@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
+from typing import Optional
 
 from transit_release.config import KNOWN_MODES
 
@@ -94,6 +95,49 @@ class EncodedTrips(pa.DataFrameModel):
     class Config:
         strict = True
         coerce = True
+
+
+_NAT = np.iinfo(np.int64).min
+
+
+class PartitionTrips(pa.DataFrameModel):
+    """A partition's clean trips as the streaming pass spills them (integers; times in nanoseconds, a missing
+    tap-off as the int64 minimum and stop -1), after its duplicates: one row = one trip of one card."""
+
+    row: Series[np.int64] = pa.Field(ge=0, unique=True)
+    card: Series[np.int64] = pa.Field(ge=0)
+    on_ns: Series[np.int64] = pa.Field(gt=_NAT)
+    on_stop: Series[np.int64] = pa.Field(ge=0)
+    off_ns: Series[np.int64] = pa.Field()
+    off_stop: Series[np.int64] = pa.Field(ge=-1)
+
+    @pa.dataframe_check(error="tap-off time and stop must be both present or both missing")
+    def tap_off_complete(cls, df: pd.DataFrame) -> Series[bool]:
+        return (df["off_ns"] == _NAT) == (df["off_stop"] == -1)
+
+    @pa.dataframe_check(error="tap-off before tap-on")
+    def tap_off_not_before_tap_on(cls, df: pd.DataFrame) -> Series[bool]:
+        return (df["off_ns"] == _NAT) | (df["off_ns"] >= df["on_ns"])
+
+    class Config:
+        strict = True
+        coerce = False
+
+
+class EncodedPartition(pa.DataFrameModel):
+    """One stored partition's rows: time bins, location codes, the bound's flag (and, streamed at the card
+    level, the row's pair index); no identifier."""
+
+    on_bin: Series[np.int16] = pa.Field(ge=-1)
+    off_bin: Series[np.int16] = pa.Field(ge=-1)
+    on_loc: Series[np.int32] = pa.Field(ge=-1)
+    off_loc: Series[np.int32] = pa.Field(ge=-1)
+    kept: Series[bool] = pa.Field()
+    pair: Optional[Series[np.int32]] = pa.Field(ge=0)
+
+    class Config:
+        strict = True
+        coerce = False
 
 
 def marginals_frame(partitions: list) -> pd.DataFrame:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 import pandera.pandas as pa
 
-from transit_release.errors import SchemaViolationError
+from transit_release.errors import SchemaViolationError  # noqa: F401  (re-exported)
+from transit_release.inputs.problems import MAX_ROWS_NAMED, ProblemTally
 
-MAX_ROWS_NAMED = 5
 #: An unexpected header is named only if it looks like a column name and the header holds at least
 #: one expected name; a file without a header row would otherwise put its first data row into the message.
 _SAFE_HEADER = re.compile(r"^[A-Za-z][A-Za-z0-9_ ]{0,39}$")
@@ -22,32 +23,36 @@ def validate(model: type[pa.DataFrameModel], df: pd.DataFrame, where: str) -> pd
     The message names ``where`` (e.g. the file), each failing column and check,
     how many rows fail it and the first row numbers (1 = first data row).
     """
+    validated, problems = check(model, df)
+    if problems:
+        tally = ProblemTally(where)
+        tally.add(problems)
+        tally.raise_if_any()
+    return validated
+
+
+def check(model: type[pa.DataFrameModel], df: pd.DataFrame,
+          row_offset: int = 0) -> tuple[pd.DataFrame | None, dict[tuple[str, str], np.ndarray]]:
+    """(the validated frame or None, problems): each failing (column, check) with the sorted positions of its
+    rows in the file (``row_offset`` + position in ``df``; empty for a column-level problem)."""
     try:
-        return model.validate(df, lazy=True)
+        return model.validate(df, lazy=True), {}
     except pa.errors.SchemaErrors as exc:
         fc = exc.failure_cases
         # without any expected name in the header, the "header" is probably the first data row
         header_present = bool(set(model.to_schema().columns) & set(map(str, df.columns)))
         problems: dict[tuple[str, str], set[int]] = {}
-        for column, check, index, case in zip(fc["column"], fc["check"], fc["index"], fc["failure_case"]):
-            check = _describe_check(str(check))
-            if check == "missing column":
+        for column, chk, index, case in zip(fc["column"], fc["check"], fc["index"], fc["failure_case"]):
+            chk = _describe_check(str(chk))
+            if chk == "missing column":
                 column = case  # one of the model's own column names
-            elif check == "unexpected column":
+            elif chk == "unexpected column":
                 column = case if header_present and _SAFE_HEADER.match(str(case)) else HIDDEN_HEADER
-            key = (str(column) if column is not None and column == column else "<frame>", check)
+            key = (str(column) if column is not None and column == column else "<frame>", chk)
             rows = problems.setdefault(key, set())
             if index is not None and index == index:
-                rows.add(int(index))
-        summary = {key: len(rows) for key, rows in sorted(problems.items())}
-        lines = []
-        for (column, check), rows in sorted(problems.items()):
-            if rows:
-                first = ", ".join(str(r + 1) for r in sorted(rows)[:MAX_ROWS_NAMED])
-                lines.append(f"column '{column}': {check}: {len(rows)} row(s), first at row(s) {first}")
-            else:
-                lines.append(f"column '{column}': {check}")
-        raise SchemaViolationError(f"{where}: {len(summary)} problem(s): " + "; ".join(lines), summary) from None
+                rows.add(int(index) + row_offset)
+        return None, {k: np.array(sorted(v), dtype=np.int64) for k, v in problems.items()}
 
 
 def _describe_check(check: str) -> str:

@@ -25,19 +25,6 @@ def plan_spends(release_id: str, period, config: ReleaseConfig, fingerprint: str
     return opal.plan_spends(period, config, release_id, fingerprint, code_version)
 
 
-@data_task(name="bound-contributions")
-def bound_contributions(trips: pd.DataFrame, config: ReleaseConfig) -> tuple["np.ndarray", dict]:
-    """Card level: keep at most k trips per card per (mode, date) and at most P partitions per card, chosen at
-    random from the secure source; returns the mask of kept trips (the release counts only those) and the
-    internal counts."""
-    from transit_release.mechanisms.contribution_bounding import ContributionBounds
-    from transit_release.noise import NoiseSource
-
-    bounds = ContributionBounds(config.bounds.max_trips_per_partition, config.bounds.max_partitions)
-    kept, counts = opal.bound_card_contributions(trips, bounds, NoiseSource.from_environment())
-    return kept, counts
-
-
 @data_task(name="assemble-release-tables")
 def assemble_tables(outcomes: list[opal.PartitionOutcome], dataset: PartitionDataset) -> dict[str, pd.DataFrame]:
     return opal.release_tables([o.sanitized for o in outcomes], dataset.key_space, dataset.vocab,

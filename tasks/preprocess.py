@@ -1,22 +1,16 @@
-"""Preprocessing: drop the card id, bin times, stops → locations; store the partitions for the sanitizers."""
+"""Preprocessing: the public location index every partition step encodes with (the steps themselves are in
+:mod:`tasks.stream`)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from tasks import data_task
-from transit_release import partition_store, preprocessing
+from transit_release import preprocessing
 from transit_release.config import ReleaseConfig
 
 
-@data_task(name="encode-trips")
-def encode_trips(trips: pd.DataFrame, stops: pd.DataFrame, config: ReleaseConfig,
-                 kept=None) -> preprocessing.EncodedTrips:
-    index = preprocessing.build_location_index(stops, config.modes)
-    return preprocessing.encode_trips(trips, index, config.bin_minutes, kept)
-
-
-@data_task(name="write-partitions")
-def write_partitions(root: str, encoded: preprocessing.EncodedTrips) -> partition_store.PartitionDataset:
-    """One Parquet file per (mode, date) under the run's own working directory (``private/work/…/partitions``)."""
-    return partition_store.write_dataset(encoded, root)
+@data_task(name="location-index")
+def location_index(stops: pd.DataFrame, config: ReleaseConfig) -> preprocessing.LocationIndex:
+    """Stop id → location code, from the stop table (public): what every partition step encodes with."""
+    return preprocessing.build_location_index(stops, config.modes)

@@ -19,7 +19,8 @@ from transit_release.home import Home
 from transit_release.releases.opal import OUTPUT_COLUMNS
 from transit_release.partition_store import PartitionDataset
 from transit_release.preprocessing import location_label, time_label
-from transit_release.inputs.screening import Period
+from transit_release.inputs.screening import GateFigures
+from transit_release.inputs.streaming import PreparedPartition
 
 
 class RawQualityError(InputDataError):
@@ -37,15 +38,34 @@ def _failures(result: dict) -> str:
 
 
 @data_task(name="check-raw-quality")
-def check_raw_quality(home: Home, work: str, release_id: str, trips: pd.DataFrame, stops: pd.DataFrame,
-                      period: Period, config: ReleaseConfig) -> dict:
-    """The raw-data suite; results and Data Docs go to the run's working directory (copied to the report when the
-    release is published). A failing suite's results are kept next to the quarantine, and the error names them."""
+def check_raw_quality(home: Home, work: str, release_id: str, figures: GateFigures,
+                      prepared: list[PreparedPartition], partitions: list[tuple[str, str]],
+                      config: ReleaseConfig) -> dict:
+    """The raw-data suites, on what the streaming screen and the partition steps measured: the period's totals
+    (rows, each problem's share against the quarantine limit, tap-offs present) and one row per partition of the
+    public domain (each passed its own suite, run where it was prepared, and its contracts). One verdict and one
+    set of Data Docs in the run's working directory (copied to the report when the release is published); the
+    partitions' own results are kept beside them. A failing suite's results are kept next to the quarantine,
+    and the error names them."""
     out = Path(work) / "validation"
+    n = max(figures.total_rows, 1)
+    clean = sum(p.rows for p in prepared)
+    totals = pd.DataFrame([{
+        "rows": figures.total_rows, "quarantined_share": figures.share,
+        "unknown_stop_share": figures.unknown_stop_rows / n, "outside_period_share": figures.outside_rows / n,
+        "duplicate_share": figures.counts.get("duplicate", 0) / n,
+        "tap_off_missing_share": sum(p.tap_off_missing for p in prepared) / max(clean, 1)}])
+    by_partition = {p.label: p for p in prepared}
+    rows = pd.DataFrame([{
+        "partition": f"{m}/{d}", "clean_rows": by_partition[f"{m}/{d}"].rows if f"{m}/{d}" in by_partition else 0,
+        "duplicates": by_partition[f"{m}/{d}"].duplicates if f"{m}/{d}" in by_partition else 0,
+        "checks_passed": f"{m}/{d}" in by_partition and bool(by_partition[f"{m}/{d}"].checks.get("success"))}
+        for m, d in partitions])
     result = expectations.validate_frames(out / "data_docs" / "raw", {
-        "raw_trips": (expectations.raw_view(trips, stops, config.modes),
-                      partial(expectations.raw_suite, period, config.quality, config.modes))})
-    (out / "validation-raw.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+        "raw_trips": (totals, partial(expectations.totals_suite, config.quality)),
+        "raw_trips_partitions": (rows, partial(expectations.partitions_suite, len(partitions)))})
+    result["partitions"] = {p.label: p.checks for p in prepared}
+    (out / "validation-raw.json").write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
     if not result["success"]:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         kept = home.quarantine / release_id / f"validation-{stamp}"
@@ -56,7 +76,6 @@ def check_raw_quality(home: Home, work: str, release_id: str, trips: pd.DataFram
     return result
 
 
-@data_task(name="check-release-tables")
 def _keys_outside(tables: dict[str, pd.DataFrame], times: set[str] | None, locs: dict[str, set[str]]) -> int:
     """How many released rows have a time bin outside ``times`` (unless ``None``) or a location outside its
     mode's ``locs`` (a count only)."""
@@ -70,6 +89,7 @@ def _keys_outside(tables: dict[str, pd.DataFrame], times: set[str] | None, locs:
     return n
 
 
+@data_task(name="check-release-tables")
 def check_release_tables(home: Home, work: str, release_id: str, tables: dict[str, pd.DataFrame],
                          outcomes: list[opal.PartitionOutcome], dataset: PartitionDataset,
                          config: ReleaseConfig) -> dict:

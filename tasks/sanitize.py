@@ -41,13 +41,16 @@ def sanitize_partition(dataset_root: str, mode: str, date: str, config: ReleaseC
 
 @data_task(name="describe-sanitizers")
 def describe_sanitizers(outcomes: list[opal.PartitionOutcome], dask_address: str | None,
-                        workers: int | None) -> dict:
+                        workers: int | None, prepared: list | None = None) -> dict:
     """Where the noise was drawn: the noise source the sanitizers reported (never a seed), the runner and
-    how many distinct processes sanitized (for the manifest and the MLflow run)."""
-    return {"noise_source": opal.noise_kind(outcomes),
-            "runner": f"dask-scheduler {dask_address}" if dask_address else
-                      f"local-dask {workers or cluster.DEFAULT_LOCAL_WORKERS} workers",
-            "processes": len({o.process for o in outcomes})}
+    how many distinct processes sanitized (and prepared the partitions) (for the manifest and the MLflow run)."""
+    out = {"noise_source": opal.noise_kind(outcomes),
+           "runner": f"dask-scheduler {dask_address}" if dask_address else
+                     f"local-dask {workers or cluster.DEFAULT_LOCAL_WORKERS} workers",
+           "processes": len({o.process for o in outcomes})}
+    if prepared is not None:
+        out["prepare_processes"] = len({p.process for p in prepared})
+    return out
 
 
 @data_task(name="check-dask-cluster")

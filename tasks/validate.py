@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from schemas import RELEASE_MODELS, EncodedTrips, RawTrips, Stops, validate
+from schemas import RELEASE_MODELS, RawTrips, Stops, validate
 from tasks import data_task
 
 
@@ -19,11 +19,6 @@ def validate_clean_trips(trips: pd.DataFrame, path: str) -> pd.DataFrame:
 @data_task(name="validate-stops")
 def validate_stops(stops: pd.DataFrame, path: str) -> pd.DataFrame:
     return validate(Stops, stops, f"stops file {Path(path).name}")
-
-
-@data_task(name="validate-encoded-trips")
-def validate_encoded(frame: pd.DataFrame) -> pd.DataFrame:
-    return validate(EncodedTrips, frame, "encoded trips")
 
 
 @data_task(name="validate-release-tables")

@@ -8,6 +8,7 @@ which no corrupted value appears.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -38,27 +39,43 @@ def clean_input(tmp_path_factory):
 
 
 def release_tables_of(trips_path, stops_path, home: Home):
-    """The flow's tasks up to the validated release tables (nothing written but the quarantine)."""
+    """The flow's steps up to the validated release tables (nothing written but the quarantine's fragments):
+    the streaming pass in small batches, each partition's step, the gate, the sanitizers."""
     from tasks.config import load_config
-    from tasks.ingest import ingest_stops, ingest_trips
-    from schemas import PartitionMarginals, marginals_frame, validate
-    from tasks.preprocess import encode_trips, write_partitions
+    from tasks.ingest import ingest_stops
     from tasks.opal import assemble_tables
-    from tasks.screen import release_period, validate_trips_file
-    from tasks.validate import validate_clean_trips, validate_release_tables, validate_stops
+    from tasks.preprocess import location_index
+    from tasks.stream import declared_period, prepare_partition, stream_trips
+    from tasks.validate import validate_release_tables, validate_stops
+    from schemas import PartitionMarginals, marginals_frame, validate
     from transit_release import partition_store
+    from transit_release.inputs import screening, streaming
+    from transit_release.recovery import WorkDir
     from transit_release.releases import opal
-    from transit_release.inputs import screening
 
     cfg = load_config.fn(None, None, None)
-    raw = validate_trips_file.fn(ingest_trips.fn(str(trips_path)), str(trips_path))
     stops = validate_stops.fn(ingest_stops.fn(str(stops_path)), str(stops_path))
-    period = release_period.fn(raw, "2016-08-08", "2016-08-14")
-    screened = screening.screen_trips(raw, stops, period, cfg.quality, cfg.modes)
-    screening.check_gate(screened, cfg.quality)
-    clean = validate_clean_trips.fn(screened.clean, str(trips_path))
-    encoded = encode_trips.fn(clean, stops, cfg)
-    dataset = write_partitions.fn(str(home.work / "gate" / "partitions"), encoded)
+    period = declared_period.fn(str(trips_path), "2016-08-08", "2016-08-14")
+    work = WorkDir(home.work / "gate", "gate")
+    work.pairs.mkdir(parents=True, exist_ok=True)
+    old = streaming.BATCH_BYTES
+    streaming.BATCH_BYTES = 1 << 16  # several batches even for this small file
+    try:
+        streamed = stream_trips.fn(work, str(trips_path), stops, period, cfg)
+    finally:
+        streaming.BATCH_BYTES = old
+    index = location_index.fn(stops, cfg)
+    staging = partition_store.staging_for(work.partitions)
+    partitions = opal.partitions_of(period, cfg)
+    prepared = [prepare_partition.fn(work, str(staging), m, d, cfg, index) for m, d in partitions]
+    per_day = {d.strftime("%Y%m%d"): 0 for d in period.days}
+    for p in prepared:
+        per_day[p.date] += p.rows
+    screening.check_gate(streamed.tally.figures(sum(p.duplicates for p in prepared),
+                                                np.array(list(per_day.values()))), cfg.quality)
+    dataset = partition_store.commit_dataset(staging, work.partitions, [p.entry for p in prepared if p.entry],
+                                             partition_store.KeySpace(1440 // cfg.bin_minutes, index.max_locations),
+                                             index.vocab, cfg.bin_minutes)
     events = opal.plan_spends(period, cfg, "gate", "fp", "test")
     outcomes = []
     for entry in dataset.partitions:

@@ -148,6 +148,7 @@ def test_two_local_workers_give_the_single_process_release_and_charge_once(prefe
     assert len(keys) == len(set(keys)) == 6 * 28
     run = _mlflow_run(home, rid)
     assert run.data.params["sanitize.processes"] == "2"
+    assert run.data.params["prepare.processes"] == "2"  # the partition steps (validation included) on the workers
     assert run.data.tags["sanitize.runner"] == "local-dask 2 workers"
     assert run.data.params["ledger.spends"] == "168"
     assert not home.work.exists() or not any(home.work.iterdir())  # the per-trip files are gone once published
@@ -168,6 +169,7 @@ def test_release_on_an_existing_scheduler(prefect_harness, small_week, tmp_path)
     assert summary["status"] == "published"
     assert run.data.tags["sanitize.runner"] == f"dask-scheduler {cluster.scheduler_address}"
     assert run.data.params["sanitize.processes"] == "2"
+    assert run.data.params["prepare.processes"] == "2"
 
 
 @pytest.mark.flow

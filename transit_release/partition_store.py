@@ -78,30 +78,59 @@ def write_dataset(encoded: EncodedTrips, root: Path) -> PartitionDataset:
     attempt is replaced.
     """
     root = Path(root)
-    root.parent.mkdir(parents=True, exist_ok=True)
-    staging = root.with_name(f".{root.name}.tmp-{uuid.uuid4().hex}")
+    staging = staging_for(root)
     entries = []
     try:
         for (mode, date), rows in split_by_partition(encoded):
-            entry = StoredPartition(mode, date, len(rows))
-            path = staging / entry.relative_path
-            path.parent.mkdir(parents=True)
-            pq.write_table(pa.Table.from_pandas(rows, preserve_index=False), path, compression="zstd")
-            entries.append(entry)
-        staging.mkdir(exist_ok=True)  # a period with no trips is an empty dataset
-        ks = key_space(encoded)
-        (staging / DESCRIPTOR).write_text(json.dumps({
-            "partitions": [[e.mode, e.date, e.n_trips] for e in sorted(entries, key=lambda e: (e.mode, e.date))],
-            "key_space": [ks.n_bins, ks.n_locations], "vocab": {m: list(v) for m, v in encoded.vocab.items()},
-            "bin_minutes": encoded.bin_minutes}), encoding="utf-8")
-        if root.exists():
-            shutil.rmtree(root)
-        staging.rename(root)
+            entries.append(write_partition(staging, mode, date, {c: rows[c].to_numpy() for c in rows.columns}))
+        return commit_dataset(staging, root, entries, key_space(encoded), encoded.vocab, encoded.bin_minutes)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return PartitionDataset(root, tuple(sorted(entries, key=lambda e: (e.mode, e.date))), key_space(encoded),
-                            dict(encoded.vocab), encoded.bin_minutes)
+
+
+def staging_for(root: Path) -> Path:
+    """A fresh temporary sibling of ``root`` to write a dataset into (renamed into place by
+    :func:`commit_dataset`)."""
+    root = Path(root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    return root.with_name(f".{root.name}.tmp-{uuid.uuid4().hex}")
+
+
+#: Card level, streamed: the pairs of a partition that the partitions-per-card bound dropped (indices into
+#: the partition's ``pair`` column), next to its rows.
+DROPPED_PAIRS = "dropped_pairs.npy"
+
+
+def write_partition(staging: Path, mode: str, date: str, rows: dict[str, np.ndarray]) -> StoredPartition:
+    """One partition's encoded rows (:data:`TRIP_COLUMNS`, ``kept`` and, streamed at the card level, ``pair``)."""
+    entry = StoredPartition(mode, date, len(rows[TRIP_COLUMNS[0]]))
+    path = Path(staging) / entry.relative_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(rows), path, compression="zstd")
+    return entry
+
+
+def write_dropped_pairs(staging: Path, mode: str, date: str, dropped: np.ndarray) -> None:
+    path = Path(staging) / StoredPartition(mode, date, 0).relative_path
+    np.save(path.with_name(DROPPED_PAIRS), np.asarray(dropped, dtype=np.int64))
+
+
+def commit_dataset(staging: Path, root: Path, entries: list[StoredPartition], ks: KeySpace,
+                   vocab: dict[str, tuple[str, ...]], bin_minutes: int) -> PartitionDataset:
+    """Write the descriptor and rename the staged dataset into place (replacing one an earlier, failed attempt
+    left at ``root``); the dataset appears whole or not at all."""
+    staging, root = Path(staging), Path(root)
+    staging.mkdir(parents=True, exist_ok=True)  # a period with no trips is an empty dataset
+    entries = sorted((e for e in entries if e.n_trips), key=lambda e: (e.mode, e.date))
+    (staging / DESCRIPTOR).write_text(json.dumps({
+        "partitions": [[e.mode, e.date, e.n_trips] for e in entries],
+        "key_space": [ks.n_bins, ks.n_locations], "vocab": {m: list(v) for m, v in vocab.items()},
+        "bin_minutes": bin_minutes}), encoding="utf-8")
+    if root.exists():
+        shutil.rmtree(root)
+    staging.rename(root)
+    return PartitionDataset(root, tuple(entries), ks, dict(vocab), bin_minutes)
 
 
 def load_dataset(root: str | Path) -> PartitionDataset:
@@ -145,6 +174,10 @@ def read_partition(dataset: PartitionDataset, entry: StoredPartition) -> Partiti
                                   "(a different number)")
     rows = {c: table.column(c).to_numpy() for c in (*TRIP_COLUMNS, KEPT)}
     del table
+    dropped = path.with_name(DROPPED_PAIRS)
+    if dropped.exists():  # card level, streamed: the partitions-per-card bound, decided after the rows were written
+        pair = pq.read_table(path, columns=["pair"]).column("pair").to_numpy()
+        rows[KEPT] = rows[KEPT] & ~np.isin(pair, np.load(dropped))
     return partition_of_rows(entry.mode, entry.date, rows, dataset.key_space)
 
 

@@ -90,6 +90,26 @@ def _lookup(index: LocationIndex, stop: np.ndarray, present: np.ndarray, mode_co
     return out
 
 
+_NAT = np.iinfo(np.int64).min
+_NS_PER_MIN = 60_000_000_000
+
+
+def encode_rows(mode_code: np.ndarray, on_ns: np.ndarray, on_stop: np.ndarray, off_ns: np.ndarray,
+                off_stop: np.ndarray, index: LocationIndex, bin_minutes: int) -> dict[str, np.ndarray]:
+    """Steps 2–3 for rows of known modes: time bins of the minute of the day (``-1`` for a missing tap-off)
+    and location codes (``-1`` for a stop without a location). Times are int64 nanoseconds (a missing tap-off
+    as the int64 minimum), stops int64 (a missing tap-off stop as ``-1``)."""
+    on_min = (on_ns // _NS_PER_MIN) % 1440
+    off_known = off_ns != _NAT
+    off_min = np.where(off_known, (off_ns // _NS_PER_MIN) % 1440, -1)
+    return {
+        "on_bin": (on_min // bin_minutes).astype(np.int16),
+        "off_bin": np.where(off_known, off_min // bin_minutes, -1).astype(np.int16),
+        "on_loc": _lookup(index, on_stop, np.ones(on_stop.size, bool), mode_code),
+        "off_loc": _lookup(index, off_stop, off_known & (off_stop >= 0), mode_code),
+    }
+
+
 def encode_trips(trips: pd.DataFrame, index: LocationIndex, bin_minutes: int,
                  kept: np.ndarray | None = None) -> EncodedTrips:
     """Steps 1–4: drop the card id, bin times, map stops to locations, partition.
@@ -99,27 +119,20 @@ def encode_trips(trips: pd.DataFrame, index: LocationIndex, bin_minutes: int,
     modes = index.modes
     mode_code = pd.Categorical(trips["mode"], categories=list(modes)).codes.astype(np.int8)
     keep = mode_code >= 0
-    on_t = trips["tap_on_time"].to_numpy(dtype="datetime64[m]")
-    day = on_t.astype("datetime64[D]")
-    days, day_idx = np.unique(day[keep], return_inverse=True)
-    on_min = (on_t[keep] - day[keep]).astype(np.int64)
-    off_t = trips["tap_off_time"].to_numpy(dtype="datetime64[m]")[keep]
-    off_known = ~np.isnat(off_t)
-    off_min = np.where(off_known, (off_t - off_t.astype("datetime64[D]")).astype(np.int64), -1)
+    on_ns = trips["tap_on_time"].to_numpy(dtype="datetime64[ns]").view(np.int64)[keep]
+    day = (on_ns // (1440 * _NS_PER_MIN)).astype("datetime64[D]")
+    days, day_idx = np.unique(day, return_inverse=True)
     mc = mode_code[keep]
     raw_part = mc.astype(np.int64) * max(len(days), 1) + day_idx
     present_parts, part = np.unique(raw_part, return_inverse=True)
     partitions = tuple((modes[p // len(days)], pd.Timestamp(days[p % len(days)]).strftime("%Y%m%d"))
                        for p in present_parts)
-    off_stop_series = trips["tap_off_stop"][keep]
-    off_stop = off_stop_series.fillna(-1).to_numpy(dtype=np.int64)
+    off_ns = trips["tap_off_time"].to_numpy(dtype="datetime64[ns]").view(np.int64)[keep]
+    off_stop = trips["tap_off_stop"][keep].fillna(-1).to_numpy(dtype=np.int64)
+    on_stop = trips["tap_on_stop"].to_numpy(dtype=np.int64)[keep]
     frame = pd.DataFrame({
         "part": part.astype(np.int32),
-        "on_bin": (on_min // bin_minutes).astype(np.int16),
-        "off_bin": np.where(off_known, off_min // bin_minutes, -1).astype(np.int16),
-        "on_loc": _lookup(index, trips["tap_on_stop"].to_numpy(dtype=np.int64)[keep],
-                          np.ones(int(keep.sum()), bool), mc),
-        "off_loc": _lookup(index, off_stop, off_known & (off_stop >= 0), mc),
+        **encode_rows(mc, on_ns, on_stop, off_ns, off_stop, index, bin_minutes),
         "kept": np.ones(int(keep.sum()), dtype=bool) if kept is None else np.asarray(kept, dtype=bool)[keep],
     })
     return EncodedTrips(partitions=partitions, frame=frame, vocab=index.vocab, bin_minutes=bin_minutes)
@@ -197,6 +210,11 @@ class KeySpace:
 
 def key_space(encoded: EncodedTrips) -> KeySpace:
     return KeySpace(encoded.n_bins, max((len(v) for v in encoded.vocab.values()), default=0))
+
+
+def key_space_of(index: LocationIndex, bin_minutes: int) -> KeySpace:
+    """The key space of a release over ``index``'s locations (the same as :func:`key_space` of its trips)."""
+    return KeySpace(1440 // bin_minutes, index.max_locations)
 
 
 #: The encoded columns the histograms read (a row's partition is where it is stored), and the bounding flag.

@@ -130,6 +130,21 @@ class WorkDir:
     def partitions(self) -> Path:
         return self.path / "partitions"
 
+    @property
+    def spill(self) -> Path:
+        """The streaming pass's clean rows per partition, with card ids (removed partition by partition)."""
+        return self.path / "spill"
+
+    @property
+    def quarantine_parts(self) -> Path:
+        """Quarantined raw rows, batch by batch and partition by partition, before they are gathered."""
+        return self.path / "quarantine-parts"
+
+    @property
+    def pairs(self) -> Path:
+        """Card level: each partition's (card, partition) pairs, for the partitions-per-card bound."""
+        return self.path / "pairs"
+
 
 @contextmanager
 def work_dir(home: Home, release_id: str):

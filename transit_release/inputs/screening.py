@@ -92,7 +92,11 @@ def infer_period(trips: pd.DataFrame) -> Period:
     """The period the tap-on dates suggest, ignoring stray dates (fewer than 5% of the median day's rows).
 
     Data-dependent: a suggestion for a dry run, never the period of a publishing run."""
-    days = trips["tap_on_time"].dropna().dt.normalize().value_counts()
+    return infer_period_from_days(trips["tap_on_time"].dropna().dt.normalize().value_counts())
+
+
+def infer_period_from_days(days: pd.Series) -> Period:
+    """:func:`infer_period` from the number of rows per tap-on date."""
     if days.empty:
         raise InputDataError("trips: no row has a tap-on time, so the release period cannot be inferred")
     kept = days[days >= max(1.0, STRAY_DAY_SHARE * float(days.median()))]
@@ -195,9 +199,27 @@ def mode_codes(trips: pd.DataFrame, modes: tuple[str, ...]) -> tuple[np.ndarray,
     return raw_codes, lookup[raw_codes]  # raw_codes == -1 (missing) picks the trailing -1
 
 
-def screen_trips(trips: pd.DataFrame, stops: pd.DataFrame, period: Period, quality: QualityPolicy,
-                 modes: tuple[str, ...]) -> ScreenResult:
-    """Give every row its first failing reason; return the clean rows and the quarantine."""
+@dataclass(frozen=True)
+class RowScreen:
+    """The row-local part of the screen for one frame (a whole file or one batch of it): every reason but
+    ``duplicate``, which needs the rows of a whole partition, and the integer columns the later steps use."""
+
+    reason: np.ndarray  # int8 per row: 0 clean so far, k = REASONS[k - 1]
+    unknown_stop: np.ndarray  # per row (also where another reason came first)
+    unknown_ids: np.ndarray  # the distinct stop ids missing from the table (sorted)
+    mode_code: np.ndarray  # index into ``modes`` or -1
+    raw_codes: np.ndarray  # factor codes of the raw mode text (for the exact-duplicate test)
+    day: np.ndarray  # day of the tap-on within the period (-1 missing; may be outside 0..n_days-1)
+    card: np.ndarray
+    on_ns: np.ndarray
+    on_stop: np.ndarray
+    off_ns: np.ndarray  # int64 minimum when missing
+    off_stop: np.ndarray  # -1 when missing
+
+
+def screen_rows(trips: pd.DataFrame, stops: pd.DataFrame, period: Period, quality: QualityPolicy,
+                modes: tuple[str, ...]) -> RowScreen:
+    """Give every row its first failing row-local reason (all of :data:`REASONS` but ``duplicate``)."""
     n = len(trips)
     reason = np.zeros(n, dtype=np.int8)  # 0 = clean, k = REASONS[k - 1]
 
@@ -227,45 +249,96 @@ def screen_trips(trips: pd.DataFrame, stops: pd.DataFrame, period: Period, quali
     day = np.where(on_ns == _NAT, -1, (on_ns - start_ns) // _NS_PER_DAY)
     n_days = len(period.days)
     mark("outside_period", (day < 0) | (day >= n_days))
-    mark("duplicate", _exact_duplicates(trips, [card, raw_codes.astype(np.int64), on_ns, on_stop, off_ns, off_stop]))
+    ids = np.unique(np.concatenate([on_stop[unknown_stop & ~known(on_stop)], off_stop[unknown_stop & off_present]]))
+    return RowScreen(reason=reason, unknown_stop=unknown_stop, unknown_ids=ids, mode_code=mode_code,
+                     raw_codes=raw_codes, day=day, card=card, on_ns=on_ns, on_stop=on_stop, off_ns=off_ns,
+                     off_stop=off_stop)
 
+
+def screen_trips(trips: pd.DataFrame, stops: pd.DataFrame, period: Period, quality: QualityPolicy,
+                 modes: tuple[str, ...]) -> ScreenResult:
+    """Give every row its first failing reason; return the clean rows and the quarantine (a whole frame in
+    memory; the Opal release streams instead, see :mod:`transit_release.inputs.streaming`)."""
+    rs = screen_rows(trips, stops, period, quality, modes)
+    reason = rs.reason
+    dup = _exact_duplicates(trips, [rs.card, rs.raw_codes.astype(np.int64), rs.on_ns, rs.on_stop, rs.off_ns,
+                                    rs.off_stop])
+    reason[(reason == 0) & dup] = REASONS.index("duplicate") + 1
+    n_days = len(period.days)
     bad = reason > 0
     counts = {r: int(c) for r, c in zip(REASONS, np.bincount(reason, minlength=len(REASONS) + 1)[1:]) if c}
     quarantined = trips.loc[bad].copy()
     quarantined.insert(0, "reason", np.array(REASONS, dtype=object)[reason[bad] - 1])
     quarantined.insert(0, "row", np.flatnonzero(bad) + 1)
     clean = trips.loc[~bad].reset_index(drop=True) if bad.any() else trips.reset_index(drop=True)
-    clean_days = np.bincount(day[~bad], minlength=n_days)[:n_days] if n_days else np.zeros(0, np.int64)
-    ids = np.concatenate([on_stop[unknown_stop & ~known(on_stop)], off_stop[unknown_stop & off_present]])
-    return ScreenResult(clean=clean, quarantined=quarantined.reset_index(drop=True), counts=counts, total_rows=n,
-                        reason=reason, unknown_stop=unknown_stop, unknown_stop_ids=int(np.unique(ids).size),
-                        clean_per_day=clean_days, period=period)
+    clean_days = np.bincount(rs.day[~bad], minlength=n_days)[:n_days] if n_days else np.zeros(0, np.int64)
+    return ScreenResult(clean=clean, quarantined=quarantined.reset_index(drop=True), counts=counts,
+                        total_rows=len(trips), reason=reason, unknown_stop=rs.unknown_stop,
+                        unknown_stop_ids=int(rs.unknown_ids.size), clean_per_day=clean_days, period=period)
 
 
-def check_gate(result: ScreenResult, quality: QualityPolicy) -> None:
+@dataclass(frozen=True)
+class GateFigures:
+    """What the gate decides on: counts and the first row numbers (1-based) of two reasons, whether the rows
+    were screened in one frame (:meth:`ScreenResult.figures`) or batch by batch (the streaming pass)."""
+
+    total_rows: int
+    counts: dict[str, int]
+    unknown_stop_rows: int
+    unknown_stop_first: tuple[int, ...]
+    unknown_stop_ids: int
+    outside_rows: int
+    outside_first: tuple[int, ...]
+    clean_per_day: np.ndarray
+    period: Period
+
+    @property
+    def quarantined_rows(self) -> int:
+        return int(sum(self.counts.values()))
+
+    @property
+    def share(self) -> float:
+        return self.quarantined_rows / self.total_rows if self.total_rows else 0.0
+
+    def summary(self) -> dict:
+        """Counts only: safe for logs, MLflow and reports."""
+        return {"rows": self.total_rows, "quarantined": self.quarantined_rows,
+                "quarantined_share": self.share, "by_reason": dict(self.counts)}
+
+
+def _figures(result: ScreenResult) -> GateFigures:
+    outside = result.reason == REASONS.index("outside_period") + 1
+    first = lambda mask: tuple(int(r) + 1 for r in np.flatnonzero(mask)[:MAX_ROWS_NAMED])  # noqa: E731
+    return GateFigures(total_rows=result.total_rows, counts=dict(result.counts),
+                       unknown_stop_rows=int(result.unknown_stop.sum()), unknown_stop_first=first(result.unknown_stop),
+                       unknown_stop_ids=result.unknown_stop_ids, outside_rows=int(outside.sum()),
+                       outside_first=first(outside), clean_per_day=result.clean_per_day, period=result.period)
+
+
+def check_gate(result: ScreenResult | GateFigures, quality: QualityPolicy) -> None:
     """Problems that mean the file (not a few rows) is wrong: raise, naming what and where."""
-    n = result.total_rows
+    f = result if isinstance(result, GateFigures) else _figures(result)
+    n = f.total_rows
     limit = quality.quarantine_limit
-    period = result.period
+    period = f.period
+    rows = lambda first: ", ".join(str(r) for r in first)  # noqa: E731
     if n < quality.min_rows or n > quality.max_rows:
         raise InputDataError(f"{n:,} data rows, outside the allowed {quality.min_rows:,}..{quality.max_rows:,}")
-    unknown_stop = result.unknown_stop
-    if unknown_stop.sum() > limit * n:
+    if f.unknown_stop_rows > limit * n:
         raise StopTableCoverageError(
-            f"the stop table does not cover the trips: {int(unknown_stop.sum()):,} rows "
-            f"({unknown_stop.mean():.1%}) use stops missing from it for their mode "
-            f"({result.unknown_stop_ids:,} distinct stop ids), first at row(s) {_first_rows(unknown_stop)}")
-    outside = result.reason == REASONS.index("outside_period") + 1
-    if outside.sum() > limit * n:
+            f"the stop table does not cover the trips: {f.unknown_stop_rows:,} rows "
+            f"({f.unknown_stop_rows / n:.1%}) use stops missing from it for their mode "
+            f"({f.unknown_stop_ids:,} distinct stop ids), first at row(s) {rows(f.unknown_stop_first)}")
+    if f.outside_rows > limit * n:
         raise PeriodMismatchError(
-            f"the trips do not match the release period {period}: {int(outside.sum()):,} rows ({outside.mean():.1%}) "
-            f"fall outside it, first at row(s) {_first_rows(outside)}")
-    if result.share > limit:
-        parts = ", ".join(f"{r} {c:,}" for r, c in result.counts.items())
+            f"the trips do not match the release period {period}: {f.outside_rows:,} rows ({f.outside_rows / n:.1%}) "
+            f"fall outside it, first at row(s) {rows(f.outside_first)}")
+    if f.share > limit:
+        parts = ", ".join(f"{r} {c:,}" for r, c in f.counts.items())
         raise QuarantineLimitError(
-            f"{result.quarantined_rows:,} of {n:,} rows ({result.share:.2%}) would be quarantined, more than the "
+            f"{f.quarantined_rows:,} of {n:,} rows ({f.share:.2%}) would be quarantined, more than the "
             f"limit of {limit:.2%}: {parts}")
-    missing = [d for d, c in zip(period.days, result.clean_per_day) if c == 0]
+    missing = [d for d, c in zip(period.days, f.clean_per_day) if c == 0]
     if missing:
         listed = ", ".join(d.isoformat() for d in missing[:5]) + (" ..." if len(missing) > 5 else "")
         raise PeriodMismatchError(f"the trips do not cover the release period {period}: no trips on {listed}")

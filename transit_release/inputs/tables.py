@@ -100,7 +100,7 @@ def read_table(path: str | Path, column_types: dict[str, pa.DataType], what: str
     return df
 
 
-def _explain(exc: Exception) -> str:
+def _explain(exc: Exception, block_bytes: int = BLOCK_BYTES) -> str:
     """What went wrong, without Arrow's quotation of the offending row."""
     text = str(exc)
     m = re.search(r"Expected (\d+) columns, got (\d+)", text)
@@ -110,7 +110,7 @@ def _explain(exc: Exception) -> str:
     if "UTF8" in text or "UTF-8" in text or isinstance(exc, UnicodeDecodeError):
         return "the text is not valid UTF-8 (export the file as UTF-8)"
     if "straddl" in text:
-        return (f"a row is longer than {BLOCK_BYTES >> 20} MiB (an unclosed quote, or not a CSV export of "
+        return (f"a row is longer than {block_bytes >> 20} MiB (an unclosed quote, or not a CSV export of "
                 "trips?)")
     if "Parquet" in text or "magic" in text.lower():
         return "not a readable Parquet file (truncated or corrupt?)"
@@ -119,20 +119,27 @@ def _explain(exc: Exception) -> str:
 
 def _check_time_text(df: pd.DataFrame, column_types: dict[str, pa.DataType], where: str) -> None:
     """Times read as text (the slow path) must be local times; name the rows that are not."""
-    from transit_release.errors import SchemaViolationError
+    from transit_release.inputs.problems import ProblemTally
 
-    problems, summary = [], {}
+    tally = ProblemTally(where, sort_keys=False)
+    tally.add(time_text_problems(df, column_types))
+    tally.raise_if_any()
+
+
+TIME_TEXT_CHECK = "not a local time YYYY-MM-DD HH:MM[:SS] (text, hour 24 or a time zone offset?)"
+
+
+def time_text_problems(df: pd.DataFrame, column_types: dict[str, pa.DataType],
+                       row_offset: int = 0) -> dict[tuple[str, str], np.ndarray]:
+    """Rows (file positions) whose time, read as text, is not a local time, per time column."""
+    problems = {}
     for name, typ in column_types.items():
         if name in df.columns and pa.types.is_timestamp(typ) and pd.api.types.is_string_dtype(df[name]):
             col = df[name]
             bad = (col.notna() & ~col.astype("string").str.strip().str.fullmatch(_LOCAL_TIME).fillna(False)).to_numpy()
             if bad.any():
-                rows = ", ".join(str(r + 1) for r in np.flatnonzero(bad)[:5])
-                check = "not a local time YYYY-MM-DD HH:MM[:SS] (text, hour 24 or a time zone offset?)"
-                summary[(name, check)] = int(bad.sum())
-                problems.append(f"column '{name}': {check}: {int(bad.sum())} row(s), first at row(s) {rows}")
-    if problems:
-        raise SchemaViolationError(f"{where}: {len(problems)} problem(s): " + "; ".join(problems), summary)
+                problems[(name, TIME_TEXT_CHECK)] = np.flatnonzero(bad) + row_offset
+    return problems
 
 
 def _integral(text: pd.Series) -> pd.Series:

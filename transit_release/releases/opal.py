@@ -153,22 +153,39 @@ def privacy_statement(config: ReleaseConfig) -> dict:
     }
 
 
-def bound_card_contributions(trips: pd.DataFrame, bounds, noise: NoiseSource) -> tuple[np.ndarray, dict]:
+def bound_card_contributions(trips: pd.DataFrame, bounds, noise: NoiseSource, period=None,
+                             modes: tuple[str, ...] | None = None) -> tuple[np.ndarray, dict]:
     """Clean trips of a card-level release, bounded per card (:mod:`~transit_release.mechanisms.contribution_bounding`):
     a partition is the (mode, tap-on date); a card's rows are told apart by their times and stops. Which trips
-    survive depends only on each card's own rows and the release's random keys, never on row order."""
+    survive depends only on each card's own rows and the release's random keys, never on row order.
+
+    A partition's code (which the partitions-per-card priorities hash) is that of the public domain, mode index
+    × days of ``period`` + day index (:func:`~transit_release.inputs.streaming.partition_labels`), as the
+    streamed release computes it; without a period (tests), the days the trips span stand in for it."""
+    from transit_release.config import KNOWN_MODES
+    from transit_release.inputs.streaming import bounding_columns, partition_labels
     from transit_release.mechanisms.contribution_bounding import bound_contributions
 
-    day = trips["tap_on_time"].to_numpy(dtype="datetime64[D]")
-    mode_code, modes = pd.factorize(trips["mode"], sort=True)
-    days, day_code = np.unique(day, return_inverse=True)
-    partition = mode_code.astype(np.int64) * max(len(days), 1) + day_code
-    labels = [f"{m}/{pd.Timestamp(d):%Y%m%d}" for m in modes for d in days]
-    as_int = lambda col: trips[col].to_numpy(dtype="datetime64[m]").astype(np.int64) if "time" in col else \
-        trips[col].fillna(-1).to_numpy(dtype=np.int64)  # noqa: E731
-    columns = [as_int(c) for c in ("tap_on_time", "tap_on_stop", "tap_off_time", "tap_off_stop")]
-    result = bound_contributions(trips["card_id"].to_numpy(dtype=np.int64), partition, columns, bounds,
-                                 noise, labels)
+    modes = tuple(modes or KNOWN_MODES)
+    on_ns = trips["tap_on_time"].to_numpy(dtype="datetime64[ns]").view(np.int64)
+    day = on_ns // (1440 * 60_000_000_000)
+    if period is None:
+        from transit_release.inputs.screening import Period
+
+        first = day.min() if day.size else 0
+        period = Period(*(pd.Timestamp(int(d), unit="D").date() for d in (first, day.max() if day.size else 0)))
+    n_days = len(period.days)
+    day_index = day - pd.Timestamp(period.start).value // (1440 * 60_000_000_000)
+    mode_index = pd.Categorical(trips["mode"], categories=list(modes)).codes.astype(np.int64)
+    if day.size and (mode_index.min() < 0 or day_index.min() < 0 or day_index.max() >= n_days):
+        raise ValueError("contribution bounding: every trip must be of a known mode and inside the period")
+    partition = mode_index * n_days + day_index
+    labels = [f"{m}/{d}" for m, d in partition_labels(period, modes)]
+    rows = {"on_ns": on_ns, "on_stop": trips["tap_on_stop"].to_numpy(dtype=np.int64),
+            "off_ns": trips["tap_off_time"].to_numpy(dtype="datetime64[ns]").view(np.int64),
+            "off_stop": trips["tap_off_stop"].fillna(-1).to_numpy(dtype=np.int64)}
+    result = bound_contributions(trips["card_id"].to_numpy(dtype=np.int64), partition, bounding_columns(rows),
+                                 bounds, noise, labels)
     return result.kept, result.counts()
 
 
@@ -427,6 +444,8 @@ def tracking(manifest: dict, utility: pd.DataFrame, quarantine: dict, validation
             "sanitize.runner": sanitizers["runner"]}
     params = {"bin_minutes": manifest["parameters"]["bin_minutes"], "partitions": utility["partition"].nunique(),
               "sanitize.processes": sanitizers["processes"]}
+    if "prepare_processes" in sanitizers:
+        params["prepare.processes"] = sanitizers["prepare_processes"]
     for name, mp in privacy["marginals"].items():
         params.update({f"{name}.epsilon": mp["epsilon"], f"{name}.delta": mp["delta"],
                        f"{name}.threshold": mp["threshold"], f"{name}.noise_scale": mp["noise_scale"]})

@@ -318,3 +318,41 @@ def week_period() -> tuple[str, str]:
     """The synthetic week's period (the calibration release's first and last day), as ISO dates."""
     dates = sorted(load_calibration()["date"].unique())
     return (f"{dates[0][:4]}-{dates[0][4:6]}-{dates[0][6:]}", f"{dates[-1][:4]}-{dates[-1][4:6]}-{dates[-1][6:]}")
+
+
+def write_synthetic_weeks(out: str | Path, weeks: int, scale: float = 1.0, seed: int = 0,
+                          show_progress: bool = False) -> dict[str, Path]:
+    """``weeks`` consecutive weeks in one ``trips.csv`` (and the week's ``stops.csv``): the synthetic week
+    repeated with its dates moved by 7, 14, … days (the same cards riding every week), written week by week
+    so that memory holds one week. For a month-size input (four weeks of the full-size week: about 54 M trips)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    if weeks < 1:
+        raise ValueError(f"weeks must be at least 1. Found {weeks}.")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    week = synthesize_week(scale=scale, seed=seed)
+    pacsv.write_csv(pa.Table.from_pandas(week.stops, preserve_index=False), out / "stops.csv")
+    trips = week.trips
+    writer = None
+    try:
+        for w in range(weeks):
+            shifted = trips.assign(**{c: (trips[c] + pd.Timedelta(days=7 * w)).astype("datetime64[s]")
+                                      for c in ("tap_on_time", "tap_off_time")})  # whole seconds, as the week
+            table = pa.Table.from_pandas(shifted, preserve_index=False)
+            if writer is None:
+                writer = pacsv.CSVWriter(out / "trips.csv", table.schema)
+            writer.write_table(table)
+            del shifted, table
+    finally:
+        if writer is not None:
+            writer.close()
+    return {"trips": out / "trips.csv", "stops": out / "stops.csv"}
+
+
+def weeks_period(weeks: int) -> tuple[str, str]:
+    """The period of :func:`write_synthetic_weeks`' output, as ISO dates."""
+    start, _ = week_period()
+    first = pd.Timestamp(start)
+    return start, (first + pd.Timedelta(days=7 * weeks - 1)).strftime("%Y-%m-%d")

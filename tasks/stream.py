@@ -1,0 +1,152 @@
+"""The Opal release's input, streamed: one pass over the file, then one step per partition (see
+:mod:`transit_release.inputs.streaming`). Tasks pass paths, names and counts; no row or card id is a
+parameter or a result."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from datetime import datetime, timezone
+from functools import partial
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+from prefect import get_run_logger
+
+from schemas import EncodedPartition, PartitionTrips, TripsFile
+from schemas import expectations
+from schemas.validation import check, validate
+from tasks import data_task
+from transit_release import partition_store
+from transit_release.config import ReleaseConfig
+from transit_release.errors import InputDataError
+from transit_release.home import Home
+from transit_release.inputs import screening, streaming
+from transit_release.noise import NoiseSource
+from transit_release.preprocessing import LocationIndex, key_space_of
+from transit_release.recovery import WorkDir
+
+
+class PartitionCheckError(InputDataError):
+    """A partition's clean trips failed their own suite: the screen let something through."""
+
+
+@data_task(name="declared-period")
+def declared_period(path: str, start: str | None, end: str | None, dry_run: bool = False) -> screening.Period:
+    """The declared period. A publishing run must declare it (the public period, the release id and which days
+    are published never depend on the data); a dry run without one uses the period the tap-on dates suggest."""
+    if start is None and end is None:
+        if dry_run:
+            return streaming.infer_period(path)
+        raise InputDataError(screening.PERIOD_REQUIRED)
+    return screening.parse_period(start, end)
+
+
+@data_task(name="stream-trips")
+def stream_trips(work: WorkDir, path: str, stops: pd.DataFrame, period: screening.Period,
+                 config: ReleaseConfig) -> streaming.StreamedTrips:
+    """The one pass: file contract and row-local screen batch by batch; quarantined rows and each partition's
+    clean rows to the run's private work directory."""
+    validate_batch = partial(check, TripsFile)
+    return streaming.stream_trips(path, stops, period, config.quality, config.modes, work.spill,
+                                  work.quarantine_parts, lambda df, offset: validate_batch(df, offset))
+
+
+def _check_clean(label: str, date: str, quality, rows: dict) -> dict:
+    validate(PartitionTrips, pd.DataFrame(rows), f"clean trips of partition {label}")
+    result = expectations.validate_frames(None, {f"partition_{label.replace('/', '_')}": (
+        expectations.partition_view(rows), partial(expectations.partition_suite, date, quality))})
+    if not result["success"]:
+        from tasks.quality import _failures
+
+        raise PartitionCheckError(f"partition {label}: its clean trips failed their suite ({_failures(result)})")
+    return result
+
+
+@data_task(name="prepare-partition")
+def prepare_partition(work: WorkDir, staging: str, mode: str, date: str, config: ReleaseConfig,
+                      index: LocationIndex) -> streaming.PreparedPartition:
+    """One partition (mapped, on the Dask workers when there is a cluster): duplicates, its pandera contract and
+    Great Expectations suite, the per-partition bound (card level), encoding, its file. Returns counts only."""
+    label = f"{mode}/{date}"
+    bounds = config.bounds.max_trips_per_partition if config.unit_of_privacy == "card" else None
+    prepared = streaming.prepare_partition(
+        work.spill, Path(staging), work.quarantine_parts, work.pairs, mode, date, config.modes.index(mode), index,
+        config.bin_minutes, bounds, NoiseSource.from_environment(),
+        partial(_check_clean, label, date, config.quality),
+        lambda enc: validate(EncodedPartition, pd.DataFrame(enc), f"encoded trips of partition {label}"))
+    return dataclasses.replace(prepared, process=f"{socket.gethostname()}/{os.getpid()}")
+
+
+@data_task(name="screen-verdict")
+def screen_verdict(home: Home, release_id: str, work: WorkDir, path: str, streamed: streaming.StreamedTrips,
+                   prepared: list[streaming.PreparedPartition], config: ReleaseConfig,
+                   dry_run: bool = False) -> screening.GateFigures:
+    """The screen over the whole period: gather the quarantine (raw rows to ``private/``; counts only in logs),
+    then the gate, which aborts the file if too much of it is wrong. A dry run counts and writes nothing."""
+    logger = get_run_logger()
+    name = Path(path).name
+    period = streamed.tally.period
+    per_day = {d.strftime("%Y%m%d"): 0 for d in period.days}
+    for p in prepared:
+        per_day[p.date] += p.rows
+    figures = streamed.tally.figures(sum(p.duplicates for p in prepared),
+                                     pd.Series(per_day).to_numpy(dtype="int64"))
+    where = None
+    if figures.quarantined_rows and not dry_run:
+        where = _gather_quarantine(home, release_id, work)
+        logger.warning("quarantined %d of %d rows (%.3f%%), by reason %s; raw rows kept privately in %s",
+                       figures.quarantined_rows, figures.total_rows, 100 * figures.share, figures.counts, where)
+    else:
+        logger.info("screened %d rows: %d quarantined", figures.total_rows, figures.quarantined_rows)
+    try:
+        screening.check_gate(figures, config.quality)
+    except InputDataError as exc:
+        raise type(exc)(f"trips file {name}: {exc}" + (f" (quarantined rows: {where})" if where else "")) from None
+    return figures
+
+
+def _gather_quarantine(home: Home, release_id: str, work: WorkDir) -> str:
+    """The quarantine's fragments as one Parquet file, fragment by fragment (the screen's, in file order, then
+    each partition's duplicates), so that memory holds one fragment at a time."""
+    folder = home.quarantine / release_id
+    home.quarantine.mkdir(exist_ok=True, mode=0o700)
+    folder.mkdir(exist_ok=True, mode=0o700)
+    path = folder / f"quarantine-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%fZ')}.parquet"
+    parts = sorted(work.quarantine_parts.glob("a*.parquet")) + sorted(work.quarantine_parts.glob("d-*.parquet"))
+    writer = None
+    try:
+        for part in parts:
+            table = pq.read_table(part)
+            if writer is None:
+                writer = pq.ParquetWriter(path, table.schema)
+            writer.write_table(table.select(writer.schema.names).cast(writer.schema))
+    finally:
+        if writer is not None:
+            writer.close()
+    os.chmod(path, 0o600)
+    return str(path)
+
+
+@data_task(name="bound-partitions-per-card")
+def bound_partitions_per_card(work: WorkDir, staging: str, period: screening.Period, config: ReleaseConfig,
+                              prepared: list[streaming.PreparedPartition]) -> dict:
+    """Card level: at most P partitions per card, chosen at random from the secure source over the pairs the
+    partition steps saved; the dropped pairs are stored beside each partition's rows. Internal counts only."""
+    labels = streaming.partition_labels(period, config.modes)
+    result = streaming.bound_partitions_per_card(work.pairs, labels, prepared, config.bounds.max_partitions,
+                                                 NoiseSource.from_environment())
+    for (mode, date), dropped in result.dropped.items():
+        partition_store.write_dropped_pairs(Path(staging), mode, date, dropped)
+    return result.counts
+
+
+@data_task(name="commit-partitions")
+def commit_partitions(work: WorkDir, staging: str, prepared: list[streaming.PreparedPartition],
+                      index: LocationIndex, config: ReleaseConfig) -> partition_store.PartitionDataset:
+    """The partition dataset the sanitizers read, renamed into place whole."""
+    return partition_store.commit_dataset(Path(staging), work.partitions, [p.entry for p in prepared if p.entry],
+                                          key_space_of(index, config.bin_minutes), index.vocab,
+                                          config.bin_minutes)

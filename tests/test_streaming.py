@@ -1,0 +1,190 @@
+"""The streamed input (issue 18): one pass in batches, then one step per partition, equal to the in-memory path.
+
+The library is driven directly (no Prefect) with tiny batches, so that duplicates, contract problems, unknown
+stops and one card's many trips fall in different batches.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from schemas import EncodedPartition, Stops, TripsFile, validate
+from schemas.validation import check
+from tasks.stream import _check_clean
+from transit_release.config import load_release_config
+from transit_release.errors import SchemaViolationError
+from transit_release.inputs import screening, streaming
+from transit_release.inputs.tables import read_stops, read_trips
+from transit_release.mechanisms.contribution_bounding import ContributionBounds
+from transit_release.noise import NoiseSource
+from transit_release.preprocessing import build_location_index, encode_trips, split_by_partition
+from transit_release.releases import opal
+
+PERIOD = screening.parse_period("2016-08-08", "2016-08-14")
+SMALL_BATCH = 1 << 16  # 64 KiB of CSV: a few hundred rows per batch
+
+
+@pytest.fixture(scope="module")
+def week(tmp_path_factory):
+    from transit_release.synth.opal_week import write_synthetic_week
+
+    paths = write_synthetic_week(tmp_path_factory.mktemp("stream"), scale=0.001, seed=3, show_progress=False)
+    return paths, pd.read_csv(paths["trips"], dtype=str, keep_default_na=False)
+
+
+def messy(base: pd.DataFrame, path: Path) -> Path:
+    """Duplicates far apart (other batches), unknown stops, a row outside the period, a heavy card."""
+    df = base.copy()
+    n = len(df)
+    df = pd.concat([df, df.iloc[[3, 50, n // 2, n - 2]]], ignore_index=True)  # exact repeats, in later batches
+    df.loc[[10, n // 3], "tap_on_stop"] = "999999"
+    df.loc[[20], "tap_on_time"] = "2016-09-01 10:00:00"
+    heavy = df.iloc[[100]].copy()
+    heavy = pd.concat([heavy] * 40, ignore_index=True)
+    heavy["tap_on_time"] = [f"2016-08-09 {6 + i // 6:02d}:{(i % 6) * 10:02d}:00" for i in range(40)]
+    heavy["tap_off_time"] = [f"2016-08-09 {6 + i // 6:02d}:{(i % 6) * 10 + 5:02d}:00" for i in range(40)]
+    df = pd.concat([df.iloc[: n // 4], heavy, df.iloc[n // 4:]], ignore_index=True)
+    df.to_csv(path, index=False)
+    return path
+
+
+def in_memory(trips_path, stops, cfg, seed, card: bool):
+    """The whole-frame path: read, contract, screen, bound (card level), encode, split by partition."""
+    raw = validate(TripsFile, read_trips(trips_path), "trips")
+    screened = screening.screen_trips(raw, stops, PERIOD, cfg.quality, cfg.modes)
+    kept = None
+    if card:
+        bounds = ContributionBounds(cfg.bounds.max_trips_per_partition, cfg.bounds.max_partitions)
+        kept, _ = opal.bound_card_contributions(screened.clean, bounds, NoiseSource(seed=seed), PERIOD, cfg.modes)
+    enc = encode_trips(screened.clean, build_location_index(stops, cfg.modes), cfg.bin_minutes, kept)
+    return screened, {key: rows for key, rows in split_by_partition(enc)}
+
+
+def streamed(trips_path, stops, cfg, seed, card: bool, work: Path):
+    """The streamed path, every partition step in this process."""
+    st = streaming.stream_trips(trips_path, stops, PERIOD, cfg.quality, cfg.modes, work / "spill", work / "q",
+                                partial(check, TripsFile), batch_bytes=SMALL_BATCH)
+    index = build_location_index(stops, cfg.modes)
+    (work / "pairs").mkdir()
+    staging = work / "staging"
+    prepared = []
+    for mode, date in streaming.partition_labels(PERIOD, cfg.modes):
+        prepared.append(streaming.prepare_partition(
+            work / "spill", staging, work / "q", work / "pairs", mode, date, cfg.modes.index(mode), index,
+            cfg.bin_minutes, cfg.bounds.max_trips_per_partition if card else None, NoiseSource(seed=seed),
+            partial(_check_clean, f"{mode}/{date}", date, cfg.quality),
+            lambda enc: validate(EncodedPartition, pd.DataFrame(enc), "encoded")))
+    dropped = {}
+    if card:
+        dropped = streaming.bound_partitions_per_card(work / "pairs", streaming.partition_labels(PERIOD, cfg.modes),
+                                                      prepared, cfg.bounds.max_partitions,
+                                                      NoiseSource(seed=seed)).dropped
+    per_day = {d.strftime("%Y%m%d"): 0 for d in PERIOD.days}
+    for p in prepared:
+        per_day[p.date] += p.rows
+    figures = st.tally.figures(sum(p.duplicates for p in prepared), np.array(list(per_day.values())))
+    parts = {}
+    for p in prepared:
+        if p.entry is None:
+            continue
+        import pyarrow.parquet as pq
+
+        t = pq.read_table(staging / p.entry.relative_path).to_pandas()
+        if (p.mode, p.date) in dropped:
+            t["kept"] &= ~t["pair"].isin(dropped[(p.mode, p.date)])
+        parts[(p.mode, p.date)] = t.drop(columns=[c for c in ("pair",) if c in t.columns])
+    return st, prepared, figures, parts
+
+
+@pytest.mark.parametrize("card", [False, True], ids=["trip", "card"])
+def test_streamed_partitions_equal_the_in_memory_path(week, tmp_path, card):
+    paths, base = week
+    cfg = load_release_config(unit="card" if card else None)
+    stops = validate(Stops, read_stops(paths["stops"]), "stops")
+    trips = messy(base, tmp_path / "trips.csv")
+    screened, expected = in_memory(trips, stops, cfg, 11, card)
+    st, prepared, figures, parts = streamed(trips, stops, cfg, 11, card, tmp_path / "work")
+
+    assert st.tally.rows == screened.total_rows and len(st.quarantine_parts) > 1  # several batches had problems
+    assert figures.counts == screened.counts and figures.counts["duplicate"] == 4
+    assert figures.summary() == screened.summary()
+    first = screening._figures(screened)
+    assert (figures.unknown_stop_first, figures.outside_first, figures.unknown_stop_ids) == \
+        (first.unknown_stop_first, first.outside_first, first.unknown_stop_ids)
+    assert list(figures.clean_per_day) == list(screened.clean_per_day)
+    assert set(parts) == set(expected)
+    for key, rows in expected.items():
+        got = parts[key]
+        pd.testing.assert_frame_equal(got[list(rows.columns)].reset_index(drop=True), rows, check_dtype=False)
+    if card:
+        assert not all(r["kept"].all() for r in expected.values())  # the heavy card was bounded
+
+    q = pd.concat([pd.read_parquet(f) for f in sorted((tmp_path / "work" / "q").glob("*.parquet"))])
+    assert sorted(q["row"]) == sorted(screened.quarantined["row"])
+    assert not any((tmp_path / "work" / "spill").rglob("*.arrow"))  # the spill (card ids) is gone
+
+
+def test_contract_problems_over_batches_are_reported_as_one_file(week, tmp_path):
+    """Bad values in different batches: the same message (counts, first rows) as validating the whole file."""
+    paths, base = week
+    df = base.copy()
+    bad_rows = [5, 700, 1500, 2600, 3900, 5000, 6100]
+    df.loc[bad_rows, "card_id"] = "abc"
+    f = tmp_path / "trips.csv"
+    df.to_csv(f, index=False)
+    cfg = load_release_config()
+    stops = validate(Stops, read_stops(paths["stops"]), "stops")
+    with pytest.raises(SchemaViolationError) as whole:
+        validate(TripsFile, read_trips(f), "trips file trips.csv")
+    with pytest.raises(SchemaViolationError) as batched:
+        streaming.stream_trips(f, stops, PERIOD, cfg.quality, cfg.modes, tmp_path / "s", tmp_path / "q",
+                               partial(check, TripsFile), batch_bytes=SMALL_BATCH)
+    assert str(batched.value) == str(whole.value)
+    assert "7 row(s), first at row(s) 6, 701, 1501, 2601, 3901" in str(batched.value)
+
+
+def test_bad_times_over_batches_are_reported_as_one_file(week, tmp_path):
+    from transit_release.inputs.tables import _check_time_text, read_table, TRIP_COLUMN_TYPES  # noqa: F401
+
+    paths, base = week
+    df = base.copy()
+    df.loc[[30, 3000], "tap_on_time"] = "2016-08-09T10:00:00+02:00"
+    f = tmp_path / "trips.csv"
+    df.to_csv(f, index=False)
+    cfg = load_release_config()
+    stops = validate(Stops, read_stops(paths["stops"]), "stops")
+    with pytest.raises(SchemaViolationError) as whole:
+        read_trips(f)
+    with pytest.raises(SchemaViolationError) as batched:
+        streaming.stream_trips(f, stops, PERIOD, cfg.quality, cfg.modes, tmp_path / "s", tmp_path / "q",
+                               partial(check, TripsFile), batch_bytes=SMALL_BATCH)
+    assert str(batched.value) == str(whole.value)
+    assert "2 row(s), first at row(s) 31, 3001" in str(batched.value)
+
+
+def test_row_order_does_not_change_the_partitions(week, tmp_path):
+    """Shuffling the file's rows changes which batch a row is in, not what a partition holds (as a multiset)."""
+    paths, base = week
+    cfg = load_release_config(unit="card")
+    stops = validate(Stops, read_stops(paths["stops"]), "stops")
+    a = tmp_path / "a.csv"
+    base.to_csv(a, index=False)
+    b = tmp_path / "b.csv"
+    base.sample(frac=1.0, random_state=4).to_csv(b, index=False)
+    _, _, _, pa_ = streamed(a, stops, cfg, 2, True, tmp_path / "wa")
+    _, _, _, pb = streamed(b, stops, cfg, 2, True, tmp_path / "wb")
+    assert set(pa_) == set(pb)
+    for key in pa_:
+        sort = list(pa_[key].columns)
+        pd.testing.assert_frame_equal(pa_[key].sort_values(sort).reset_index(drop=True),
+                                      pb[key].sort_values(sort).reset_index(drop=True))
+
+
+def test_infer_period_counts_batch_by_batch(week):
+    paths, base = week
+    assert streaming.infer_period(paths["trips"]) == screening.infer_period(read_trips(paths["trips"]))

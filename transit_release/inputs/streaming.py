@@ -1,0 +1,494 @@
+"""The Opal release's input in bounded memory: one streaming pass, then one step per partition.
+
+**The pass** (:func:`stream_trips`) reads the trips file in record batches
+(pyarrow's streaming CSV reader, or a Parquet file's row groups) and, batch by
+batch, applies the file contract (pandera ``TripsFile``), the row-local part of
+the screen (every reason but ``duplicate``) and splits the rows that pass by
+partition (mode, date of the declared period). It writes
+
+- each batch's quarantined raw rows (with their row number and reason) to a
+  fragment of the quarantine, under ``private/`` only;
+- each batch's clean rows of each partition to that partition's *spill*
+  (``<spill>/mode=<m>/date=<YYYYMMDD>/b<batch>.arrow``): the row number, the
+  card id and the four tap columns as integers;
+
+and keeps only counts (per reason, the first row numbers the gate names, the
+distinct unknown stop ids). No process ever holds more than one batch.
+
+**The partition step** (:func:`load_spill`, :func:`duplicates`,
+:func:`bound_rows`, :func:`encode_partition`) runs once per partition, in any
+process that sees the spill (a Dask worker): the exact repeats of a row — which
+may come from different batches but always fall in the same partition, as
+equal rows have the same mode and tap-on date — are found there, in file order,
+so "a duplicate is a row equal to an earlier row" keeps its meaning; the card
+level's per-(card, partition) bound is applied there with the same keyed
+priorities as the in-memory path; then the card id is dropped and the rows are
+encoded (time bins, location codes) into the partition dataset the sanitizers
+read. The spill is deleted once its partition is encoded: the card id goes no
+further than the spill.
+
+The result equals the in-memory path (:func:`~transit_release.inputs.screening.screen_trips`,
+:func:`~transit_release.releases.opal.bound_card_contributions`,
+:func:`~transit_release.preprocessing.encode_trips`) row for row; the tests
+compare them.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.feather as feather
+import pyarrow.parquet as pq
+
+from transit_release.config import QualityPolicy
+from transit_release.errors import InputDataError
+from transit_release.inputs import screening
+from transit_release.inputs.screening import MAX_ROWS_NAMED, REASONS, GateFigures, Period
+from transit_release.inputs.tables import (BLOCK_BYTES, TIME_FORMATS, TRIP_COLUMN_TYPES, _explain, _integral,
+                                           file_format, time_text_problems)
+
+#: CSV bytes per batch (about half a million trips); a row must fit in one batch.
+BATCH_BYTES = 1 << 25
+#: Rows per batch of a Parquet file.
+PARQUET_BATCH_ROWS = 1 << 20
+#: The spill's columns: the row number (0-based, in the file), the card id and the taps as integers.
+SPILL_COLUMNS = ("row", "card", "on_ns", "on_stop", "off_ns", "off_stop")
+NAT = np.iinfo(np.int64).min
+NS_PER_MIN = 60_000_000_000
+_NS_PER_DAY = 1440 * NS_PER_MIN
+
+
+class TextNeeded(Exception):
+    """A value did not parse with its column's type: the file is read again as text to say where."""
+
+
+def partition_labels(period: Period, modes: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The public partitions of the period, in code order: code = mode index × days + day index."""
+    return [(m, d.strftime("%Y%m%d")) for m in modes for d in period.days]
+
+
+def _batches(path: Path, text: bool, batch_bytes: int) -> Iterator[pa.RecordBatch]:
+    if file_format(path) == "parquet":
+        yield from pq.ParquetFile(path).iter_batches(batch_size=PARQUET_BATCH_ROWS)
+        return
+    read = pacsv.ReadOptions(block_size=batch_bytes)
+    if text:
+        with pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES)) as probe:
+            names = probe.schema.names
+        convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, strings_can_be_null=True,
+                                       null_values=[""])
+    else:
+        convert = pacsv.ConvertOptions(column_types=TRIP_COLUMN_TYPES, strings_can_be_null=True, null_values=[""],
+                                       timestamp_parsers=TIME_FORMATS)
+    with pacsv.open_csv(path, read_options=read, convert_options=convert) as reader:
+        yield from reader
+
+
+def trip_frames(path: str | Path, text: bool = False,
+                batch_bytes: int | None = None) -> Iterator[tuple[int, pd.DataFrame, dict]]:
+    """(first row's position in the file, the batch as a frame, its bad-time problems) for each batch.
+
+    Typed reading raises :class:`TextNeeded` where a value does not parse; read again with ``text=True``
+    (as :func:`~transit_release.inputs.tables.read_table` does): times read as text must then be local
+    times, and integer columns read as text (e.g. ``200782.0``) become integers where every value of the
+    batch is integral. Errors name the file and the problem, never a value."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputDataError(f"trips file {path}: not found")
+    fmt = file_format(path)
+    batch_bytes = batch_bytes or BATCH_BYTES  # read when called: a test may make the batches small
+    offset = 0
+    try:
+        for batch in _batches(path, text, batch_bytes):
+            df = batch.to_pandas()
+            time_problems = time_text_problems(df, TRIP_COLUMN_TYPES, offset) if text else {}
+            if text:
+                for name, typ in TRIP_COLUMN_TYPES.items():
+                    if name in df.columns and pa.types.is_integer(typ) and pd.api.types.is_string_dtype(df[name]):
+                        df[name] = _integral(df[name])
+            yield offset, df, time_problems
+            offset += len(df)
+    except pa.ArrowInvalid as exc:
+        if "Empty CSV file" in str(exc):
+            raise InputDataError(f"trips file {path.name}: the file is empty (no header row)") from None
+        if fmt == "csv" and not text:
+            raise TextNeeded() from None
+        raise InputDataError(f"trips file {path.name}: cannot be read as {fmt}: {_explain(exc, batch_bytes)}") from None
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+        raise InputDataError(f"trips file {path.name}: cannot be read as {fmt}: {_explain(exc, batch_bytes)}") from None
+
+
+@dataclass
+class ScreenTally:
+    """The screen's figures gathered batch by batch (counts and the first row numbers only)."""
+
+    period: Period
+    rows: int = 0
+    by_reason: np.ndarray = field(default_factory=lambda: np.zeros(len(REASONS) + 1, dtype=np.int64))
+    unknown_stop_rows: int = 0
+    unknown_stop_first: list[int] = field(default_factory=list)
+    unknown_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    outside_rows: int = 0
+    outside_first: list[int] = field(default_factory=list)
+    clean_per_partition: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def add(self, rs: screening.RowScreen, offset: int) -> None:
+        self.rows += rs.reason.size
+        self.by_reason += np.bincount(rs.reason, minlength=len(REASONS) + 1)
+        self.unknown_stop_rows += int(rs.unknown_stop.sum())
+        _extend_first(self.unknown_stop_first, rs.unknown_stop, offset)
+        outside = rs.reason == REASONS.index("outside_period") + 1
+        self.outside_rows += int(outside.sum())
+        _extend_first(self.outside_first, outside, offset)
+        self.unknown_ids = np.union1d(self.unknown_ids, rs.unknown_ids)
+
+    def figures(self, duplicates: int, clean_per_day: np.ndarray) -> GateFigures:
+        counts = self.by_reason[1:].copy()
+        counts[REASONS.index("duplicate")] += duplicates
+        return GateFigures(
+            total_rows=self.rows, counts={r: int(c) for r, c in zip(REASONS, counts) if c},
+            unknown_stop_rows=self.unknown_stop_rows, unknown_stop_first=tuple(self.unknown_stop_first),
+            unknown_stop_ids=int(self.unknown_ids.size), outside_rows=self.outside_rows,
+            outside_first=tuple(self.outside_first), clean_per_day=clean_per_day, period=self.period)
+
+
+def _extend_first(first: list[int], mask: np.ndarray, offset: int) -> None:
+    if len(first) < MAX_ROWS_NAMED:
+        first.extend(int(r) + offset + 1 for r in np.flatnonzero(mask)[:MAX_ROWS_NAMED - len(first)])
+
+
+@dataclass(frozen=True)
+class StreamedTrips:
+    """What the pass leaves: where the spill and the quarantine's fragments are, and the figures so far."""
+
+    spill: Path
+    quarantine_parts: tuple[Path, ...]
+    tally: ScreenTally
+
+
+def stream_trips(path: str | Path, stops: pd.DataFrame, period: Period, quality: QualityPolicy,
+                 modes: tuple[str, ...], spill: Path, quarantine_parts: Path, validate_batch,
+                 batch_bytes: int | None = None) -> StreamedTrips:
+    """The one pass: contract, row-local screen, quarantine fragments and per-partition spill.
+
+    ``validate_batch(frame, row_offset)`` is the file contract: it returns (the coerced frame or None, its
+    problems by (column, check) with file positions), e.g. ``schemas.validation.check`` with ``TripsFile``.
+    Contract problems are gathered over the whole file and raised at its end (the message of a whole-file
+    validation); a problem of the columns themselves is raised at once. Raises before anything is returned;
+    ``spill`` and ``quarantine_parts`` are the caller's to remove on failure.
+    """
+    from transit_release.inputs.problems import ProblemTally
+
+    for text in (False, True):
+        try:
+            return _pass(Path(path), text, stops, period, quality, modes, spill, quarantine_parts, validate_batch,
+                         batch_bytes)
+        except TextNeeded:
+            continue
+    raise AssertionError("unreachable")
+
+
+def _pass(path: Path, text: bool, stops, period, quality, modes, spill, quarantine_parts, validate_batch,
+          batch_bytes) -> StreamedTrips:
+    from transit_release.inputs.problems import ProblemTally
+
+    where = f"trips file {path.name}"
+    labels = partition_labels(period, modes)
+    n_days = len(period.days)
+    _reset(spill, quarantine_parts)
+    tally = ScreenTally(period)
+    times, contract = ProblemTally(where, sort_keys=False), ProblemTally(where)
+    parts: list[Path] = []
+    for batch_no, (offset, df, time_problems) in enumerate(trip_frames(path, text, batch_bytes)):
+        times.add(time_problems)
+        if times:
+            continue  # as a whole-file read: bad times are reported before anything else
+        frame, problems = validate_batch(df, offset)
+        contract.add(problems)
+        if contract.column_level:
+            contract.raise_if_any()
+        if contract:
+            continue  # keep counting the contract's problems; nothing more is done with the file
+        rs = screening.screen_rows(frame, stops, period, quality, modes)
+        tally.add(rs, offset)
+        bad = rs.reason > 0
+        if bad.any():
+            q = frame.loc[bad].copy()
+            q.insert(0, "reason", np.array(REASONS, dtype=object)[rs.reason[bad] - 1])
+            q.insert(0, "row", np.flatnonzero(bad) + offset + 1)
+            part = quarantine_parts / f"a{batch_no:06d}.parquet"
+            q.to_parquet(part, index=False)
+            parts.append(part)
+        _spill_batch(spill, batch_no, rs, ~bad, offset, labels, n_days)
+    times.raise_if_any()
+    if tally.rows == 0 and not contract:
+        raise InputDataError(f"{where}: no data rows (header only)")
+    contract.raise_if_any()
+    return StreamedTrips(spill, tuple(parts), tally)
+
+
+def _reset(*dirs: Path) -> None:
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True, mode=0o700)
+
+
+def spill_dir(spill: Path, mode: str, date: str) -> Path:
+    return Path(spill) / f"mode={mode}" / f"date={date}"
+
+
+def _spill_batch(spill: Path, batch_no: int, rs: screening.RowScreen, clean: np.ndarray, offset: int,
+                 labels: list[tuple[str, str]], n_days: int) -> None:
+    rows = np.flatnonzero(clean)
+    if not rows.size:
+        return
+    code = rs.mode_code[rows].astype(np.int64) * n_days + rs.day[rows]
+    order = np.argsort(code, kind="stable")
+    rows, code = rows[order], code[order]
+    starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
+    ends = np.r_[starts[1:], rows.size]
+    columns = {"row": rows + offset, "card": rs.card, "on_ns": rs.on_ns, "on_stop": rs.on_stop,
+               "off_ns": rs.off_ns, "off_stop": rs.off_stop}
+    for s, e in zip(starts, ends):
+        mode, date = labels[int(code[s])]
+        sel = rows[s:e]
+        table = pa.table({name: (col[s:e] if name == "row" else col[sel]).astype(np.int64, copy=False)
+                          for name, col in columns.items()})
+        target = spill_dir(spill, mode, date)
+        target.mkdir(parents=True, exist_ok=True, mode=0o700)
+        feather.write_feather(table, target / f"b{batch_no:06d}.arrow", compression="uncompressed")
+
+
+# ---- the partition step ---------------------------------------------------------------------------------
+
+def load_spill(spill: Path, mode: str, date: str) -> dict[str, np.ndarray]:
+    """A partition's spilled rows in file order (empty arrays if it has none)."""
+    folder = spill_dir(spill, mode, date)
+    files = sorted(folder.glob("b*.arrow")) if folder.is_dir() else []
+    if not files:
+        return {c: np.zeros(0, dtype=np.int64) for c in SPILL_COLUMNS}
+    tables = [feather.read_table(f, memory_map=False) for f in files]
+    cols = {c: np.concatenate([t.column(c).to_numpy() for t in tables]) for c in SPILL_COLUMNS}
+    del tables
+    order = np.argsort(cols["row"], kind="stable")
+    return {c: v[order] for c, v in cols.items()}
+
+
+def remove_spill(spill: Path, mode: str, date: str) -> None:
+    shutil.rmtree(spill_dir(spill, mode, date), ignore_errors=True)
+
+
+def duplicates(rows: dict[str, np.ndarray]) -> np.ndarray:
+    """Rows equal in every column to an earlier row of the partition (the rows are in file order)."""
+    cols = [rows[c] for c in SPILL_COLUMNS[1:]]
+    n = cols[0].size
+    out = np.zeros(n, dtype=bool)
+    if n < 2:
+        return out
+    h = screening._row_hash(*cols)
+    hs = np.sort(h)
+    repeated = hs[1:][hs[1:] == hs[:-1]]
+    if repeated.size:
+        cand = np.flatnonzero(np.isin(h, repeated))
+        frame = pd.DataFrame({i: c[cand] for i, c in enumerate(cols)})
+        out[cand] = frame.duplicated(keep="first").to_numpy()
+    return out
+
+
+def raw_rows(rows: dict[str, np.ndarray], mode: str, mask: np.ndarray, reason: str) -> pd.DataFrame:
+    """Some spilled rows as the raw columns (for the quarantine), with their row number and reason."""
+    n = int(mask.sum())
+    off_stop = rows["off_stop"][mask]
+    return pd.DataFrame({
+        "row": rows["row"][mask] + 1,
+        "reason": np.full(n, reason, dtype=object),
+        "card_id": pd.array(rows["card"][mask], dtype="Int64"),
+        "mode": pd.array(np.full(n, mode, dtype=object), dtype="string"),
+        "tap_on_time": rows["on_ns"][mask].view("datetime64[ns]"),
+        "tap_on_stop": pd.array(rows["on_stop"][mask], dtype="Int64"),
+        "tap_off_time": rows["off_ns"][mask].view("datetime64[ns]"),  # the int64 minimum is NaT
+        "tap_off_stop": pd.Series(off_stop, dtype="Int64").mask(off_stop < 0),
+    })
+
+
+def minutes(ns: np.ndarray) -> np.ndarray:
+    """Nanosecond times as whole minutes since the epoch (missing stays the int64 minimum)."""
+    return np.where(ns == NAT, NAT, ns // NS_PER_MIN)
+
+
+def bounding_columns(rows: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The columns that tell a card's rows in one partition apart, as the in-memory bounding uses them:
+    the tap times in minutes and the stops (a missing tap-off stop as -1)."""
+    return [minutes(rows["on_ns"]), rows["on_stop"], minutes(rows["off_ns"]), rows["off_stop"]]
+
+
+@dataclass(frozen=True)
+class PartitionPairs:
+    """A partition's (card, partition) pairs after the per-partition bound: the cards (ascending), how many of
+    each card's rows the bound kept and whether it dropped any. Private (card ids): a file under the run's
+    work directory, read by the flow for the partitions-per-card bound, never a task's result."""
+
+    cards: np.ndarray
+    rows_kept: np.ndarray
+    over: np.ndarray
+
+    def save(self, path: Path) -> None:
+        np.savez(path, cards=self.cards, rows_kept=self.rows_kept, over=self.over)
+
+    @classmethod
+    def load(cls, path: Path) -> "PartitionPairs":
+        with np.load(path) as z:
+            return cls(z["cards"], z["rows_kept"], z["over"])
+
+
+def bound_rows(rows: dict[str, np.ndarray], max_rows: int, noise, label: str) -> tuple[np.ndarray, np.ndarray,
+                                                                                           PartitionPairs]:
+    """Card level, in one partition: keep at most ``max_rows`` rows per card (the in-memory path's keyed
+    priorities and noise stream, so the same rows). Returns (kept mask, each row's pair index, the pairs)."""
+    from transit_release.mechanisms.contribution_bounding import choose_rows
+
+    kept, cards, pair = choose_rows(rows["card"], bounding_columns(rows), max_rows, noise, label)
+    per_pair = np.bincount(pair, minlength=cards.size)
+    kept_per_pair = np.bincount(pair[kept], minlength=cards.size)
+    return kept, pair, PartitionPairs(cards, kept_per_pair, kept_per_pair < per_pair)
+
+
+def encode_partition(rows: dict[str, np.ndarray], mode_index: int, index, bin_minutes: int,
+                     kept: np.ndarray | None = None, pair: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The partition's rows as the sanitizers read them: time bins, location codes, the bound's flag (and,
+    at the card level, each row's pair index for the partitions-per-card bound); no card id."""
+    from transit_release.preprocessing import encode_rows
+
+    n = rows["row"].size
+    out = encode_rows(np.full(n, mode_index, dtype=np.int8), rows["on_ns"], rows["on_stop"], rows["off_ns"],
+                      rows["off_stop"], index, bin_minutes)
+    out["kept"] = np.ones(n, dtype=bool) if kept is None else kept
+    if pair is not None:
+        out["pair"] = pair.astype(np.int32)
+    return out
+
+
+@dataclass(frozen=True)
+class PreparedPartition:
+    """What the partition step tells the flow: counts and verdicts only (never rows or ids)."""
+
+    mode: str
+    date: str
+    rows: int  # clean rows, after the duplicates
+    duplicates: int
+    tap_off_missing: int
+    kept: int  # after the per-partition bound (card level; = rows at the trip level)
+    checks: dict  # the partition's validation results (counts only)
+    entry: object  # partition_store.StoredPartition, or None when the partition holds no trip
+    process: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.mode}/{self.date}"
+
+
+def prepare_partition(spill: Path, staging: Path, quarantine_parts: Path, pairs: Path, mode: str, date: str,
+                      mode_index: int, index, bin_minutes: int, max_rows: int | None, noise,
+                      check_clean, check_encoded) -> PreparedPartition:
+    """The partition step: duplicates to the quarantine, the clean rows' checks (``check_clean(rows)`` returns
+    the validation results, raising if the rows break the contract), the per-partition bound (``max_rows``,
+    card level), the encoding and its check (``check_encoded(encoded)``), the partition's file; then the spill
+    of the partition is removed."""
+    from transit_release import partition_store
+
+    rows = load_spill(spill, mode, date)
+    dup = duplicates(rows)
+    if dup.any():
+        raw_rows(rows, mode, dup, "duplicate").to_parquet(Path(quarantine_parts) / f"d-{mode}-{date}.parquet",
+                                                          index=False)
+        rows = {c: v[~dup] for c, v in rows.items()}
+    checks = check_clean(rows)
+    kept = pair = None
+    if max_rows is not None:
+        kept, pair, pp = bound_rows(rows, max_rows, noise, f"{mode}/{date}")
+        if pp.cards.size:
+            pp.save(Path(pairs) / f"{mode}-{date}.npz")
+    n = rows["row"].size
+    encoded = encode_partition(rows, mode_index, index, bin_minutes, kept, pair)
+    missing = int((rows["off_ns"] == NAT).sum())
+    del rows
+    check_encoded(encoded)
+    entry = partition_store.write_partition(staging, mode, date, encoded) if n else None
+    remove_spill(spill, mode, date)
+    return PreparedPartition(mode, date, n, int(dup.sum()), missing, int(encoded["kept"].sum()), checks, entry)
+
+
+@dataclass(frozen=True)
+class CardBounding:
+    """The partitions-per-card bound over all partitions' pairs, and the bounding's internal counts."""
+
+    dropped: dict[tuple[str, str], np.ndarray]  # per partition, the indices of its dropped pairs
+    counts: dict[str, int]
+
+
+def bound_partitions_per_card(pairs: Path, labels: list[tuple[str, str]], prepared: list[PreparedPartition],
+                              max_partitions: int, noise) -> CardBounding:
+    """Card level: at most ``max_partitions`` partitions per card, over the pairs the partition steps saved
+    (the in-memory path's priorities: a pair's code is its partition's public code). Memory: the pairs table."""
+    from transit_release.mechanisms.contribution_bounding import _choose_partitions
+
+    cards, codes, rows_kept, over = [], [], [], []
+    for code, (mode, date) in enumerate(labels):
+        f = Path(pairs) / f"{mode}-{date}.npz"
+        if f.exists():
+            pp = PartitionPairs.load(f)
+            cards.append(pp.cards)
+            codes.append(np.full(pp.cards.size, code, dtype=np.int64))
+            rows_kept.append(pp.rows_kept)
+            over.append(pp.over)
+    cat = lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt)  # noqa: E731
+    card, code, kept_rows, over_rows = cat(cards, np.int64), cat(codes, np.int64), cat(rows_kept, np.int64), \
+        cat(over, bool)
+    pair_kept, card_of_pair, per_card = _choose_partitions(card, code, max_partitions, noise)
+    starts = np.r_[0, np.cumsum([c.size for c in cards])]
+    dropped = {}
+    present = [lab for lab in labels if (Path(pairs) / f"{lab[0]}-{lab[1]}.npz").exists()]
+    for i, lab in enumerate(present):
+        d = np.flatnonzero(~pair_kept[starts[i]:starts[i + 1]])
+        if d.size:
+            dropped[lab] = d
+    n_cards = per_card.size
+    lost = np.bincount(card_of_pair[~pair_kept | over_rows], minlength=n_cards) > 0
+    over_cards = np.bincount(card_of_pair[over_rows], minlength=n_cards) > 0
+    rows_in = sum(p.rows for p in prepared)
+    rows_kept_total = int(kept_rows[pair_kept].sum())
+    return CardBounding(dropped, {
+        "rows_in": rows_in, "rows_kept": rows_kept_total, "rows_dropped": rows_in - rows_kept_total,
+        "rows_dropped_per_partition_cap": rows_in - int(kept_rows.sum()),
+        "rows_dropped_partitions_cap": int(kept_rows[~pair_kept].sum()),
+        "cards": int(n_cards), "cards_truncated": int(lost.sum()), "cards_over_rows_cap": int(over_cards.sum()),
+        "cards_over_partitions_cap": int((per_card > max_partitions).sum()),
+        "pairs": int(card.size), "pairs_dropped": int((~pair_kept).sum())})
+
+
+def infer_period(path: str | Path) -> Period:
+    """The period the tap-on dates suggest (a dry run's suggestion), counted batch by batch."""
+    from transit_release.inputs.problems import ProblemTally
+
+    for text in (False, True):
+        try:
+            days = pd.Series(dtype=np.int64)
+            times = ProblemTally(f"trips file {Path(path).name}", sort_keys=False)
+            for _, df, time_problems in trip_frames(path, text):
+                times.add(time_problems)
+                if "tap_on_time" not in df.columns or times:
+                    continue
+                on = pd.to_datetime(df["tap_on_time"], errors="coerce").dt.normalize().value_counts()
+                days = days.add(on, fill_value=0)
+            times.raise_if_any()
+            return screening.infer_period_from_days(days)
+        except TextNeeded:
+            continue
+    raise AssertionError("unreachable")
