@@ -31,13 +31,6 @@ def _warm_up() -> None:
     warm_up()
 
 
-def _drain_prefect() -> None:
-    """Send a worker's pending Prefect logs and events now, before it is closed."""
-    from prefect._internal.concurrency.services import QueueService
-
-    QueueService.drain_all(timeout=5)
-
-
 class ReleaseCluster:
     """The scheduler address of the release's cluster: the one given, or a local cluster started on first use
     (after the input has passed its streaming pass: a file refused there never starts one)."""
@@ -64,10 +57,6 @@ class ReleaseCluster:
     def close(self) -> None:
         if self._cluster is None:
             return
-        try:
-            self._client.run(_drain_prefect)
-        except Exception:  # noqa: BLE001 — a worker that cannot drain is killed on close
-            pass
         self._client.close()
         self._cluster.close()
         self._cluster = self._client = None

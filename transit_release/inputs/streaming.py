@@ -340,6 +340,7 @@ class PartitionPairs:
     over: np.ndarray
 
     def save(self, path: Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         np.savez(path, cards=self.cards, rows_kept=self.rows_kept, over=self.over)
 
     @classmethod
