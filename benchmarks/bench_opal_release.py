@@ -236,7 +236,7 @@ def stages(trips: Path, stops: Path, work: Path) -> tuple[dict, object, list]:
     _, out["partition_steps_s"] = timed(lambda: [streaming.prepare_partition(
         work / "spill", work / "staged", work / "quarantine-parts", work / "pairs", m, d, cfg.modes.index(m), index,
         cfg.bin_minutes, None, NoiseSource(), partial(_check_clean, f"{m}/{d}", d, cfg.quality),
-        lambda enc: validate(EncodedPartition, __import__("pandas").DataFrame(enc), "encoded"))
+        lambda enc: validate(EncodedPartition, __import__("pandas").DataFrame(enc), "encoded"), len(period.days))
         for m, d in streaming.partition_labels(period, cfg.modes)])
     out["quarantined"] = screened.quarantined_rows
     enc, out["encode_s"] = timed(preprocessing.encode_trips, clean,

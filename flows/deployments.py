@@ -154,8 +154,12 @@ class SchedulerHealth:
 
 
 @contextlib.contextmanager
-def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error: Callable[[str], None] | None = None):
+def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error: Callable[[str], None] | None = None,
+                 while_starting: Callable[[str], None] | None = None):
     """A Prefect server (with its scheduler) on loopback for the duration; yields its API URL.
+
+    ``while_starting(url)`` is called once the server process is launched, before it answers (e.g. to import
+    a flow's modules meanwhile: the server takes seconds to start).
 
     Its output goes to ``<prefect_home>/server.log``; ``on_scheduler_error`` is called (from a reader
     thread) with a one-line summary of each failed scheduler loop.
@@ -189,6 +193,8 @@ def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error:
     reader = threading.Thread(target=read_log, name="prefect-server-log", daemon=True)
     reader.start()
     try:
+        if while_starting is not None:
+            while_starting(url)
         deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:

@@ -16,8 +16,8 @@ from tasks.preprocess import location_index
 from tasks.publish import load_manifest, stage_release
 from tasks.quality import check_raw_quality, check_release_tables
 from tasks.sanitize import check_cluster, describe_sanitizers, sanitize_partition
-from tasks.stream import (bound_partitions_per_card, commit_partitions, declared_period, prepare_partition,
-                          screen_verdict, stream_trips)
+from tasks.stream import (bound_partitions_per_card, commit_partitions, declared_period, pair_shards,
+                          prepare_partition, screen_verdict, stream_trips)
 from tasks.summary import summarize, summarize_dry_run
 from tasks.track import anchor_ledger, check_store
 from tasks.validate import validate_release_tables, validate_stops
@@ -42,10 +42,10 @@ def _mapped(task, label: str, partitions: list[tuple[str, str]], before: tuple, 
 
 
 @flow(name="prepare-partitions", persist_result=False)
-def prepare_partitions(work, staging: str, partitions: list[tuple[str, str]], config, index) -> list:
+def prepare_partitions(work, staging: str, partitions: list[tuple[str, str]], config, index, shards: int) -> list:
     """Map the partition step over the public partitions (on the Dask task runner the caller gives). Only paths,
     names and public parameters are passed; counts come back."""
-    return _mapped(prepare_partition, "preparing", partitions, (work, staging), (config, index))
+    return _mapped(prepare_partition, "preparing", partitions, (work, staging), (config, index, shards))
 
 
 @flow(name="sanitize-partitions", persist_result=False)
@@ -95,7 +95,7 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
                 streamed = stream_trips(work, trips, stop_table, period, cfg)  # the card id stays in work.spill
             staging = str(partition_store.staging_for(work.partitions))
             prepared = prepare_partitions.with_options(task_runner=partition_runner(cluster))(
-                work, staging, partitions, cfg, index)
+                work, staging, partitions, cfg, index, pair_shards(period))
             with progress.stage("validating"):
                 figures = screen_verdict(where, rid, work, trips, streamed, prepared, cfg, dry_run)
                 raw_quality = check_raw_quality(where, str(work.path), rid, figures, prepared, partitions, cfg)

@@ -65,9 +65,15 @@ def _check_clean(label: str, date: str, quality, rows: dict) -> dict:
     return result
 
 
+def pair_shards(period: screening.Period) -> int:
+    """Card shards of the (card, partition) pairs: one per day of the period (public), so that a shard holds about
+    a day's pairs whatever the period's length."""
+    return len(period.days)
+
+
 @data_task(name="prepare-partition")
 def prepare_partition(work: WorkDir, staging: str, mode: str, date: str, config: ReleaseConfig,
-                      index: LocationIndex) -> streaming.PreparedPartition:
+                      index: LocationIndex, shards: int) -> streaming.PreparedPartition:
     """One partition (mapped, on the Dask workers when there is a cluster): duplicates, its pandera contract and
     Great Expectations suite, the per-partition bound (card level), encoding, its file. Returns counts only."""
     label = f"{mode}/{date}"
@@ -76,7 +82,7 @@ def prepare_partition(work: WorkDir, staging: str, mode: str, date: str, config:
         work.spill, Path(staging), work.quarantine_parts, work.pairs, mode, date, config.modes.index(mode), index,
         config.bin_minutes, bounds, NoiseSource.from_environment(),
         partial(_check_clean, label, date, config.quality),
-        lambda enc: validate(EncodedPartition, pd.DataFrame(enc), f"encoded trips of partition {label}"))
+        lambda enc: validate(EncodedPartition, pd.DataFrame(enc), f"encoded trips of partition {label}"), shards)
     return dataclasses.replace(prepared, process=f"{socket.gethostname()}/{os.getpid()}")
 
 
@@ -137,7 +143,7 @@ def bound_partitions_per_card(work: WorkDir, staging: str, period: screening.Per
     partition steps saved; the dropped pairs are stored beside each partition's rows. Internal counts only."""
     labels = streaming.partition_labels(period, config.modes)
     result = streaming.bound_partitions_per_card(work.pairs, labels, prepared, config.bounds.max_partitions,
-                                                 NoiseSource.from_environment())
+                                                 NoiseSource.from_environment(), pair_shards(period))
     for (mode, date), dropped in result.dropped.items():
         partition_store.write_dropped_pairs(Path(staging), mode, date, dropped)
     return result.counts

@@ -67,7 +67,7 @@ def release_tables_of(trips_path, stops_path, home: Home):
     index = location_index.fn(stops, cfg)
     staging = partition_store.staging_for(work.partitions)
     partitions = opal.partitions_of(period, cfg)
-    prepared = [prepare_partition.fn(work, str(staging), m, d, cfg, index) for m, d in partitions]
+    prepared = [prepare_partition.fn(work, str(staging), m, d, cfg, index, 7) for m, d in partitions]
     per_day = {d.strftime("%Y%m%d"): 0 for d in period.days}
     for p in prepared:
         per_day[p.date] += p.rows

@@ -70,7 +70,6 @@ def streamed(trips_path, stops, cfg, seed, card: bool, work: Path):
     st = streaming.stream_trips(trips_path, stops, PERIOD, cfg.quality, cfg.modes, work / "spill", work / "q",
                                 partial(check, TripsFile), batch_bytes=SMALL_BATCH)
     index = build_location_index(stops, cfg.modes)
-    (work / "pairs").mkdir()
     staging = work / "staging"
     prepared = []
     for mode, date in streaming.partition_labels(PERIOD, cfg.modes):
@@ -78,12 +77,12 @@ def streamed(trips_path, stops, cfg, seed, card: bool, work: Path):
             work / "spill", staging, work / "q", work / "pairs", mode, date, cfg.modes.index(mode), index,
             cfg.bin_minutes, cfg.bounds.max_trips_per_partition if card else None, NoiseSource(seed=seed),
             partial(_check_clean, f"{mode}/{date}", date, cfg.quality),
-            lambda enc: validate(EncodedPartition, pd.DataFrame(enc), "encoded")))
+            lambda enc: validate(EncodedPartition, pd.DataFrame(enc), "encoded"), shards=3))
     dropped = {}
     if card:
         dropped = streaming.bound_partitions_per_card(work / "pairs", streaming.partition_labels(PERIOD, cfg.modes),
                                                       prepared, cfg.bounds.max_partitions,
-                                                      NoiseSource(seed=seed)).dropped
+                                                      NoiseSource(seed=seed), shards=3).dropped
     per_day = {d.strftime("%Y%m%d"): 0 for d in PERIOD.days}
     for p in prepared:
         per_day[p.date] += p.rows

@@ -27,6 +27,7 @@ prints one line and exits 2 (bad input or configuration), 3 (budget) or 4
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import os
@@ -352,7 +353,7 @@ def _quiet_logging(verbose: bool) -> None:
 
 
 @contextmanager
-def _prefect(home: Home, verbose: bool):
+def _prefect(home: Home, verbose: bool, preload: tuple[str, ...] = ()):
     """The Prefect API for this command: the configured one (``PREFECT_API_URL``, or the settings of a process that
     already runs Prefect) if any, else a loopback server that dies with us. Prefect is not imported before the
     choice is made: its settings are read once, when it is imported."""
@@ -368,8 +369,13 @@ def _prefect(home: Home, verbose: bool):
         return
     from flows.deployments import local_server
 
-    with local_server(home.prefect_home) as url:
+    def while_starting(url: str) -> None:  # the modules of the command's flow are imported meanwhile
         os.environ["PREFECT_API_URL"] = url  # before Prefect is imported, and for the flows' own processes
+        for module in preload:
+            importlib.import_module(module)
+
+    with local_server(home.prefect_home, while_starting=while_starting) as url:
+        os.environ["PREFECT_API_URL"] = url
         from prefect.logging.handlers import APILogHandler
         from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -410,7 +416,7 @@ def _check_release_args(args, trips: str, stops: str, home: Home) -> None:
 
 def _release(args, trips: str, stops: str, home: Home) -> int:
     _check_release_args(args, trips, stops, home)
-    with _prefect(home, args.verbose):
+    with _prefect(home, args.verbose, preload=("flows.opal_release",)):
         from flows.opal_release import opal_release
 
         summary = opal_release(trips=str(Path(trips).resolve()), stops=str(Path(stops).resolve()),

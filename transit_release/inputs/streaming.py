@@ -333,20 +333,40 @@ def bounding_columns(rows: dict[str, np.ndarray]) -> list[np.ndarray]:
 class PartitionPairs:
     """A partition's (card, partition) pairs after the per-partition bound: the cards (ascending), how many of
     each card's rows the bound kept and whether it dropped any. Private (card ids): a file under the run's
-    work directory, read by the flow for the partitions-per-card bound, never a task's result."""
+    work directory, read by the flow for the partitions-per-card bound, never a task's result.
+
+    Stored sharded by card (:func:`card_shard`): the pairs of shard ``s`` are one contiguous slice of the file,
+    so the partitions-per-card bound can take the period's pairs one shard at a time."""
 
     cards: np.ndarray
     rows_kept: np.ndarray
     over: np.ndarray
 
-    def save(self, path: Path) -> None:
+    def save(self, path: Path, shards: int) -> None:
+        """``path`` (``.npy``: card, rows kept, over, pair index per row, ordered by shard) and its
+        ``.offsets.npy`` (the ``shards + 1`` slice bounds)."""
         Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        np.savez(path, cards=self.cards, rows_kept=self.rows_kept, over=self.over)
+        shard = card_shard(self.cards, shards)
+        order = np.argsort(shard, kind="stable")  # cards stay ascending within a shard
+        table = np.stack([self.cards, self.rows_kept, self.over.astype(np.int64),
+                          np.arange(self.cards.size, dtype=np.int64)], axis=1)[order]
+        np.save(path, table)
+        np.save(_offsets(path), np.searchsorted(shard[order], np.arange(shards + 1)))
 
-    @classmethod
-    def load(cls, path: Path) -> "PartitionPairs":
-        with np.load(path) as z:
-            return cls(z["cards"], z["rows_kept"], z["over"])
+
+def _offsets(path: Path) -> Path:
+    return Path(path).with_suffix(".offsets.npy")
+
+
+def card_shard(cards: np.ndarray, shards: int) -> np.ndarray:
+    """A card's shard (balanced whatever the ids look like: a bijective 64-bit mix, then modulo)."""
+    from transit_release.mechanisms.contribution_bounding import _fmix64
+
+    return (_fmix64(np.asarray(cards, dtype=np.int64).view(np.uint64).copy()) % np.uint64(shards)).astype(np.int64)
+
+
+def pairs_path(pairs: Path, mode: str, date: str) -> Path:
+    return Path(pairs) / f"{mode}-{date}.npy"
 
 
 def bound_rows(rows: dict[str, np.ndarray], max_rows: int, noise, label: str) -> tuple[np.ndarray, np.ndarray,
@@ -397,11 +417,11 @@ class PreparedPartition:
 
 def prepare_partition(spill: Path, staging: Path, quarantine_parts: Path, pairs: Path, mode: str, date: str,
                       mode_index: int, index, bin_minutes: int, max_rows: int | None, noise,
-                      check_clean, check_encoded) -> PreparedPartition:
+                      check_clean, check_encoded, shards: int = 1) -> PreparedPartition:
     """The partition step: duplicates to the quarantine, the clean rows' checks (``check_clean(rows)`` returns
     the validation results, raising if the rows break the contract), the per-partition bound (``max_rows``,
-    card level), the encoding and its check (``check_encoded(encoded)``), the partition's file; then the spill
-    of the partition is removed."""
+    card level; its pairs saved in ``shards`` card shards), the encoding and its check (``check_encoded(encoded)``),
+    the partition's file; then the spill of the partition is removed."""
     from transit_release import partition_store
 
     rows = load_spill(spill, mode, date)
@@ -415,7 +435,7 @@ def prepare_partition(spill: Path, staging: Path, quarantine_parts: Path, pairs:
     if max_rows is not None:
         kept, pair, pp = bound_rows(rows, max_rows, noise, f"{mode}/{date}")
         if pp.cards.size:
-            pp.save(Path(pairs) / f"{mode}-{date}.npz")
+            pp.save(pairs_path(pairs, mode, date), shards)
     n = rows["row"].size
     encoded = encode_partition(rows, mode_index, index, bin_minutes, kept, pair)
     missing = int((rows["off_ns"] == NAT).sum())
@@ -435,43 +455,53 @@ class CardBounding:
 
 
 def bound_partitions_per_card(pairs: Path, labels: list[tuple[str, str]], prepared: list[PreparedPartition],
-                              max_partitions: int, noise) -> CardBounding:
+                              max_partitions: int, noise, shards: int) -> CardBounding:
     """Card level: at most ``max_partitions`` partitions per card, over the pairs the partition steps saved
-    (the in-memory path's priorities: a pair's code is its partition's public code). Memory: the pairs table."""
+    (the in-memory path's priorities: a pair's code is its partition's public code). One card shard at a time:
+    a card's choice needs only its own pairs, so memory holds the pairs of one shard, about 1/``shards`` of the
+    period's."""
     from transit_release.mechanisms.contribution_bounding import _choose_partitions
 
-    cards, codes, rows_kept, over = [], [], [], []
-    for code, (mode, date) in enumerate(labels):
-        f = Path(pairs) / f"{mode}-{date}.npz"
-        if f.exists():
-            pp = PartitionPairs.load(f)
-            cards.append(pp.cards)
-            codes.append(np.full(pp.cards.size, code, dtype=np.int64))
-            rows_kept.append(pp.rows_kept)
-            over.append(pp.over)
-    cat = lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt)  # noqa: E731
-    card, code, kept_rows, over_rows = cat(cards, np.int64), cat(codes, np.int64), cat(rows_kept, np.int64), \
-        cat(over, bool)
-    pair_kept, card_of_pair, per_card = _choose_partitions(card, code, max_partitions, noise)
-    starts = np.r_[0, np.cumsum([c.size for c in cards])]
-    dropped = {}
-    present = [lab for lab in labels if (Path(pairs) / f"{lab[0]}-{lab[1]}.npz").exists()]
-    for i, lab in enumerate(present):
-        d = np.flatnonzero(~pair_kept[starts[i]:starts[i + 1]])
-        if d.size:
-            dropped[lab] = d
-    n_cards = per_card.size
-    lost = np.bincount(card_of_pair[~pair_kept | over_rows], minlength=n_cards) > 0
-    over_cards = np.bincount(card_of_pair[over_rows], minlength=n_cards) > 0
+    files = [(code, lab, np.load(pairs_path(pairs, *lab), mmap_mode="r"), np.load(_offsets(pairs_path(pairs, *lab))))
+             for code, lab in enumerate(labels) if pairs_path(pairs, *lab).exists()]
+    dropped: dict[tuple[str, str], list[np.ndarray]] = {}
+    c = dict.fromkeys(("rows_kept", "rows_kept_in_partitions", "rows_dropped_partitions_cap", "cards",
+                       "cards_truncated", "cards_over_rows_cap", "cards_over_partitions_cap", "pairs",
+                       "pairs_dropped"), 0)
+    for s in range(shards):
+        parts = [(code, lab, np.asarray(table[off[s]:off[s + 1]])) for code, lab, table, off in files]
+        parts = [(code, lab, t) for code, lab, t in parts if t.shape[0]]
+        if not parts:
+            continue
+        table = np.concatenate([t for _, _, t in parts])
+        code = np.concatenate([np.full(t.shape[0], k, dtype=np.int64) for k, _, t in parts])
+        card, kept_rows, over = table[:, 0], table[:, 1], table[:, 2].astype(bool)
+        pair_kept, card_of_pair, per_card = _choose_partitions(card, code, max_partitions, noise)
+        start = 0
+        for _, lab, t in parts:
+            d = t[~pair_kept[start:start + t.shape[0]], 3]
+            if d.size:
+                dropped.setdefault(lab, []).append(d)
+            start += t.shape[0]
+        n_cards = per_card.size
+        c["rows_kept"] += int(kept_rows[pair_kept].sum())
+        c["rows_kept_in_partitions"] += int(kept_rows.sum())
+        c["rows_dropped_partitions_cap"] += int(kept_rows[~pair_kept].sum())
+        c["cards"] += int(n_cards)
+        c["cards_truncated"] += int((np.bincount(card_of_pair[~pair_kept | over], minlength=n_cards) > 0).sum())
+        c["cards_over_rows_cap"] += int((np.bincount(card_of_pair[over], minlength=n_cards) > 0).sum())
+        c["cards_over_partitions_cap"] += int((per_card > max_partitions).sum())
+        c["pairs"] += int(card.size)
+        c["pairs_dropped"] += int((~pair_kept).sum())
+    del files
     rows_in = sum(p.rows for p in prepared)
-    rows_kept_total = int(kept_rows[pair_kept].sum())
-    return CardBounding(dropped, {
-        "rows_in": rows_in, "rows_kept": rows_kept_total, "rows_dropped": rows_in - rows_kept_total,
-        "rows_dropped_per_partition_cap": rows_in - int(kept_rows.sum()),
-        "rows_dropped_partitions_cap": int(kept_rows[~pair_kept].sum()),
-        "cards": int(n_cards), "cards_truncated": int(lost.sum()), "cards_over_rows_cap": int(over_cards.sum()),
-        "cards_over_partitions_cap": int((per_card > max_partitions).sum()),
-        "pairs": int(card.size), "pairs_dropped": int((~pair_kept).sum())})
+    return CardBounding({lab: np.sort(np.concatenate(ds)) for lab, ds in dropped.items()}, {
+        "rows_in": rows_in, "rows_kept": c["rows_kept"], "rows_dropped": rows_in - c["rows_kept"],
+        "rows_dropped_per_partition_cap": rows_in - c["rows_kept_in_partitions"],
+        "rows_dropped_partitions_cap": c["rows_dropped_partitions_cap"], "cards": c["cards"],
+        "cards_truncated": c["cards_truncated"], "cards_over_rows_cap": c["cards_over_rows_cap"],
+        "cards_over_partitions_cap": c["cards_over_partitions_cap"], "pairs": c["pairs"],
+        "pairs_dropped": c["pairs_dropped"]})
 
 
 def infer_period(path: str | Path) -> Period:
