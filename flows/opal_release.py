@@ -42,10 +42,11 @@ def _mapped(task, label: str, partitions: list[tuple[str, str]], before: tuple, 
 
 
 @flow(name="prepare-partitions", persist_result=False)
-def prepare_partitions(work, staging: str, partitions: list[tuple[str, str]], config, index, shards: int) -> list:
+def prepare_partitions(work, staging: str, partitions: list[tuple[str, str]], config, index_path: str,
+                       shards: int) -> list:
     """Map the partition step over the public partitions (on the Dask task runner the caller gives). Only paths,
     names and public parameters are passed; counts come back."""
-    return _mapped(prepare_partition, "preparing", partitions, (work, staging), (config, index, shards))
+    return _mapped(prepare_partition, "preparing", partitions, (work, staging), (config, index_path, shards))
 
 
 @flow(name="sanitize-partitions", persist_result=False)
@@ -90,7 +91,7 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
         try:
             if dask_address:
                 check_cluster(dask_address, str(work.path))  # before any work on it, and before any spend
-            index = location_index(stop_table, cfg)
+            index = location_index(stop_table, cfg, work)  # a path: the stop table is no subflow parameter
             with progress.stage("reading and screening the trips"):
                 streamed = stream_trips(work, trips, stop_table, period, cfg)  # the card id stays in work.spill
             staging = str(partition_store.staging_for(work.partitions))

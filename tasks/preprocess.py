@@ -8,9 +8,12 @@ import pandas as pd
 from tasks import data_task
 from transit_release import preprocessing
 from transit_release.config import ReleaseConfig
+from transit_release.recovery import WorkDir
 
 
 @data_task(name="location-index")
-def location_index(stops: pd.DataFrame, config: ReleaseConfig) -> preprocessing.LocationIndex:
-    """Stop id → location code, from the stop table (public): what every partition step encodes with."""
-    return preprocessing.build_location_index(stops, config.modes)
+def location_index(stops: pd.DataFrame, config: ReleaseConfig, work: WorkDir) -> str:
+    """Stop id → location code, from the stop table (public): what every partition step encodes with. Saved in
+    the run's work directory; its path is what tasks are given."""
+    index = preprocessing.build_location_index(stops, config.modes)
+    return str(preprocessing.save_location_index(index, work.path / "locations.npz"))

@@ -27,13 +27,8 @@ def validate_trips_file(trips: pd.DataFrame, path: str) -> pd.DataFrame:
 
 @data_task(name="release-period")
 def release_period(trips: pd.DataFrame, start: str | None, end: str | None, dry_run: bool = False) -> screening.Period:
-    """The declared period. A publishing run must declare it (the public period, the release id and which days
-    are published never depend on the data); a dry run without one uses the period the tap-on dates suggest."""
-    if start is None and end is None:
-        if dry_run:
-            return screening.infer_period(trips)
-        raise InputDataError(screening.PERIOD_REQUIRED)
-    return screening.parse_period(start, end)
+    """The declared period (:func:`~transit_release.inputs.screening.declared_period`)."""
+    return screening.declared_period(start, end, dry_run, lambda: screening.infer_period(trips))
 
 
 @data_task(name="screen-trips")

@@ -25,7 +25,7 @@ from transit_release.errors import InputDataError
 from transit_release.home import Home
 from transit_release.inputs import screening, streaming
 from transit_release.noise import NoiseSource
-from transit_release.preprocessing import LocationIndex, key_space_of
+from transit_release.preprocessing import key_space_of, load_location_index
 from transit_release.recovery import WorkDir
 
 
@@ -35,13 +35,9 @@ class PartitionCheckError(InputDataError):
 
 @data_task(name="declared-period")
 def declared_period(path: str, start: str | None, end: str | None, dry_run: bool = False) -> screening.Period:
-    """The declared period. A publishing run must declare it (the public period, the release id and which days
-    are published never depend on the data); a dry run without one uses the period the tap-on dates suggest."""
-    if start is None and end is None:
-        if dry_run:
-            return streaming.infer_period(path)
-        raise InputDataError(screening.PERIOD_REQUIRED)
-    return screening.parse_period(start, end)
+    """The declared period (:func:`~transit_release.inputs.screening.declared_period`; a dry run's suggestion
+    counted batch by batch)."""
+    return screening.declared_period(start, end, dry_run, lambda: streaming.infer_period(path))
 
 
 @data_task(name="stream-trips")
@@ -73,13 +69,14 @@ def pair_shards(period: screening.Period) -> int:
 
 @data_task(name="prepare-partition")
 def prepare_partition(work: WorkDir, staging: str, mode: str, date: str, config: ReleaseConfig,
-                      index: LocationIndex, shards: int) -> streaming.PreparedPartition:
+                      index_path: str, shards: int) -> streaming.PreparedPartition:
     """One partition (mapped, on the Dask workers when there is a cluster): duplicates, its pandera contract and
     Great Expectations suite, the per-partition bound (card level), encoding, its file. Returns counts only."""
     label = f"{mode}/{date}"
     bounds = config.bounds.max_trips_per_partition if config.unit_of_privacy == "card" else None
     prepared = streaming.prepare_partition(
-        work.spill, Path(staging), work.quarantine_parts, work.pairs, mode, date, config.modes.index(mode), index,
+        work.spill, Path(staging), work.quarantine_parts, work.pairs, mode, date, config.modes.index(mode),
+        load_location_index(index_path),
         config.bin_minutes, bounds, NoiseSource.from_environment(),
         partial(_check_clean, label, date, config.quality),
         lambda enc: validate(EncodedPartition, pd.DataFrame(enc), f"encoded trips of partition {label}"), shards)
@@ -151,8 +148,9 @@ def bound_partitions_per_card(work: WorkDir, staging: str, period: screening.Per
 
 @data_task(name="commit-partitions")
 def commit_partitions(work: WorkDir, staging: str, prepared: list[streaming.PreparedPartition],
-                      index: LocationIndex, config: ReleaseConfig) -> partition_store.PartitionDataset:
+                      index_path: str, config: ReleaseConfig) -> partition_store.PartitionDataset:
     """The partition dataset the sanitizers read, renamed into place whole."""
+    index = load_location_index(index_path)
     return partition_store.commit_dataset(Path(staging), work.partitions, [p.entry for p in prepared if p.entry],
                                           key_space_of(index, config.bin_minutes), index.vocab,
                                           config.bin_minutes)

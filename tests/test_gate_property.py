@@ -45,7 +45,7 @@ def release_tables_of(trips_path, stops_path, home: Home):
     from tasks.ingest import ingest_stops
     from tasks.opal import assemble_tables
     from tasks.preprocess import location_index
-    from tasks.stream import declared_period, prepare_partition, stream_trips
+    from tasks.stream import commit_partitions, declared_period, prepare_partition, stream_trips
     from tasks.validate import validate_release_tables, validate_stops
     from schemas import PartitionMarginals, marginals_frame, validate
     from transit_release import partition_store
@@ -64,7 +64,8 @@ def release_tables_of(trips_path, stops_path, home: Home):
         streamed = stream_trips.fn(work, str(trips_path), stops, period, cfg)
     finally:
         streaming.BATCH_BYTES = old
-    index = location_index.fn(stops, cfg)
+    work.path.mkdir(parents=True, exist_ok=True)
+    index = location_index.fn(stops, cfg, work)
     staging = partition_store.staging_for(work.partitions)
     partitions = opal.partitions_of(period, cfg)
     prepared = [prepare_partition.fn(work, str(staging), m, d, cfg, index, 7) for m, d in partitions]
@@ -73,9 +74,7 @@ def release_tables_of(trips_path, stops_path, home: Home):
         per_day[p.date] += p.rows
     screening.check_gate(streamed.tally.figures(sum(p.duplicates for p in prepared),
                                                 np.array(list(per_day.values()))), cfg.quality)
-    dataset = partition_store.commit_dataset(staging, work.partitions, [p.entry for p in prepared if p.entry],
-                                             partition_store.KeySpace(1440 // cfg.bin_minutes, index.max_locations),
-                                             index.vocab, cfg.bin_minutes)
+    dataset = commit_partitions.fn(work, str(staging), prepared, index, cfg)
     events = opal.plan_spends(period, cfg, "gate", "fp", "test")
     outcomes = []
     for entry in dataset.partitions:

@@ -166,13 +166,19 @@ def test_a_large_stop_table_is_passed_by_reference_and_formulas_never_reach_the_
 
     import asyncio
 
-    async def subflow_parameters():
+    async def parameters_of_this_release():
+        """The main flow's parameters and every subflow's (the partition steps get the stop table by path)."""
         async with get_client() as client:
             runs = await client.read_flow_runs()
-            return [r.parameters for r in runs if r.name and r.parameters.get("release_id") == "big"]
+            main = [r for r in runs if r.parameters.get("release_id") == "big"]
+            tasks = {t.id for t in await client.read_task_runs(limit=200)
+                     if main and t.flow_run_id == main[0].id}
+            subs = [r for r in runs if r.parent_task_run_id in tasks]
+            return [r.parameters for r in main + subs], len(subs)
 
-    params = asyncio.run(subflow_parameters())
-    assert params and all(len(json.dumps(p, default=str)) < 20_000 for p in params)
+    params, n_subflows = asyncio.run(parameters_of_this_release())
+    assert params and n_subflows == 2  # prepare-partitions and sanitize-partitions
+    assert all(len(json.dumps(p, default=str)) < 20_000 for p in params)
     assert not any("Unused stop" in json.dumps(p, default=str) for p in params)
 
     # data at rest: raw rows and internal figures are not world-readable

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -39,6 +40,35 @@ class LocationIndex:
     @property
     def max_locations(self) -> int:
         return max((len(v) for v in self.vocab.values()), default=0)
+
+
+def save_location_index(index: LocationIndex, path: Path) -> Path:
+    """Write the index (``.npz``: lookup arrays; vocabularies and modes as JSON inside) for tasks in other
+    processes: a stop table of 200,000 stops is no task or subflow parameter."""
+    import json
+
+    np.savez(path, stop_ids=index.stop_ids, stop_mode=index.stop_mode, stop_code=index.stop_code,
+             meta=np.frombuffer(json.dumps({"vocab": {m: list(v) for m, v in index.vocab.items()},
+                                            "modes": list(index.modes)}).encode(), dtype=np.uint8))
+    return Path(path)
+
+
+_LOADED_INDEXES: dict[str, LocationIndex] = {}
+
+
+def load_location_index(path: str | Path) -> LocationIndex:
+    """The index saved at ``path`` (read once per process: a worker prepares many partitions)."""
+    import json
+
+    key = str(path)
+    if key not in _LOADED_INDEXES:
+        with np.load(path) as z:
+            meta = json.loads(z["meta"].tobytes().decode())
+            _LOADED_INDEXES.clear()  # one release's index at a time
+            _LOADED_INDEXES[key] = LocationIndex(vocab={m: tuple(v) for m, v in meta["vocab"].items()},
+                                                 stop_ids=z["stop_ids"], stop_mode=z["stop_mode"],
+                                                 stop_code=z["stop_code"], modes=tuple(meta["modes"]))
+    return _LOADED_INDEXES[key]
 
 
 def build_location_index(stops: pd.DataFrame, modes: tuple[str, ...]) -> LocationIndex:

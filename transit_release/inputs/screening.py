@@ -73,6 +73,17 @@ PERIOD_REQUIRED = ("declare the release period with --period-start and --period-
                    "published never depends on the data; `--dry-run` shows the period the tap-on dates suggest")
 
 
+def declared_period(start: str | None, end: str | None, dry_run: bool, suggest) -> Period:
+    """The declared period. A publishing run must declare it (the public period, the release id and which days
+    are published never depend on the data); a dry run without one uses ``suggest()``, the period the tap-on
+    dates suggest."""
+    if start is None and end is None:
+        if dry_run:
+            return suggest()
+        raise InputDataError(PERIOD_REQUIRED)
+    return parse_period(start, end)
+
+
 def parse_period(start: str | None, end: str | None) -> Period:
     """``--period-start``/``--period-end`` as a :class:`Period` (both or neither; ISO dates, in order)."""
     if start is None or end is None:
@@ -117,16 +128,15 @@ class ScreenResult:
 
     @property
     def quarantined_rows(self) -> int:
-        return int(sum(self.counts.values()))
+        return _figures(self).quarantined_rows
 
     @property
     def share(self) -> float:
-        return self.quarantined_rows / self.total_rows if self.total_rows else 0.0
+        return _figures(self).share
 
     def summary(self) -> dict:
         """Counts only: safe for logs, MLflow and reports."""
-        return {"rows": self.total_rows, "quarantined": self.quarantined_rows,
-                "quarantined_share": self.share, "by_reason": dict(self.counts)}
+        return _figures(self).summary()
 
 
 _NS_PER_MIN = 60_000_000_000
