@@ -16,8 +16,8 @@ from tasks.preprocess import location_index
 from tasks.publish import load_manifest, stage_release
 from tasks.quality import check_raw_quality, check_release_tables
 from tasks.sanitize import check_cluster, describe_sanitizers, sanitize_partition
-from tasks.stream import (bound_partitions_per_card, commit_partitions, declared_period, pair_shards,
-                          prepare_partition, screen_verdict, stream_trips)
+from tasks.stream import (bound_partitions_per_card, commit_partitions, declared_period, early_gate,
+                          pair_shards, prepare_partition, screen_verdict, stream_trips)
 from tasks.summary import summarize, summarize_dry_run
 from tasks.track import anchor_ledger, check_store
 from tasks.validate import validate_release_tables, validate_stops
@@ -94,6 +94,7 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
             index = location_index(stop_table, cfg, work)  # a path: the stop table is no subflow parameter
             with progress.stage("reading and screening the trips"):
                 streamed = stream_trips(work, trips, stop_table, period, cfg)  # the card id stays in work.spill
+                early_gate(where, rid, work, trips, streamed, cfg, dry_run)
             staging = str(partition_store.staging_for(work.partitions))
             prepared = prepare_partitions.with_options(task_runner=partition_runner(cluster))(
                 work, staging, partitions, cfg, index, pair_shards(period))

@@ -83,32 +83,48 @@ def prepare_partition(work: WorkDir, staging: str, mode: str, date: str, config:
     return dataclasses.replace(prepared, process=f"{socket.gethostname()}/{os.getpid()}")
 
 
+@data_task(name="early-gate")
+def early_gate(home: Home, release_id: str, work: WorkDir, path: str, streamed: streaming.StreamedTrips,
+               config: ReleaseConfig, dry_run: bool = False) -> None:
+    """When the pass found every duplicate (a file of one batch), the gate before any partition is prepared:
+    a refused file then starts no cluster. Its quarantine is gathered only if it is refused."""
+    if streamed.tally.complete:
+        _gate(home, release_id, work, path, streamed.tally.figures(), config, dry_run, gather_if_passed=False)
+
+
 @data_task(name="screen-verdict")
 def screen_verdict(home: Home, release_id: str, work: WorkDir, path: str, streamed: streaming.StreamedTrips,
                    prepared: list[streaming.PreparedPartition], config: ReleaseConfig,
                    dry_run: bool = False) -> screening.GateFigures:
     """The screen over the whole period: gather the quarantine (raw rows to ``private/``; counts only in logs),
     then the gate, which aborts the file if too much of it is wrong. A dry run counts and writes nothing."""
-    logger = get_run_logger()
-    name = Path(path).name
-    period = streamed.tally.period
-    per_day = {d.strftime("%Y%m%d"): 0 for d in period.days}
+    days = [d.strftime("%Y%m%d") for d in streamed.tally.period.days]
+    repeats = pd.Series(0, index=days, dtype="int64")
     for p in prepared:
-        per_day[p.date] += p.rows
-    figures = streamed.tally.figures(sum(p.duplicates for p in prepared),
-                                     pd.Series(per_day).to_numpy(dtype="int64"))
+        repeats[p.date] += p.duplicates
+    figures = streamed.tally.figures(repeats.to_numpy())
+    _gate(home, release_id, work, path, figures, config, dry_run, gather_if_passed=True)
+    return figures
+
+
+def _gate(home: Home, release_id: str, work: WorkDir, path: str, figures: screening.GateFigures,
+          config: ReleaseConfig, dry_run: bool, gather_if_passed: bool) -> None:
+    logger = get_run_logger()
+    try:
+        screening.check_gate(figures, config.quality)
+        refused = None
+    except InputDataError as exc:
+        refused = exc
     where = None
-    if figures.quarantined_rows and not dry_run:
+    if figures.quarantined_rows and not dry_run and (refused or gather_if_passed):
         where = _gather_quarantine(home, release_id, work)
         logger.warning("quarantined %d of %d rows (%.3f%%), by reason %s; raw rows kept privately in %s",
                        figures.quarantined_rows, figures.total_rows, 100 * figures.share, figures.counts, where)
-    else:
+    elif gather_if_passed:
         logger.info("screened %d rows: %d quarantined", figures.total_rows, figures.quarantined_rows)
-    try:
-        screening.check_gate(figures, config.quality)
-    except InputDataError as exc:
-        raise type(exc)(f"trips file {name}: {exc}" + (f" (quarantined rows: {where})" if where else "")) from None
-    return figures
+    if refused is not None:
+        raise type(refused)(f"trips file {Path(path).name}: {refused}" +
+                            (f" (quarantined rows: {where})" if where else "")) from None
 
 
 def _gather_quarantine(home: Home, release_id: str, work: WorkDir) -> str:

@@ -69,11 +69,10 @@ def release_tables_of(trips_path, stops_path, home: Home):
     staging = partition_store.staging_for(work.partitions)
     partitions = opal.partitions_of(period, cfg)
     prepared = [prepare_partition.fn(work, str(staging), m, d, cfg, index, 7) for m, d in partitions]
-    per_day = {d.strftime("%Y%m%d"): 0 for d in period.days}
+    repeats = {d.strftime("%Y%m%d"): 0 for d in period.days}
     for p in prepared:
-        per_day[p.date] += p.rows
-    screening.check_gate(streamed.tally.figures(sum(p.duplicates for p in prepared),
-                                                np.array(list(per_day.values()))), cfg.quality)
+        repeats[p.date] += p.duplicates
+    screening.check_gate(streamed.tally.figures(np.array(list(repeats.values()))), cfg.quality)
     dataset = commit_partitions.fn(work, str(staging), prepared, index, cfg)
     events = opal.plan_spends(period, cfg, "gate", "fp", "test")
     outcomes = []

@@ -83,10 +83,10 @@ def streamed(trips_path, stops, cfg, seed, card: bool, work: Path):
         dropped = streaming.bound_partitions_per_card(work / "pairs", streaming.partition_labels(PERIOD, cfg.modes),
                                                       prepared, cfg.bounds.max_partitions,
                                                       NoiseSource(seed=seed), shards=3).dropped
-    per_day = {d.strftime("%Y%m%d"): 0 for d in PERIOD.days}
+    repeats = {d.strftime("%Y%m%d"): 0 for d in PERIOD.days}
     for p in prepared:
-        per_day[p.date] += p.rows
-    figures = st.tally.figures(sum(p.duplicates for p in prepared), np.array(list(per_day.values())))
+        repeats[p.date] += p.duplicates
+    figures = st.tally.figures(np.array(list(repeats.values())))
     parts = {}
     for p in prepared:
         if p.entry is None:
@@ -187,3 +187,23 @@ def test_row_order_does_not_change_the_partitions(week, tmp_path):
 def test_infer_period_counts_batch_by_batch(week):
     paths, base = week
     assert streaming.infer_period(paths["trips"]) == screening.infer_period(read_trips(paths["trips"]))
+
+
+def test_a_file_of_one_batch_is_gated_by_the_pass_alone(week, tmp_path):
+    """One batch: the pass finds every repeat itself, so the gate can refuse before any partition is prepared
+    (and no cluster starts), with the figures of a whole-file screen."""
+    paths, base = week
+    cfg = load_release_config()
+    stops = validate(Stops, read_stops(paths["stops"]), "stops")
+    f = messy(base, tmp_path / "trips.csv")
+    st = streaming.stream_trips(f, stops, PERIOD, cfg.quality, cfg.modes, tmp_path / "s", tmp_path / "q",
+                                partial(check, TripsFile))  # the default batch holds the whole small file
+    screened = screening.screen_trips(validate(TripsFile, read_trips(f), "trips"), stops, PERIOD, cfg.quality,
+                                      cfg.modes)
+    assert st.tally.complete
+    figures = st.tally.figures()
+    assert figures.summary() == screened.summary() and figures.counts["duplicate"] == 4
+    assert list(figures.clean_per_day) == list(screened.clean_per_day)
+    many = streaming.stream_trips(f, stops, PERIOD, cfg.quality, cfg.modes, tmp_path / "s2", tmp_path / "q2",
+                                  partial(check, TripsFile), batch_bytes=SMALL_BATCH)
+    assert not many.tally.complete  # repeats across batches are the partition steps' to find

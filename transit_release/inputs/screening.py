@@ -265,15 +265,21 @@ def screen_rows(trips: pd.DataFrame, stops: pd.DataFrame, period: Period, qualit
                      off_stop=off_stop)
 
 
+def mark_duplicates(trips: pd.DataFrame, rs: RowScreen) -> None:
+    """Give ``duplicate`` to every clean row equal in every column to an earlier row of ``trips`` (equal rows
+    have equal row-local reasons, so the first of them is clean too)."""
+    dup = _exact_duplicates(trips, [rs.card, rs.raw_codes.astype(np.int64), rs.on_ns, rs.on_stop, rs.off_ns,
+                                    rs.off_stop])
+    rs.reason[(rs.reason == 0) & dup] = REASONS.index("duplicate") + 1
+
+
 def screen_trips(trips: pd.DataFrame, stops: pd.DataFrame, period: Period, quality: QualityPolicy,
                  modes: tuple[str, ...]) -> ScreenResult:
     """Give every row its first failing reason; return the clean rows and the quarantine (a whole frame in
     memory; the Opal release streams instead, see :mod:`transit_release.inputs.streaming`)."""
     rs = screen_rows(trips, stops, period, quality, modes)
+    mark_duplicates(trips, rs)
     reason = rs.reason
-    dup = _exact_duplicates(trips, [rs.card, rs.raw_codes.astype(np.int64), rs.on_ns, rs.on_stop, rs.off_ns,
-                                    rs.off_stop])
-    reason[(reason == 0) & dup] = REASONS.index("duplicate") + 1
     n_days = len(period.days)
     bad = reason > 0
     counts = {r: int(c) for r, c in zip(REASONS, np.bincount(reason, minlength=len(REASONS) + 1)[1:]) if c}

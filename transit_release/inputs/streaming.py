@@ -137,9 +137,21 @@ class ScreenTally:
     unknown_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     outside_rows: int = 0
     outside_first: list[int] = field(default_factory=list)
-    clean_per_partition: dict[tuple[str, str], int] = field(default_factory=dict)
+    clean_per_day: np.ndarray | None = None  # clean rows per day of the period, after each batch's repeats
+    batches: int = 0
+
+    @property
+    def complete(self) -> bool:
+        """Did the pass find every duplicate? Yes when the file was one batch (a repeat in another batch is
+        found by its partition's step): the gate can then be applied before any partition is prepared."""
+        return self.batches <= 1
 
     def add(self, rs: screening.RowScreen, offset: int) -> None:
+        self.batches += 1
+        n_days = len(self.period.days)
+        clean = rs.reason == 0
+        day_counts = np.bincount(rs.day[clean], minlength=n_days)[:n_days]
+        self.clean_per_day = day_counts if self.clean_per_day is None else self.clean_per_day + day_counts
         self.rows += rs.reason.size
         self.by_reason += np.bincount(rs.reason, minlength=len(REASONS) + 1)
         self.unknown_stop_rows += int(rs.unknown_stop.sum())
@@ -149,9 +161,14 @@ class ScreenTally:
         _extend_first(self.outside_first, outside, offset)
         self.unknown_ids = np.union1d(self.unknown_ids, rs.unknown_ids)
 
-    def figures(self, duplicates: int, clean_per_day: np.ndarray) -> GateFigures:
+    def figures(self, duplicates_per_day: np.ndarray | None = None) -> GateFigures:
+        """The gate's figures, with the repeats the partition steps found across batches (per day)."""
+        n_days = len(self.period.days)
+        extra = np.zeros(n_days, np.int64) if duplicates_per_day is None else np.asarray(duplicates_per_day)
         counts = self.by_reason[1:].copy()
-        counts[REASONS.index("duplicate")] += duplicates
+        counts[REASONS.index("duplicate")] += int(extra.sum())
+        base = np.zeros(n_days, np.int64) if self.clean_per_day is None else self.clean_per_day
+        clean_per_day = base - extra
         return GateFigures(
             total_rows=self.rows, counts={r: int(c) for r, c in zip(REASONS, counts) if c},
             unknown_stop_rows=self.unknown_stop_rows, unknown_stop_first=tuple(self.unknown_stop_first),
@@ -217,6 +234,7 @@ def _pass(path: Path, text: bool, stops, period, quality, modes, spill, quaranti
         if contract:
             continue  # keep counting the contract's problems; nothing more is done with the file
         rs = screening.screen_rows(frame, stops, period, quality, modes)
+        screening.mark_duplicates(frame, rs)  # within the batch; repeats across batches: the partition steps
         tally.add(rs, offset)
         bad = rs.reason > 0
         if bad.any():
