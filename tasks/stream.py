@@ -98,6 +98,7 @@ def screen_verdict(home: Home, release_id: str, work: WorkDir, path: str, stream
                    dry_run: bool = False) -> screening.GateFigures:
     """The screen over the whole period: gather the quarantine (raw rows to ``private/``; counts only in logs),
     then the gate, which aborts the file if too much of it is wrong. A dry run counts and writes nothing."""
+    streaming.check_accounted(streamed.tally, prepared, config.modes)
     days = [d.strftime("%Y%m%d") for d in streamed.tally.period.days]
     repeats = pd.Series(0, index=days, dtype="int64")
     for p in prepared:

@@ -207,3 +207,77 @@ def test_a_file_of_one_batch_is_gated_by_the_pass_alone(week, tmp_path):
     many = streaming.stream_trips(f, stops, PERIOD, cfg.quality, cfg.modes, tmp_path / "s2", tmp_path / "q2",
                                   partial(check, TripsFile), batch_bytes=SMALL_BATCH)
     assert not many.tally.complete  # repeats across batches are the partition steps' to find
+
+
+def test_a_parquet_file_with_text_times_gets_the_text_checks(week, tmp_path):
+    """A Parquet file that stores its times as text with a UTC offset is refused as a CSV one is (it was
+    accepted and moved to UTC); integers stored as text like 200782.0 are accepted."""
+    paths, base = week
+    cfg = load_release_config()
+    stops = validate(Stops, read_stops(paths["stops"]), "stops")
+    df = base.copy().replace("", None)  # missing values as nulls, as a Parquet export has them
+    df["card_id"] = df["card_id"] + ".0"
+    good = tmp_path / "good.parquet"
+    df.to_parquet(good, index=False)
+    st = streaming.stream_trips(good, stops, PERIOD, cfg.quality, cfg.modes, tmp_path / "s", tmp_path / "q",
+                                partial(check, TripsFile))
+    assert st.tally.rows == len(df) and st.tally.figures().quarantined_rows == 0
+    df.loc[[4, 9], "tap_on_time"] = "2016-08-09T13:16:00+01:00"
+    bad = tmp_path / "bad.parquet"
+    df.to_parquet(bad, index=False)
+    with pytest.raises(SchemaViolationError, match=r"column 'tap_on_time': not a local time .*2 row\(s\), first "
+                                                   r"at row\(s\) 5, 10"):
+        streaming.stream_trips(bad, stops, PERIOD, cfg.quality, cfg.modes, tmp_path / "s", tmp_path / "q",
+                               partial(check, TripsFile))
+
+
+def test_a_partition_step_run_again_after_its_spill_is_gone_is_refused(week, tmp_path):
+    """Dask re-runs a task whose worker died: the step finds its spill removed and prepares nothing, and the
+    flow would count that partition as empty. The pass's per-partition row counts catch it."""
+    paths, base = week
+    cfg = load_release_config()
+    stops = validate(Stops, read_stops(paths["stops"]), "stops")
+    f = tmp_path / "trips.csv"
+    base.to_csv(f, index=False)
+    st, prepared, _, _ = streamed(f, stops, cfg, 1, False, tmp_path / "w")
+    streaming.check_accounted(st.tally, prepared, cfg.modes)  # every row accounted for
+    index = build_location_index(stops, cfg.modes)
+    again = streaming.prepare_partition(
+        tmp_path / "w" / "spill", tmp_path / "w" / "staging2", tmp_path / "w" / "q", tmp_path / "w" / "pairs", "bus",
+        "20160809", 0, index, cfg.bin_minutes, None, NoiseSource(seed=1), lambda rows: {"success": True},
+        lambda enc: None)
+    assert again.rows == 0
+    redone = [again if (p.mode, p.date) == ("bus", "20160809") else p for p in prepared]
+    with pytest.raises(streaming.UnaccountedRowsError, match=r"partition bus/20160809: its step accounted for 0 of "
+                                                             r"the [\d,]+ rows the pass spilled"):
+        streaming.check_accounted(st.tally, redone, cfg.modes)
+
+
+def test_a_lost_record_of_dropped_pairs_fails_closed(week, tmp_path):
+    """Card level: the partitions-per-card bound is stored beside the rows; if its record is lost or altered,
+    reading the partition refuses instead of counting a card in more than P partitions."""
+    from transit_release import partition_store
+
+    paths, base = week
+    cfg = load_release_config(unit="card")
+    stops = validate(Stops, read_stops(paths["stops"]), "stops")
+    f = messy(base, tmp_path / "trips.csv")
+    st, prepared, _, _ = streamed(f, stops, cfg, 11, True, tmp_path / "w")
+    labels = streaming.partition_labels(PERIOD, cfg.modes)
+    result = streaming.bound_partitions_per_card(tmp_path / "w" / "pairs", labels, prepared, 1, NoiseSource(seed=1),
+                                                 shards=3)  # P = 1: surely some pairs dropped
+    assert result.dropped
+    staging = tmp_path / "w" / "staging"
+    for (mode, date), d in result.dropped.items():
+        partition_store.write_dropped_pairs(staging, mode, date, d)
+    index = build_location_index(stops, cfg.modes)
+    from transit_release.preprocessing import key_space_of
+
+    ds = partition_store.commit_dataset(staging, tmp_path / "w" / "partitions", [p.entry for p in prepared if p.entry],
+                                        key_space_of(index, cfg.bin_minutes), index.vocab, cfg.bin_minutes)
+    ds = partition_store.load_dataset(ds.root)
+    hit = next(e for e in ds.partitions if e.dropped_pairs)
+    partition_store.read_partition(ds, hit)  # reads
+    (ds.root / hit.relative_path).with_name(partition_store.DROPPED_PAIRS).unlink()
+    with pytest.raises(partition_store.PartitionStoreError, match="is missing or does not match"):
+        partition_store.read_partition(ds, hit)

@@ -49,6 +49,7 @@ class StoredPartition:
     mode: str
     date: str
     n_trips: int
+    dropped_pairs: int = 0  # card level, streamed: pairs the partitions-per-card bound dropped here
 
     @property
     def partition(self) -> str:
@@ -116,6 +117,11 @@ def write_dropped_pairs(staging: Path, mode: str, date: str, dropped: np.ndarray
     np.save(path.with_name(DROPPED_PAIRS), np.asarray(dropped, dtype=np.int64))
 
 
+def _dropped_count(rows_path: Path) -> int:
+    f = Path(rows_path).with_name(DROPPED_PAIRS)
+    return int(np.load(f).size) if f.exists() else 0
+
+
 def commit_dataset(staging: Path, root: Path, entries: list[StoredPartition], ks: KeySpace,
                    vocab: dict[str, tuple[str, ...]], bin_minutes: int) -> PartitionDataset:
     """Write the descriptor and rename the staged dataset into place (replacing one an earlier, failed attempt
@@ -123,8 +129,9 @@ def commit_dataset(staging: Path, root: Path, entries: list[StoredPartition], ks
     staging, root = Path(staging), Path(root)
     staging.mkdir(parents=True, exist_ok=True)  # a period with no trips is an empty dataset
     entries = sorted((e for e in entries if e.n_trips), key=lambda e: (e.mode, e.date))
+    entries = [StoredPartition(e.mode, e.date, e.n_trips, _dropped_count(staging / e.relative_path)) for e in entries]
     (staging / DESCRIPTOR).write_text(json.dumps({
-        "partitions": [[e.mode, e.date, e.n_trips] for e in entries],
+        "partitions": [[e.mode, e.date, e.n_trips, e.dropped_pairs] for e in entries],
         "key_space": [ks.n_bins, ks.n_locations], "vocab": {m: list(v) for m, v in vocab.items()},
         "bin_minutes": bin_minutes}), encoding="utf-8")
     if root.exists():
@@ -140,7 +147,8 @@ def load_dataset(root: str | Path) -> PartitionDataset:
         d = json.loads((root / DESCRIPTOR).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         raise PartitionStoreError(f"partition dataset {root}: {DESCRIPTOR} is missing or unreadable") from None
-    return PartitionDataset(root, tuple(StoredPartition(m, dt, int(n)) for m, dt, n in d["partitions"]),
+    return PartitionDataset(root, tuple(StoredPartition(m, dt, int(n), int(rest[0]) if rest else 0)
+                                        for m, dt, n, *rest in d["partitions"]),
                             KeySpace(*d["key_space"]), {m: tuple(v) for m, v in d["vocab"].items()},
                             int(d["bin_minutes"]))
 
@@ -175,9 +183,14 @@ def read_partition(dataset: PartitionDataset, entry: StoredPartition) -> Partiti
     rows = {c: table.column(c).to_numpy() for c in (*TRIP_COLUMNS, KEPT)}
     del table
     dropped = path.with_name(DROPPED_PAIRS)
-    if dropped.exists():  # card level, streamed: the partitions-per-card bound, decided after the rows were written
+    if entry.dropped_pairs or dropped.exists():  # card level, streamed: the partitions-per-card bound (fail closed)
+        d = np.load(dropped) if dropped.exists() else None
         pair = pq.read_table(path, columns=["pair"]).column("pair").to_numpy()
-        rows[KEPT] = rows[KEPT] & ~np.isin(pair, np.load(dropped))
+        if d is None or d.size != entry.dropped_pairs or (d.size and (d.min() < 0 or d.max() > pair.max())):
+            raise PartitionStoreError(f"partition {entry.partition}: the record of the {entry.dropped_pairs} (card, "
+                                      "partition) pairs its partitions-per-card bound dropped is missing or does "
+                                      "not match; nothing is sanitized")
+        rows[KEPT] = rows[KEPT] & ~np.isin(pair, d)
     return partition_of_rows(entry.mode, entry.date, rows, dataset.key_space)
 
 

@@ -48,7 +48,7 @@ import pyarrow.feather as feather
 import pyarrow.parquet as pq
 
 from transit_release.config import QualityPolicy
-from transit_release.errors import InputDataError
+from transit_release.errors import InputDataError, TransitReleaseError
 from transit_release.inputs import screening
 from transit_release.inputs.screening import MAX_ROWS_NAMED, REASONS, GateFigures, Period
 from transit_release.inputs.tables import (BLOCK_BYTES, TIME_FORMATS, TRIP_COLUMN_TYPES, _explain, _integral,
@@ -108,11 +108,12 @@ def trip_frames(path: str | Path, text: bool = False,
     try:
         for batch in _batches(path, text, batch_bytes):
             df = batch.to_pandas()
-            time_problems = time_text_problems(df, TRIP_COLUMN_TYPES, offset) if text else {}
-            if text:
-                for name, typ in TRIP_COLUMN_TYPES.items():
-                    if name in df.columns and pa.types.is_integer(typ) and pd.api.types.is_string_dtype(df[name]):
-                        df[name] = _integral(df[name])
+            # columns that arrive as text (a CSV read as text, or a Parquet file that stores them as strings):
+            # times must be local times, integers may be written as 200782.0 — as a whole-file read checks them
+            time_problems = time_text_problems(df, TRIP_COLUMN_TYPES, offset)
+            for name, typ in TRIP_COLUMN_TYPES.items():
+                if name in df.columns and pa.types.is_integer(typ) and pd.api.types.is_string_dtype(df[name]):
+                    df[name] = _integral(df[name])
             yield offset, df, time_problems
             offset += len(df)
     except pa.ArrowInvalid as exc:
@@ -138,6 +139,7 @@ class ScreenTally:
     outside_rows: int = 0
     outside_first: list[int] = field(default_factory=list)
     clean_per_day: np.ndarray | None = None  # clean rows per day of the period, after each batch's repeats
+    spilled: np.ndarray | None = None  # rows spilled per partition code (mode index × days + day index)
     batches: int = 0
 
     @property
@@ -152,6 +154,15 @@ class ScreenTally:
         clean = rs.reason == 0
         day_counts = np.bincount(rs.day[clean], minlength=n_days)[:n_days]
         self.clean_per_day = day_counts if self.clean_per_day is None else self.clean_per_day + day_counts
+        codes = rs.mode_code[clean].astype(np.int64) * n_days + rs.day[clean]
+        n_codes = n_days * int(rs.mode_code.max(initial=0) + 1)
+        part_counts = np.bincount(codes, minlength=n_codes)
+        if self.spilled is None:
+            self.spilled = part_counts
+        else:
+            size = max(self.spilled.size, part_counts.size)
+            self.spilled = np.pad(self.spilled, (0, size - self.spilled.size)) + \
+                np.pad(part_counts, (0, size - part_counts.size))
         self.rows += rs.reason.size
         self.by_reason += np.bincount(rs.reason, minlength=len(REASONS) + 1)
         self.unknown_stop_rows += int(rs.unknown_stop.sum())
@@ -160,6 +171,12 @@ class ScreenTally:
         self.outside_rows += int(outside.sum())
         _extend_first(self.outside_first, outside, offset)
         self.unknown_ids = np.union1d(self.unknown_ids, rs.unknown_ids)
+
+    def spilled_rows(self, modes: tuple[str, ...]) -> dict[tuple[str, str], int]:
+        """Rows the pass spilled per partition: what the partition steps must account for, row for row."""
+        labels = partition_labels(self.period, modes)
+        counts = np.zeros(len(labels), np.int64) if self.spilled is None else self.spilled
+        return {lab: int(counts[i]) if i < counts.size else 0 for i, lab in enumerate(labels)}
 
     def figures(self, duplicates_per_day: np.ndarray | None = None) -> GateFigures:
         """The gate's figures, with the repeats the partition steps found across batches (per day)."""
@@ -442,6 +459,8 @@ def prepare_partition(spill: Path, staging: Path, quarantine_parts: Path, pairs:
     the partition's file; then the spill of the partition is removed."""
     from transit_release import partition_store
 
+    for stale in (pairs_path(pairs, mode, date), _offsets(pairs_path(pairs, mode, date))):
+        stale.unlink(missing_ok=True)  # a re-run of this step (Dask re-runs a task whose worker died)
     rows = load_spill(spill, mode, date)
     dup = duplicates(rows)
     if dup.any():
@@ -462,6 +481,22 @@ def prepare_partition(spill: Path, staging: Path, quarantine_parts: Path, pairs:
     entry = partition_store.write_partition(staging, mode, date, encoded) if n else None
     remove_spill(spill, mode, date)
     return PreparedPartition(mode, date, n, int(dup.sum()), missing, int(encoded["kept"].sum()), checks, entry)
+
+
+class UnaccountedRowsError(TransitReleaseError):
+    """A partition step did not account for every row the pass spilled for it."""
+
+
+def check_accounted(tally: ScreenTally, prepared: list[PreparedPartition], modes: tuple[str, ...]) -> None:
+    """Every row the pass spilled was prepared or found a duplicate, partition by partition: a step that ran
+    again after its spill was removed (Dask re-runs a task whose worker died), or read a spill in part, fails
+    here, before anything is charged."""
+    spilled = tally.spilled_rows(modes)
+    for p in prepared:
+        if p.rows + p.duplicates != spilled[(p.mode, p.date)]:
+            raise UnaccountedRowsError(
+                f"partition {p.label}: its step accounted for {p.rows + p.duplicates:,} of the "
+                f"{spilled[(p.mode, p.date)]:,} rows the pass spilled (was the step run twice?); nothing was charged")
 
 
 @dataclass(frozen=True)
