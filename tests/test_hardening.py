@@ -168,12 +168,17 @@ def test_a_large_stop_table_is_passed_by_reference_and_formulas_never_reach_the_
 
     async def parameters_of_this_release():
         """The main flow's parameters and every subflow's (the partition steps get the stop table by path)."""
+        from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+        from prefect.client.schemas.sorting import FlowRunSort
+
         async with get_client() as client:
-            runs = await client.read_flow_runs()
-            main = [r for r in runs if r.parameters.get("release_id") == "big"]
-            tasks = {t.id for t in await client.read_task_runs(limit=200)
-                     if main and t.flow_run_id == main[0].id}
-            subs = [r for r in runs if r.parent_task_run_id in tasks]
+            async def runs_of(*names):  # the newest first: this test's runs are among them
+                return await client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=list(names))),
+                                                   sort=FlowRunSort.EXPECTED_START_TIME_DESC, limit=20)
+
+            main = [r for r in await runs_of("opal-release") if r.parameters.get("release_id") == "big"]
+            subs = [r for r in await runs_of("prepare-partitions", "sanitize-partitions")
+                    if str(home) in json.dumps(r.parameters, default=str)]
             return [r.parameters for r in main + subs], len(subs)
 
     params, n_subflows = asyncio.run(parameters_of_this_release())
