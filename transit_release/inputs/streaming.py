@@ -54,8 +54,11 @@ from transit_release.inputs.screening import MAX_ROWS_NAMED, REASONS, GateFigure
 from transit_release.inputs.tables import (BLOCK_BYTES, TIME_FORMATS, TRIP_COLUMN_TYPES, _explain, _integral,
                                            file_format, time_text_problems)
 
-#: CSV bytes per batch (about half a million trips); a row must fit in one batch.
+#: CSV bytes per batch (about half a million trips): what one contract and screen call gets.
 BATCH_BYTES = 1 << 25
+#: The CSV reader's block (a row must fit in one); blocks are grouped into batches. The reader keeps a couple of
+#: dozen blocks in flight whatever the consumer does, so its memory is set by this, not by the batch.
+READ_BLOCK_BYTES = 1 << 23
 #: Rows per batch of a Parquet file.
 PARQUET_BATCH_ROWS = 1 << 20
 #: The spill's columns: the row number (0-based, in the file), the card id and the taps as integers.
@@ -74,11 +77,11 @@ def partition_labels(period: Period, modes: tuple[str, ...]) -> list[tuple[str, 
     return [(m, d.strftime("%Y%m%d")) for m in modes for d in period.days]
 
 
-def _batches(path: Path, text: bool, batch_bytes: int) -> Iterator[pa.RecordBatch]:
+def _batches(path: Path, text: bool, batch_bytes: int) -> Iterator[pa.RecordBatch | pa.Table]:
     if file_format(path) == "parquet":
         yield from pq.ParquetFile(path).iter_batches(batch_size=PARQUET_BATCH_ROWS)
         return
-    read = pacsv.ReadOptions(block_size=batch_bytes)
+    read = pacsv.ReadOptions(block_size=min(batch_bytes, READ_BLOCK_BYTES))
     if text:
         with pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES)) as probe:
             names = probe.schema.names
@@ -88,7 +91,15 @@ def _batches(path: Path, text: bool, batch_bytes: int) -> Iterator[pa.RecordBatc
         convert = pacsv.ConvertOptions(column_types=TRIP_COLUMN_TYPES, strings_can_be_null=True, null_values=[""],
                                        timestamp_parsers=TIME_FORMATS)
     with pacsv.open_csv(path, read_options=read, convert_options=convert) as reader:
-        yield from reader
+        group, size = [], 0
+        for block in reader:
+            group.append(block)
+            size += block.nbytes
+            if size >= batch_bytes:
+                yield pa.Table.from_batches(group).combine_chunks()
+                group, size = [], 0
+        if group:
+            yield pa.Table.from_batches(group).combine_chunks()
 
 
 def trip_frames(path: str | Path, text: bool = False,
@@ -121,9 +132,11 @@ def trip_frames(path: str | Path, text: bool = False,
             raise InputDataError(f"trips file {path.name}: the file is empty (no header row)") from None
         if fmt == "csv" and not text:
             raise TextNeeded() from None
-        raise InputDataError(f"trips file {path.name}: cannot be read as {fmt}: {_explain(exc, batch_bytes)}") from None
+        why = _explain(exc, min(batch_bytes, READ_BLOCK_BYTES))
+        raise InputDataError(f"trips file {path.name}: cannot be read as {fmt}: {why}") from None
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-        raise InputDataError(f"trips file {path.name}: cannot be read as {fmt}: {_explain(exc, batch_bytes)}") from None
+        why = _explain(exc, min(batch_bytes, READ_BLOCK_BYTES))
+        raise InputDataError(f"trips file {path.name}: cannot be read as {fmt}: {why}") from None
 
 
 @dataclass
