@@ -402,6 +402,27 @@ class PartitionPairs:
         np.save(_offsets(path), np.searchsorted(shard[order], np.arange(shards + 1)))
 
 
+class _PairsFile:
+    """Rows ``[a, b)`` of a saved pairs table, read from the file (not memory-mapped: mapped pages would stay
+    resident, and the whole period's pairs would count in the process's memory)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        with open(self.path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            shape, _, dtype = (np.lib.format.read_array_header_1_0(fh) if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0(fh))
+            self.data_offset = fh.tell()
+        self.width, self.dtype = shape[1], np.dtype(dtype)
+
+    def rows(self, a: int, b: int) -> np.ndarray:
+        if b <= a:
+            return np.zeros((0, self.width), dtype=self.dtype)
+        with open(self.path, "rb") as fh:
+            fh.seek(self.data_offset + int(a) * self.width * self.dtype.itemsize)
+            return np.fromfile(fh, dtype=self.dtype, count=int(b - a) * self.width).reshape(-1, self.width)
+
+
 def _offsets(path: Path) -> Path:
     return Path(path).with_suffix(".offsets.npy")
 
@@ -528,14 +549,14 @@ def bound_partitions_per_card(pairs: Path, labels: list[tuple[str, str]], prepar
     period's."""
     from transit_release.mechanisms.contribution_bounding import _choose_partitions
 
-    files = [(code, lab, np.load(pairs_path(pairs, *lab), mmap_mode="r"), np.load(_offsets(pairs_path(pairs, *lab))))
+    files = [(code, lab, _PairsFile(pairs_path(pairs, *lab)), np.load(_offsets(pairs_path(pairs, *lab))))
              for code, lab in enumerate(labels) if pairs_path(pairs, *lab).exists()]
     dropped: dict[tuple[str, str], list[np.ndarray]] = {}
     c = dict.fromkeys(("rows_kept", "rows_kept_in_partitions", "rows_dropped_partitions_cap", "cards",
                        "cards_truncated", "cards_over_rows_cap", "cards_over_partitions_cap", "pairs",
                        "pairs_dropped"), 0)
     for s in range(shards):
-        parts = [(code, lab, np.asarray(table[off[s]:off[s + 1]])) for code, lab, table, off in files]
+        parts = [(code, lab, table.rows(off[s], off[s + 1])) for code, lab, table, off in files]
         parts = [(code, lab, t) for code, lab, t in parts if t.shape[0]]
         if not parts:
             continue
