@@ -281,3 +281,17 @@ def test_a_lost_record_of_dropped_pairs_fails_closed(week, tmp_path):
     (ds.root / hit.relative_path).with_name(partition_store.DROPPED_PAIRS).unlink()
     with pytest.raises(partition_store.PartitionStoreError, match="is missing or does not match"):
         partition_store.read_partition(ds, hit)
+
+
+def test_an_id_too_large_for_an_integer_is_a_contract_problem_not_a_crash(week, tmp_path):
+    paths, base = week
+    cfg = load_release_config()
+    stops = validate(Stops, read_stops(paths["stops"]), "stops")
+    df = base.copy()
+    df["card_id"] = df["card_id"] + ".0"  # read as text, then as integers
+    df.loc[7, "card_id"] = "99999999999999999999"
+    f = tmp_path / "trips.csv"
+    df.to_csv(f, index=False)
+    with pytest.raises(SchemaViolationError, match=r"trips file trips.csv: 1 problem\(s\): column 'card_id': wrong type"):
+        streaming.stream_trips(f, stops, PERIOD, cfg.quality, cfg.modes, tmp_path / "s", tmp_path / "q",
+                               partial(check, TripsFile))

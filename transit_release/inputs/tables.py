@@ -143,10 +143,11 @@ def time_text_problems(df: pd.DataFrame, column_types: dict[str, pa.DataType],
 
 
 def _integral(text: pd.Series) -> pd.Series:
-    """Text like ``200782`` or ``200782.0`` (a float export) as integers; anything else stays text."""
+    """Text like ``200782`` or ``200782.0`` (a float export) as integers; anything else stays text (the contract
+    then names its rows), including integers too large to hold exactly."""
     num = pd.to_numeric(text, errors="coerce")
     present = text.notna() & (text.astype("string").str.strip() != "")
-    if (num[present].notna() & (num[present] % 1 == 0)).all():
+    if (num[present].notna() & (num[present] % 1 == 0) & (num[present].abs() < 2**53)).all():
         return num.astype("Int64")
     return text
 
