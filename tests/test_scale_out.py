@@ -115,6 +115,20 @@ def _mlflow_run(home: Home, release_id: str):
     return run
 
 
+def assert_published_equals_library(home: Home, rid: str, enc, cfg, seed: int) -> None:
+    """The published tables equal what the plain library computes in one process from ``enc`` with ``seed``."""
+    from transit_release.noise import NoiseSource
+    from transit_release.preprocessing import key_space
+    from transit_release.releases.opal import release_tables, sanitize_partition
+
+    noise = NoiseSource(seed=seed)
+    expected = release_tables([sanitize_partition(p, cfg, noise) for p in partition_histograms(enc)],
+                              key_space(enc), enc.vocab, cfg.bin_minutes)
+    for name, table in expected.items():
+        published = pd.read_csv(home.release_dir(rid) / f"{name}.csv", dtype=str, keep_default_na=False)
+        pd.testing.assert_frame_equal(published.astype({"count": np.int64}), table, check_dtype=False)
+
+
 @pytest.mark.flow
 def test_two_local_workers_give_the_single_process_release_and_charge_once(prefect_harness, small_week, tmp_path,
                                                                            test_seed):
@@ -124,9 +138,6 @@ def test_two_local_workers_give_the_single_process_release_and_charge_once(prefe
     from flows.opal_release import opal_release
     from schemas import Stops, validate
     from transit_release.inputs.tables import read_stops, read_trips
-    from transit_release.noise import NoiseSource
-    from transit_release.releases.opal import release_tables, sanitize_partition
-    from transit_release.preprocessing import key_space
 
     home = Home.at(tmp_path)
     summary = opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(tmp_path), **WEEK,
@@ -137,12 +148,7 @@ def test_two_local_workers_give_the_single_process_release_and_charge_once(prefe
     cfg = load_release_config()
     stops = validate(Stops, read_stops(small_week["stops"]), "stops")  # as the flow reads them
     enc = encode_trips(read_trips(small_week["trips"]), build_location_index(stops, MODES), cfg.bin_minutes)
-    noise = NoiseSource(seed=test_seed)
-    expected = release_tables([sanitize_partition(p, cfg, noise) for p in partition_histograms(enc)],
-                              key_space(enc), enc.vocab, cfg.bin_minutes)
-    for name, table in expected.items():
-        published = pd.read_csv(home.release_dir(rid) / f"{name}.csv", dtype=str, keep_default_na=False)
-        pd.testing.assert_frame_equal(published.astype({"count": np.int64}), table, check_dtype=False)
+    assert_published_equals_library(home, rid, enc, cfg, test_seed)
 
     keys = [(e.mode, e.date, e.marginal) for e in _spends(home) if e.release_id == rid]
     assert len(keys) == len(set(keys)) == 6 * 28
@@ -217,8 +223,7 @@ def test_card_level_streamed_on_two_workers_equals_the_in_memory_path(prefect_ha
     from transit_release.inputs.tables import read_stops, read_trips
     from transit_release.mechanisms.contribution_bounding import ContributionBounds
     from transit_release.noise import NoiseSource
-    from transit_release.preprocessing import key_space
-    from transit_release.releases.opal import bound_card_contributions, release_tables, sanitize_partition
+    from transit_release.releases.opal import bound_card_contributions
 
     home = Home.at(tmp_path)
     summary = opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(tmp_path), **WEEK,
@@ -233,10 +238,5 @@ def test_card_level_streamed_on_two_workers_equals_the_in_memory_path(prefect_ha
     kept, counts = bound_card_contributions(clean, bounds, NoiseSource(seed=test_seed), period, MODES)
     assert counts["rows_dropped"] > 0  # the bound did something
     enc = encode_trips(clean, build_location_index(stops, MODES), cfg.bin_minutes, kept)
-    noise = NoiseSource(seed=test_seed)
-    expected = release_tables([sanitize_partition(p, cfg, noise) for p in partition_histograms(enc)],
-                              key_space(enc), enc.vocab, cfg.bin_minutes)
-    for name, table in expected.items():
-        published = pd.read_csv(home.release_dir(rid) / f"{name}.csv", dtype=str, keep_default_na=False)
-        pd.testing.assert_frame_equal(published.astype({"count": np.int64}), table, check_dtype=False)
+    assert_published_equals_library(home, rid, enc, cfg, test_seed)
     assert summary["quarantine"]["bounding"] == counts  # the internal figures agree too

@@ -144,6 +144,7 @@ class ScreenTally:
     """The screen's figures gathered batch by batch (counts and the first row numbers only)."""
 
     period: Period
+    n_modes: int
     rows: int = 0
     by_reason: np.ndarray = field(default_factory=lambda: np.zeros(len(REASONS) + 1, dtype=np.int64))
     unknown_stop_rows: int = 0
@@ -151,9 +152,12 @@ class ScreenTally:
     unknown_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     outside_rows: int = 0
     outside_first: list[int] = field(default_factory=list)
-    clean_per_day: np.ndarray | None = None  # clean rows per day of the period, after each batch's repeats
-    spilled: np.ndarray | None = None  # rows spilled per partition code (mode index × days + day index)
+    spilled: np.ndarray | None = None  # clean rows per partition code (mode index × days + day index)
     batches: int = 0
+
+    def __post_init__(self):
+        if self.spilled is None:
+            self.spilled = np.zeros(self.n_modes * len(self.period.days), dtype=np.int64)
 
     @property
     def complete(self) -> bool:
@@ -161,21 +165,10 @@ class ScreenTally:
         found by its partition's step): the gate can then be applied before any partition is prepared."""
         return self.batches <= 1
 
-    def add(self, rs: screening.RowScreen, offset: int) -> None:
+    def add(self, rs: screening.RowScreen, code: np.ndarray, offset: int) -> None:
+        """One batch's screen; ``code`` is each clean row's partition code (-1 for the others)."""
         self.batches += 1
-        n_days = len(self.period.days)
-        clean = rs.reason == 0
-        day_counts = np.bincount(rs.day[clean], minlength=n_days)[:n_days]
-        self.clean_per_day = day_counts if self.clean_per_day is None else self.clean_per_day + day_counts
-        codes = rs.mode_code[clean].astype(np.int64) * n_days + rs.day[clean]
-        n_codes = n_days * int(rs.mode_code.max(initial=0) + 1)
-        part_counts = np.bincount(codes, minlength=n_codes)
-        if self.spilled is None:
-            self.spilled = part_counts
-        else:
-            size = max(self.spilled.size, part_counts.size)
-            self.spilled = np.pad(self.spilled, (0, size - self.spilled.size)) + \
-                np.pad(part_counts, (0, size - part_counts.size))
+        self.spilled += np.bincount(code[code >= 0], minlength=self.spilled.size)
         self.rows += rs.reason.size
         self.by_reason += np.bincount(rs.reason, minlength=len(REASONS) + 1)
         self.unknown_stop_rows += int(rs.unknown_stop.sum())
@@ -187,9 +180,7 @@ class ScreenTally:
 
     def spilled_rows(self, modes: tuple[str, ...]) -> dict[tuple[str, str], int]:
         """Rows the pass spilled per partition: what the partition steps must account for, row for row."""
-        labels = partition_labels(self.period, modes)
-        counts = np.zeros(len(labels), np.int64) if self.spilled is None else self.spilled
-        return {lab: int(counts[i]) if i < counts.size else 0 for i, lab in enumerate(labels)}
+        return {lab: int(n) for lab, n in zip(partition_labels(self.period, modes), self.spilled)}
 
     def figures(self, duplicates_per_day: np.ndarray | None = None) -> GateFigures:
         """The gate's figures, with the repeats the partition steps found across batches (per day)."""
@@ -197,8 +188,7 @@ class ScreenTally:
         extra = np.zeros(n_days, np.int64) if duplicates_per_day is None else np.asarray(duplicates_per_day)
         counts = self.by_reason[1:].copy()
         counts[REASONS.index("duplicate")] += int(extra.sum())
-        base = np.zeros(n_days, np.int64) if self.clean_per_day is None else self.clean_per_day
-        clean_per_day = base - extra
+        clean_per_day = self.spilled.reshape(self.n_modes, n_days).sum(axis=0) - extra
         return GateFigures(
             total_rows=self.rows, counts={r: int(c) for r, c in zip(REASONS, counts) if c},
             unknown_stop_rows=self.unknown_stop_rows, unknown_stop_first=tuple(self.unknown_stop_first),
@@ -250,7 +240,7 @@ def _pass(path: Path, text: bool, stops, period, quality, modes, spill, quaranti
     labels = partition_labels(period, modes)
     n_days = len(period.days)
     _reset(spill, quarantine_parts)
-    tally = ScreenTally(period)
+    tally = ScreenTally(period, len(modes))
     times, contract = ProblemTally(where, sort_keys=False), ProblemTally(where)
     parts: list[Path] = []
     for batch_no, (offset, df, time_problems) in enumerate(trip_frames(path, text, batch_bytes)):
@@ -265,8 +255,9 @@ def _pass(path: Path, text: bool, stops, period, quality, modes, spill, quaranti
             continue  # keep counting the contract's problems; nothing more is done with the file
         rs = screening.screen_rows(frame, stops, period, quality, modes)
         screening.mark_duplicates(frame, rs)  # within the batch; repeats across batches: the partition steps
-        tally.add(rs, offset)
         bad = rs.reason > 0
+        code = np.where(bad, -1, rs.mode_code.astype(np.int64) * n_days + rs.day)
+        tally.add(rs, code, offset)
         if bad.any():
             q = frame.loc[bad].copy()
             q.insert(0, "reason", np.array(REASONS, dtype=object)[rs.reason[bad] - 1])
@@ -274,7 +265,7 @@ def _pass(path: Path, text: bool, stops, period, quality, modes, spill, quaranti
             part = quarantine_parts / f"a{batch_no:06d}.parquet"
             q.to_parquet(part, index=False)
             parts.append(part)
-        _spill_batch(spill, batch_no, rs, ~bad, offset, labels, n_days)
+        _spill_batch(spill, batch_no, rs, code, offset, labels)
     times.raise_if_any()
     if tally.rows == 0 and not contract:
         raise InputDataError(f"{where}: no data rows (header only)")
@@ -292,12 +283,12 @@ def spill_dir(spill: Path, mode: str, date: str) -> Path:
     return Path(spill) / f"mode={mode}" / f"date={date}"
 
 
-def _spill_batch(spill: Path, batch_no: int, rs: screening.RowScreen, clean: np.ndarray, offset: int,
-                 labels: list[tuple[str, str]], n_days: int) -> None:
-    rows = np.flatnonzero(clean)
+def _spill_batch(spill: Path, batch_no: int, rs: screening.RowScreen, code: np.ndarray, offset: int,
+                 labels: list[tuple[str, str]]) -> None:
+    rows = np.flatnonzero(code >= 0)
     if not rows.size:
         return
-    code = rs.mode_code[rows].astype(np.int64) * n_days + rs.day[rows]
+    code = code[rows]
     order = np.argsort(code, kind="stable")
     rows, code = rows[order], code[order]
     starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
