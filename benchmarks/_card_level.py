@@ -75,9 +75,10 @@ def bound_week(week: Week, bounds: ContributionBounds, noise: NoiseSource) -> tu
 
 
 def sanitize_card_level(parts: list[PartitionHistograms], epsilons, delta: float, k: int,
-                        noise: NoiseSource, truncated: bool = False) -> dict:
-    """{(mode, date, marginal): (released keys, released counts)} with the card-level SBH (``truncated``: its
-    truncated-noise variant, same (ε, δ) per card, lower thresholds; not what releases use yet)."""
+                        noise: NoiseSource, truncated: bool = True) -> dict:
+    """{(mode, date, marginal): (released keys, released counts)} with the card-level SBH: with truncated noise
+    (what card-level releases draw), or with ``truncated=False`` the untruncated SBH (same (ε, δ) per card,
+    higher thresholds)."""
     out = {}
     budget, sanitize = ((TruncatedCardLevelBudget, truncated_card_level_stability_histogram) if truncated
                         else (CardLevelBudget, card_level_stability_histogram))

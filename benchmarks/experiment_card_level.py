@@ -69,7 +69,7 @@ from _card_level import (PAPER_DELTA, PAPER_EPSILONS, Week, bound_week, load_wee
 from transit_release.accounting.pld import (components_for_card_release, cumulative_loss,  # noqa: E402
                                             weekly_releases_loss)
 from transit_release.mechanisms.contribution_bounding import ContributionBounds  # noqa: E402
-from transit_release.mechanisms.stability_histogram import (CARD_LEVEL_DEFAULTS, CardLevelBudget)  # noqa: E402
+from transit_release.mechanisms.stability_histogram import CARD_LEVEL_DEFAULTS, TruncatedCardLevelBudget  # noqa: E402
 from transit_release.noise import NoiseSource  # noqa: E402
 
 PROPORTIONS = (1, 1, 1, 1, 2, 2)
@@ -126,7 +126,7 @@ def sweep(week: Week, ks, ps, scales, truth) -> pd.DataFrame:
                 u = utility(released, truth, week.n_trips)
                 comps = components_for_card_release(eps, [DELTA_J] * 6, k, p)
                 loss = cumulative_loss(comps, PLD_DELTA_WEEK)
-                thresholds = [CardLevelBudget(e, DELTA_J, k).threshold for e in eps]
+                thresholds = [TruncatedCardLevelBudget(e, DELTA_J, k).threshold for e in eps]
                 rows.append({"k": k, "P": p, "eps_scale": s, "eps_j": "/".join(f"{e:g}" for e in eps),
                              "thresholds": "/".join(map(str, thresholds)),
                              "card_week_eps_basic": loss.basic_epsilon, "card_week_eps_pld": loss.pld_epsilon,

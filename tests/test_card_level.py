@@ -9,27 +9,33 @@ import pytest
 from tests.conftest import WEEK_FLAGS
 from tests.test_accounting import partition_events
 from transit_release.accounting.accountant import compose_one
-from transit_release.accounting.events import CardStabilityHistogramEvent
+from transit_release.accounting.events import CardStabilityHistogramEvent, TruncatedCardStabilityHistogramEvent
 from transit_release.accounting.ledger import Ledger
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
 from transit_release.cli import main
 from transit_release.config import default_config_path, load_release_config
 from transit_release.errors import BudgetExceededError, ConfigError
+from transit_release.mechanisms.stability_histogram import CardLevelBudget
 
 
-def card_events(rid: str, eps_scale: float = 0.1, days: int = 7):
+def card_events(rid: str, eps_scale: float = 0.1, days: int = 7, truncated: bool = True):
+    """A card-level release's spends; ``truncated=False``: as releases recorded them before card-level releases
+    drew truncated noise (a ledger may hold both)."""
     cfg = load_release_config(unit="card").with_overrides(epsilons=[eps_scale * w for w in (1, 1, 1, 1, 2, 2)])
     out = []
     for mode in ("bus", "ferry", "lightrail", "train"):
         for d in range(days):
             for name, b in cfg.budgets.items():
                 sbh = cfg.sbh_budget(name)
-                out.append(CardStabilityHistogramEvent(
-                    release_id=rid, mode=mode, date=f"201608{8 + d:02d}", marginal=name,
-                    epsilon=b.epsilon, delta=b.delta, threshold=sbh.threshold,
-                    noise_scale=str(sbh.scale), sensitivity=2, max_trips_per_partition=2, max_partitions=10,
-                    period_start="2016-08-08", period_end="2016-08-14", unit_of_privacy="card",
-                    neighbouring="add-remove-one", input_fingerprint="f", code_version="c"))
+                common = dict(release_id=rid, mode=mode, date=f"201608{8 + d:02d}", marginal=name,
+                              epsilon=b.epsilon, delta=b.delta, noise_scale=str(sbh.scale), sensitivity=2,
+                              max_trips_per_partition=2, max_partitions=10, period_start="2016-08-08",
+                              period_end="2016-08-14", unit_of_privacy="card", neighbouring="add-remove-one",
+                              input_fingerprint="f", code_version="c")
+                out.append(TruncatedCardStabilityHistogramEvent(**common, threshold=sbh.threshold,
+                                                                noise_bound=sbh.noise_bound) if truncated
+                           else CardStabilityHistogramEvent(**common,
+                                                            threshold=CardLevelBudget(b.epsilon, b.delta, 2).threshold))
     return out
 
 
@@ -37,7 +43,12 @@ def test_the_card_defaults_and_their_thresholds():
     cfg = load_release_config(unit="card")
     assert (cfg.unit_of_privacy, cfg.bounds.max_trips_per_partition, cfg.bounds.max_partitions) == ("card", 2, 10)
     assert cfg.partition_epsilon == pytest.approx(0.8) and cfg.release_epsilon == pytest.approx(8.0)
-    assert [cfg.sbh_budget(m).threshold for m in cfg.budgets] == [464, 464, 464, 464, 233, 233]
+    # truncated noise (what card-level releases draw): bound A, threshold A + k + 1
+    assert [cfg.sbh_budget(m).noise_bound for m in cfg.budgets] == [402, 402, 402, 402, 208, 208]
+    assert [cfg.sbh_budget(m).threshold for m in cfg.budgets] == [405, 405, 405, 405, 211, 211]
+    # the untruncated card-level SBH at the same (ε_j, δ_j, k) needs higher thresholds
+    untruncated = [CardLevelBudget(b.epsilon, b.delta, 2).threshold for b in cfg.budgets.values()]
+    assert untruncated == [464, 464, 464, 464, 233, 233]
     trip = load_release_config()
     assert [trip.sbh_budget(m).threshold for m in trip.budgets] == [34, 34, 34, 34, 18, 18]  # the paper's, unchanged
     with pytest.raises(ConfigError, match="is for unit 'card', not 'trip'"):
@@ -90,6 +101,9 @@ def test_52_weekly_card_releases_by_basic_composition_and_by_pld():
     # the audit's reading of the ledger gives the same components as the closed description of a release
     comps = release_components(card_events("w1"))
     assert sum(c.count for c in comps) == 60 and {c.sensitivity for c in comps} == {2}
+    assert {c.noise_bound for c in comps} == {402, 208} and {c.threshold_delta for c in comps} == {0.0}
+    old = release_components(card_events("w0", truncated=False))  # spends recorded before: untruncated, δ_j beside
+    assert {c.noise_bound for c in old} == {None} and {c.threshold_delta for c in old} == {1e-10}
 
 
 def test_after_a_trip_level_release_the_per_card_loss_of_its_period_is_unbounded():
@@ -120,14 +134,16 @@ def test_a_card_level_release_end_to_end(prefect_harness, small_week, tmp_path, 
     manifest = json.loads((d / "manifest.json").read_text())
     p = manifest["privacy"]
     assert p["unit_of_privacy"] == "card" and p["bounds"] == {"max_trips_per_partition": 2, "max_partitions": 10}
-    assert {m["threshold"] for m in p["marginals"].values()} == {464, 233}
-    assert pd.read_csv(d / "location.csv")["count"].min() >= 464
+    assert {m["threshold"] for m in p["marginals"].values()} == {405, 211}
+    assert {m["noise_bound"] for m in p["marginals"].values()} == {402, 208}
+    assert pd.read_csv(d / "location.csv")["count"].min() >= 405
     card = (d / "DATACARD.md").read_text()
     assert "**card**: all of one passenger's trips in the period" in card
     assert "at most **2 trips per\n(mode, day)** and at most **10 (mode, day) partitions**" in card
+    assert "never exceeds A taps either way" in card and "A = 402 for j = 1, 2, 3, 4, A = 208 for j = 5, 6" in card
     assert "rows_dropped" not in json.dumps(manifest) and "rows_dropped" not in card  # internal figures stay internal
     spends = Ledger(home / "ledger.sqlite").spends("cards")
-    assert len(spends) == 28 * 6 and all(e.event().kind == "card_stability_histogram" for e in spends)
+    assert len(spends) == 28 * 6 and all(e.event().kind == "truncated_card_stability_histogram" for e in spends)
     report = home / "release_reports" / "cards"
     assert (report / "card_level_curve.png").stat().st_size > 5_000
     assert "Contribution bounding (card level)" in (report / "report.html").read_text()
@@ -137,7 +153,8 @@ def test_a_card_level_release_end_to_end(prefect_harness, small_week, tmp_path, 
     result = json.loads(audit_out[audit_out.index("{"):])
     loss = result["loss"]["card"]
     assert loss["basic"]["epsilon"] == pytest.approx(8.0)
-    assert loss["pld"] and loss["pld"]["epsilon"] < 8.0 and loss["pld"]["delta"] > loss["pld"]["pld_delta"]
+    # truncated noise: no threshold δ beside the PLD (its edge is inside it)
+    assert loss["pld"] and loss["pld"]["epsilon"] < 8.0 and loss["pld"]["delta"] == loss["pld"]["pld_delta"]
     assert result["card_unbounded_periods"] == []
     assert manifest["privacy"]["cumulative_at_publication"] == {"epsilon": pytest.approx(8.0),
                                                                 "delta": pytest.approx(6e-9), "releases": 1}

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from transit_release.accounting.pld import (DLapComponent, basic_loss, components_for_card_release,
-                                            components_for_trip_release, cumulative_loss, pld_epsilon,
-                                            to_dp_event, weekly_releases_loss)
+                                            components_for_trip_release, composed_pld, cumulative_loss,
+                                            pld_epsilon, release_components, to_dp_event, truncated_edge_mass,
+                                            weekly_releases_loss)
 
 OPAL_EPS = [1, 1, 1, 1, 2, 2]
 OPAL_DELTA = [1 / 8_000_000] * 6
@@ -23,7 +24,8 @@ def test_one_mechanism_equals_the_closed_form(scale, sens):
 
 
 def test_sampler_and_ideal_agree():
-    comps = components_for_card_release([0.25] * 4 + [0.5] * 2, [1e-9] * 6, 2, 5)
+    comps = components_for_card_release([0.25] * 4 + [0.5] * 2, [1e-9] * 6, 2, 5)  # truncated noise
+    assert all(c.noise_bound for c in comps)
     a = pld_epsilon(comps, 1e-8, noise="ideal")
     b = pld_epsilon(comps, 1e-8, noise="sampler")
     assert b == pytest.approx(a, rel=1e-6)
@@ -43,9 +45,10 @@ def test_pld_never_exceeds_basic(seed):
             assert loss.advanced_epsilon < loss.basic_epsilon
 
 
-def test_monotone_in_the_number_of_releases():
+@pytest.mark.parametrize("truncated", [False, True])
+def test_monotone_in_the_number_of_releases(truncated):
     eps = [0.05] * 4 + [0.1] * 2
-    figures = [weekly_releases_loss(r, eps, [1e-10] * 6, 2, 4, 1e-7) for r in (1, 2, 4, 8, 16)]
+    figures = [weekly_releases_loss(r, eps, [1e-10] * 6, 2, 4, 1e-7, truncated=truncated) for r in (1, 2, 4, 8, 16)]
     pld = [f.pld_epsilon for f in figures]
     basic = [f.basic_epsilon for f in figures]
     assert all(a < b for a, b in zip(pld, pld[1:]))
@@ -53,7 +56,11 @@ def test_monotone_in_the_number_of_releases():
     assert basic == pytest.approx([0.4 * 4 * r for r in (1, 2, 4, 8, 16)])
     assert all(p < b for p, b in zip(pld, basic))
     thr = [f.threshold_delta for f in figures]
-    assert thr == pytest.approx([6 * 4 * r * 1e-10 for r in (1, 2, 4, 8, 16)])
+    if truncated:  # no bad event; the noise's edge (≤ δ_j per use) is inside the PLD and in basic's δ
+        assert thr == [0.0] * 5
+        assert all(0 < f.basic_delta <= 6 * 4 * r * 1e-10 for f, r in zip(figures, (1, 2, 4, 8, 16)))
+    else:
+        assert thr == pytest.approx([6 * 4 * r * 1e-10 for r in (1, 2, 4, 8, 16)])
     # many small mechanisms: PLD clearly beats basic composition
     assert pld[-1] < 0.6 * basic[-1]
 
@@ -62,7 +69,7 @@ def test_dp_accounting_event_gives_the_same_epsilon():
     from dp_accounting import dp_event
     from dp_accounting.pld import pld_privacy_accountant
 
-    comps = components_for_card_release([0.5] * 4 + [1.0] * 2, [1e-9] * 6, 3, 2)
+    comps = components_for_card_release([0.5] * 4 + [1.0] * 2, [1e-9] * 6, 3, 2, truncated=False)
     acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
     acc.compose(to_dp_event(comps))
     assert isinstance(to_dp_event(comps), dp_event.ComposedDpEvent)
@@ -70,7 +77,7 @@ def test_dp_accounting_event_gives_the_same_epsilon():
 
 
 def test_card_components_and_trip_components():
-    comps = components_for_card_release(OPAL_EPS, OPAL_DELTA, 2, 7)
+    comps = components_for_card_release(OPAL_EPS, OPAL_DELTA, 2, 7, truncated=False)
     assert [(c.scale, c.sensitivity, c.count) for c in comps] == [(Fraction(2), 2, 7)] * 4 + [(Fraction(1), 2, 7)] * 2
     assert basic_loss(comps) == pytest.approx((8 * 7, 6 * 7 / 8_000_000))
     trip = components_for_trip_release(OPAL_EPS, OPAL_DELTA)
@@ -142,8 +149,97 @@ def test_single_key_shift_dominates_every_spread():
 def test_52_weekly_releases_at_the_defaults():
     from transit_release.accounting.pld import default_weekly_releases_loss
 
-    year = default_weekly_releases_loss(52, 5e-7)
+    untruncated = default_weekly_releases_loss(52, 5e-7, truncated=False)
+    assert untruncated.basic_epsilon == pytest.approx(416)
+    assert untruncated.threshold_delta == pytest.approx(52 * 10 * 6 * 1e-10)
+    assert untruncated.pld_epsilon == pytest.approx(66.95, abs=0.05)
+    assert untruncated.advanced_epsilon == pytest.approx(110.48, abs=0.05)
+    year = default_weekly_releases_loss(52, 5e-7)  # what card-level releases draw: truncated noise
     assert year.basic_epsilon == pytest.approx(416)
-    assert year.threshold_delta == pytest.approx(52 * 10 * 6 * 1e-10)
-    assert year.pld_epsilon == pytest.approx(66.95, abs=0.05)
+    assert year.threshold_delta == 0.0 and year.basic_delta <= 52 * 10 * 6 * 1e-10
+    assert year.pld_epsilon == pytest.approx(68.32, abs=0.05)  # at δ = 5e-7 in all (the edges are inside)
+    assert year.pld_total_delta == 5e-7
     assert year.advanced_epsilon == pytest.approx(110.48, abs=0.05)
+
+
+# --- truncated noise (what card-level releases draw) ------------------------------------------------------
+
+@pytest.mark.parametrize("scale,sens,bound", [(Fraction(20), 2, 402), (Fraction(10), 2, 208), (Fraction(4), 3, 30)])
+def test_truncated_one_mechanism_equals_the_closed_form(scale, sens, bound):
+    """One use of noise truncated to |Z| ≤ A, shifted by s: the finite losses are at most s/t, and the only
+    other outputs (the shifted side's top s values) have infinite loss, of mass edge = Q_A(Z ≥ A − s + 1). So
+    δ(s/t) = edge exactly, and below edge no finite ε holds."""
+    c = DLapComponent(scale, sens, noise_bound=bound)
+    edge = truncated_edge_mass(scale, bound, sens)
+    z = np.arange(-bound, bound + 1)
+    w = np.exp(-np.abs(z) / float(scale))
+    assert edge == pytest.approx(w[-sens:].sum() / w.sum(), rel=1e-9)  # the sampler's table ≈ the ideal
+    assert c.edge_delta == edge and c.use_delta == edge
+    pld = composed_pld([c])
+    assert pld.get_delta_for_epsilon(sens / float(scale) + 2e-4) == pytest.approx(edge, rel=1e-6)
+    assert pld_epsilon([c], edge * (1 + 1e-6)) == pytest.approx(sens / float(scale), abs=1.5e-4)
+    assert pld_epsilon([c], edge * 0.5) == math.inf
+
+
+def _trunc_loss_pmf(c: int, t: float, bound: int) -> tuple[dict[int, float], float]:
+    """Under the shifted side of the pair (Q_A shifted by c, Q_A): pmf of t·(finite privacy loss) and the mass
+    of infinite loss (outputs the unshifted side cannot produce)."""
+    z = np.arange(-bound, bound + 1)
+    q = np.exp(-np.abs(z) / t)
+    q /= q.sum()
+    pm: dict[int, float] = {}
+    inf = 0.0
+    for zi, qi in zip(z.tolist(), q.tolist()):  # output x = zi + c; the other side needs noise x = zi + c
+        if abs(zi + c) > bound:
+            inf += qi
+        else:
+            m = abs(zi + c) - abs(zi)
+            pm[m] = pm.get(m, 0.0) + qi
+    return pm, inf
+
+
+def test_truncated_single_key_shift_dominates_every_spread():
+    """As for untruncated noise (above), the single-key shift by l1 dominates every spread of the same total,
+    infinite-loss mass included: composing it per use is safe for a card whose k trips fall in several cells."""
+    worst = -1.0
+    for t in (2.0, 5.0, 10.0):
+        for bound in (6, int(3 * t), int(8 * t)):
+            for k in range(2, 6):
+                if bound < k:
+                    continue
+                single, single_inf = _trunc_loss_pmf(k, t, bound)
+                grid = sorted(set(np.linspace(0, k / t, 81).tolist()) | {m / t for m in range(0, k + 1)})
+                for spread in _integer_partitions(k):
+                    if len(spread) == 1:
+                        continue
+                    pm, alive = {0: 1.0}, 1.0  # alive: probability that no key's loss is infinite so far
+                    for c in spread:
+                        p, inf = _trunc_loss_pmf(c, t, bound)
+                        pm = _convolve(pm, p)
+                        alive *= 1 - inf
+                    inf_mass = 1 - alive
+                    assert inf_mass <= single_inf + 1e-15
+                    worst = max(worst, max((_hockey_stick(pm, t, e) + inf_mass)
+                                           - (_hockey_stick(single, t, e) + single_inf) for e in grid))
+    assert worst <= 1e-12
+
+
+def test_truncated_card_spends_are_read_with_their_noise():
+    """A card-level release's spends carry the noise bound; the accountant's components use it, with no
+    threshold δ beside (the threshold A + k + 1 is never reached by a key one card holds alone)."""
+    from datetime import date
+
+    from transit_release.config import load_release_config
+    from transit_release.inputs.screening import Period
+    from transit_release.releases.opal import plan_spends
+
+    config = load_release_config(None, unit="card")
+    period = Period(date(2016, 8, 8), date(2016, 8, 14))
+    events = plan_spends(period, config, "r1", "f" * 64, "test")
+    assert {e.kind for e in events} == {"truncated_card_stability_histogram"}
+    comps = release_components(events)
+    assert len(comps) == 6 * 10  # the P = 10 most expensive partitions of the 28, six marginals each
+    assert {c.noise_bound for c in comps} == {e.noise_bound for e in events} and all(c.threshold_delta == 0 for c in comps)
+    assert {e.threshold - e.noise_bound for e in events} == {2 + 1}
+    with pytest.raises(ValueError, match="no event for truncated"):
+        to_dp_event(comps)

@@ -1,4 +1,4 @@
-"""The card-level SBH with truncated discrete Laplace noise (library variant; releases do not use it yet).
+"""The card-level SBH with truncated discrete Laplace noise (what card-level releases draw).
 
 Checked here: the sampler's support and exact conditional distribution, the thresholds at the card defaults,
 minimality of the noise bound, that a key the card holds alone can never be released, and — exactly, from the

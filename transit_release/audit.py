@@ -299,7 +299,8 @@ def _pld(unit: str, report, events: list, pld_delta: float) -> dict | None:
     return {"epsilon": loss.pld_epsilon, "delta": loss.pld_total_delta, "pld_delta": pld_delta,
             "threshold_delta": loss.threshold_delta, "mechanisms": loss.mechanisms,
             "method": "privacy-loss distributions of the discrete Laplace parts (Google's dp_accounting, built "
-                      "from the sampled integer noise), the thresholds' δ added beside"}
+                      "from the sampled integer noise, truncated where the release truncated it, its edge as "
+                      "infinite loss), the thresholds' δ added beside"}
 
 
 def cumulative_loss(entries: list[LedgerEntry], delta_prime: float = DEFAULT_DELTA_PRIME,

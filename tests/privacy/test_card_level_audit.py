@@ -8,9 +8,10 @@ more than k), all at the same tap-on time, so its whole contribution lands on on
 histogram — the tight case for L1 = k.
 
 Each run is the project's own code path: :func:`transit_release.releases.opal.bound_card_contributions`
-on the trips (the card's kept trips chosen by the secure source), the histograms, and
-:func:`~transit_release.mechanisms.stability_histogram.card_level_stability_histogram` at the
-configuration's budget. The SBH treats points independently, so one call on ``n`` copies of the
+on the trips (the card's kept trips chosen by the secure source), the histograms, and the sanitizer the
+release calls for the configuration's budget (:func:`transit_release.releases.opal.sanitizer_for`: the SBH
+with truncated noise). The key a card holds alone is audited for both noises: the truncated one (what
+card-level releases draw) and the untruncated card-level SBH (the library function the trip level also uses). The SBH treats points independently, so one call on ``n`` copies of the
 watched point is ``n`` independent runs of it. The negative control skips the bounding (a card with an
 unbounded number of trips): it must FAIL.
 """
@@ -24,7 +25,7 @@ import pytest
 import transit_release.mechanisms.stability_histogram as sbh
 from transit_release.config import load_release_config
 from transit_release.mechanisms.contribution_bounding import ContributionBounds
-from transit_release.noise import NoiseSource
+from transit_release.noise import NoiseSource, discrete_laplace_table
 from transit_release.releases import opal
 from tests.privacy.audit import check, run_case
 
@@ -63,8 +64,10 @@ def watched_count(trips: pd.DataFrame, bounds: ContributionBounds, seed: int | N
 
 
 def draw_of(count: int, budget, generator: np.random.Generator):
+    sanitize = opal.sanitizer_for(budget)
+
     def draw(n: int) -> np.ndarray:
-        res = sbh.card_level_stability_histogram(np.full(n, count, dtype=np.int64), budget, generator)
+        res = sanitize(np.full(n, count, dtype=np.int64), budget, generator)
         out = np.full(n, NOT_RELEASED, dtype=np.int64)
         out[res.kept] = res.counts
         return out
@@ -120,39 +123,50 @@ def test_the_bounding_keeps_k_per_partition_and_p_partitions_whatever_the_row_or
     pd.testing.assert_frame_equal(a, b)
 
 
-def absent_key_case(name: str, runs: int, seed: int, lowered: int = 0, control: str = ""):
+def absent_key_case(name: str, runs: int, seed: int, lowered: int = 0, control: str = "", truncated: bool = True):
     """D′ = D plus one card whose k kept trips are the only ones at a key (03:00): in D the key is absent (never
-    released), in D′ its count is k. The claim at the card threshold: Pr[released | D′] ≤ δ_j (and ε_j)."""
+    released), in D′ its count is k. The claim at the card threshold: Pr[released | D′] ≤ δ_j (and ε_j).
+    ``truncated``: the release's noise (bounded by A, threshold A + k + 1: never released at all); otherwise
+    the untruncated card-level SBH (released only through the bad event)."""
     cfg = load_release_config(unit="card").with_overrides(epsilons=[2.0] * 6, delta=1e-3)  # stressed: measurable
     budget = cfg.sbh_budget("tap_on_time")
+    if not truncated:
+        budget = sbh.CardLevelBudget(budget.epsilon, budget.delta, budget.max_rows_per_partition)
+    assert isinstance(budget, sbh.TruncatedCardLevelBudget) == truncated
     k = budget.max_rows_per_partition
     threshold = budget.threshold - lowered
     g = NoiseSource(seed=seed)
     generator = g.stream("card-absent", name, "D2")
+    table = discrete_laplace_table(budget.scale)
 
     def draw_d(n: int) -> np.ndarray:
         return np.full(n, NOT_RELEASED, dtype=np.int64)
 
     def draw_d2(n: int) -> np.ndarray:
-        res = sbh._sanitize(np.full(n, k, dtype=np.int64), budget.scale, threshold, generator)
-        out = np.full(n, NOT_RELEASED, dtype=np.int64)
-        out[res.kept] = res.counts
-        return out
+        noise = (table.sample_within(generator, budget.noise_bound, n) if truncated else table.sample(generator, n))
+        noisy = k + noise
+        return np.where(noisy >= threshold, noisy, NOT_RELEASED).astype(np.int64)
 
     ev = {"released": lambda v: v != NOT_RELEASED}
-    for x in range(budget.threshold - 3, budget.threshold + 3):
+    for x in range(threshold - 1, budget.threshold + 3):
         ev[f"released ≥ {x}"] = lambda v, x=x: v >= x
-    return run_case(name, "card-level SBH", draw_d, draw_d2, ev, runs, budget.epsilon, budget.delta,
-                    control=control)
+    return run_case(name, "card-level SBH" + (", truncated noise" if truncated else ""), draw_d, draw_d2, ev, runs,
+                    budget.epsilon, budget.delta, control=control)
 
 
-def test_a_card_alone_at_a_key_is_released_at_most_delta_of_the_time(audit_sizes, audit_seed, audit_report):
-    result = absent_key_case("card-level: a card's k trips alone at a key, present vs absent", audit_sizes.sbh,
-                             audit_seed)
+@pytest.mark.parametrize("truncated", [True, False], ids=["truncated", "untruncated"])
+def test_a_card_alone_at_a_key_is_released_at_most_delta_of_the_time(truncated, audit_sizes, audit_seed,
+                                                                      audit_report):
+    result = absent_key_case("card-level: a card's k trips alone at a key, present vs absent"
+                             + (" (truncated noise)" if truncated else " (untruncated)"), audit_sizes.sbh,
+                             audit_seed, truncated=truncated)
     check(result, audit_report, "PASS")
 
 
-def test_control_the_card_threshold_lowered_fails(audit_sizes, audit_seed, audit_report):
-    result = absent_key_case("card-level: the same, card threshold lowered by 3", audit_sizes.sbh_control,
-                             audit_seed, lowered=3, control="card threshold lowered by 3")
+@pytest.mark.parametrize("truncated,lowered", [(True, 4), (False, 3)], ids=["truncated", "untruncated"])
+def test_control_the_card_threshold_lowered_fails(truncated, lowered, audit_sizes, audit_seed, audit_report):
+    result = absent_key_case(f"card-level: the same, card threshold lowered by {lowered}"
+                             + (" (truncated noise)" if truncated else " (untruncated)"), audit_sizes.sbh_control,
+                             audit_seed, lowered=lowered, truncated=truncated,
+                             control=f"card threshold lowered by {lowered}")
     check(result, audit_report, "FAIL")

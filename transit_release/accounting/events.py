@@ -285,8 +285,38 @@ class SafePathEvent(_PeriodScoped):
         return "safepath"
 
 
+@dataclass(frozen=True)
+class TruncatedCardStabilityHistogramEvent(CardStabilityHistogramEvent):
+    """One card-level stability-based histogram with *truncated* discrete Laplace noise over one
+    (partition, marginal) of a card-level Opal release
+    (:func:`~transit_release.mechanisms.stability_histogram.truncated_card_level_stability_histogram`).
+
+    Everything as :class:`CardStabilityHistogramEvent` (bounds ``k`` and ``P``, the period, sensitivity ``l1``,
+    scale ``sensitivity/ε``) except the noise: every draw lies in ``[−noise_bound, noise_bound]`` (the sampled
+    table conditioned on ``|Z| ≤ A``) and the threshold is ``A + k + 1``, so a key the card holds alone is never
+    released (no bad event); ``delta`` bounds the probability mass of the noise's top ``l1`` values, where one
+    side has an output the other cannot have, plus the sampler's slack. The accountant composes it as the
+    untruncated event for basic composition; the PLD (:mod:`transit_release.accounting.pld`) is built from the
+    truncated noise itself, its edge as infinite loss.
+    """
+
+    kind: ClassVar[str] = "truncated_card_stability_histogram"
+
+    noise_bound: int
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.noise_bound < self.sensitivity:
+            raise InvalidEventError(f"{self.kind} event: noise_bound must be at least the sensitivity "
+                                    f"{self.sensitivity}. Found {self.noise_bound}.")
+        if self.threshold != self.noise_bound + self.max_trips_per_partition + 1:
+            raise InvalidEventError(f"{self.kind} event: the threshold must be noise_bound + k + 1 = "
+                                    f"{self.noise_bound + self.max_trips_per_partition + 1}. Found {self.threshold}.")
+
+
 EVENT_TYPES: dict[str, type] = {StabilityHistogramEvent.kind: StabilityHistogramEvent,
                                 CardStabilityHistogramEvent.kind: CardStabilityHistogramEvent,
+                                TruncatedCardStabilityHistogramEvent.kind: TruncatedCardStabilityHistogramEvent,
                                 PrefixTreeEvent.kind: PrefixTreeEvent, SafePathEvent.kind: SafePathEvent}
 
 

@@ -56,6 +56,18 @@ agree to about 10⁻⁸ (relative) in ε at the δ we use. (Adding the table's T
 ideal PLD's δ instead would cost ``(1 + e^{ε})·η`` per noisy count at the
 *composed* ε, which explodes for a year of releases.)
 
+**Truncated noise** (what card-level releases draw:
+:func:`~transit_release.mechanisms.stability_histogram.truncated_card_level_stability_histogram`). The noise
+is the sampled table conditioned on ``|Z| ≤ A`` and the threshold is ``A + k + 1``, so a key one side has
+alone is never released: there is no bad event and no threshold δ beside. The pair composed is the drawn
+truncated noise shifted by ``l1`` against the unshifted one, built from the exact conditioned pmf (no TV
+slack); the shifted side's top ``l1`` outputs have no counterpart and are the PLD's infinite-loss mass,
+which ``dp_accounting`` counts in δ. The single-key shift dominates every spread here too, infinite-loss
+mass included (checked exactly for every integer partition of ``l1 ≤ 5`` at several scales and bounds:
+``tests/test_pld.py::test_truncated_single_key_shift_dominates_every_spread``). For basic and advanced
+composition one use is ``(l1/t, edge)`` with ``edge = P̂(Z ≥ A − l1 + 1 | |Z| ≤ A) ≤ δ_j``
+(:func:`truncated_edge_mass`). dp_accounting has no ``DpEvent`` for it, so :func:`to_dp_event` refuses it.
+
 **Public API** (what the lead calls):
 
 * :class:`DLapComponent` — (noise scale, sensitivity, count, threshold δ per use);
@@ -96,6 +108,7 @@ class DLapComponent:
     sensitivity: int
     count: int = 1
     threshold_delta: float = 0.0
+    noise_bound: int | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "scale", exact_fraction(self.scale) if not isinstance(self.scale, str)
@@ -108,39 +121,95 @@ class DLapComponent:
             raise ValueError(f"`count` must be positive. Found {self.count}.")
         if not 0 <= self.threshold_delta < 1:
             raise ValueError(f"threshold_delta must be in [0, 1). Found {self.threshold_delta}.")
+        if self.noise_bound is not None:
+            if int(self.noise_bound) != self.noise_bound or self.noise_bound < self.sensitivity:
+                raise ValueError(f"noise_bound must be an integer of at least the sensitivity {self.sensitivity}. "
+                                 f"Found {self.noise_bound}.")
+            object.__setattr__(self, "noise_bound", int(self.noise_bound))
 
     @property
     def epsilon(self) -> float:
-        """Pure ε of one use of the discrete Laplace part: ``sensitivity/scale``."""
+        """ε of one use of the discrete Laplace part: ``sensitivity/scale`` (for truncated noise, at the δ of
+        :attr:`edge_delta`)."""
         return float(Fraction(self.sensitivity) / self.scale)
 
+    @property
+    def edge_delta(self) -> float:
+        """δ of one use at :attr:`epsilon` that lies in the noise itself: 0 for untruncated noise; for noise
+        truncated to ``|Z| ≤ A`` the drawn mass of the top ``sensitivity`` values, where the shifted side has an
+        output the other side cannot produce (infinite privacy loss; also in the PLD)."""
+        if self.noise_bound is None:
+            return 0.0
+        return truncated_edge_mass(self.scale, self.noise_bound, self.sensitivity)
 
-def _merge(components: Iterable[DLapComponent]) -> dict[tuple[Fraction, int], tuple[int, float]]:
-    """(scale, sensitivity) → (total count, total threshold δ): composition is commutative."""
-    out: dict[tuple[Fraction, int], tuple[int, float]] = {}
+    @property
+    def use_delta(self) -> float:
+        """δ of one use at :attr:`epsilon` (basic and advanced composition): the threshold's plus the edge's."""
+        return self.threshold_delta + self.edge_delta
+
+
+def _merge(components: Iterable[DLapComponent]) -> dict[tuple[Fraction, int, int], tuple[int, float]]:
+    """(scale, sensitivity, noise bound or -1) → (total count, total threshold δ): composition is commutative."""
+    out: dict[tuple[Fraction, int, int], tuple[int, float]] = {}
     for c in components:
-        n, d = out.get((c.scale, int(c.sensitivity)), (0, 0.0))
-        out[(c.scale, int(c.sensitivity))] = (n + int(c.count), d + c.count * c.threshold_delta)
+        key = (c.scale, int(c.sensitivity), -1 if c.noise_bound is None else c.noise_bound)
+        n, d = out.get(key, (0, 0.0))
+        out[key] = (n + int(c.count), d + c.count * c.threshold_delta)
     return out
 
 
-@lru_cache(maxsize=256)
-def _single_pld(scale: Fraction, sensitivity: int, noise: str, interval: float):
-    from dp_accounting.pld import privacy_loss_distribution as pld
-
-    if noise == "ideal":
-        return pld.from_discrete_laplace_mechanism(1 / float(scale), sensitivity=sensitivity,
-                                                   value_discretization_interval=interval)
-    if noise != "sampler":
-        raise ValueError(f"noise must be one of {NOISE_KINDS}. Found {noise!r}.")
+def _table_log_pmf(scale: Fraction, bound: int | None) -> dict[int, float]:
+    """``z → ln P̂(Z = z)`` of the integer table the project samples from, conditioned on ``|Z| ≤ bound`` when a
+    bound is given (exactly what :meth:`~transit_release.noise.DiscreteLaplaceTable.sample_within` draws)."""
     table = discrete_laplace_table(scale)
     bounds = [0, *(int(c) for c in table.cuts), 1 << 64]
-    log2_64 = 64 * math.log(2)
-    log_pmf = {}
-    for i, z in enumerate(range(-table.support_max, table.support_max + 1)):
-        mass = bounds[i + 1] - bounds[i]
-        if mass > 0:
-            log_pmf[z] = math.log(mass) - log2_64
+    masses = {z: bounds[i + 1] - bounds[i]
+              for i, z in enumerate(range(-table.support_max, table.support_max + 1))}
+    if bound is not None:
+        masses = {z: m for z, m in masses.items() if -bound <= z <= bound}
+    total = sum(masses.values())  # exact integers: the renormalisation is exact up to one log each
+    log_total = math.log(total)
+    return {z: math.log(m) - log_total for z, m in masses.items() if m > 0}
+
+
+def _ideal_truncated_log_pmf(scale: Fraction, bound: int) -> dict[int, float]:
+    """``z → ln Q_A(z)``: the ideal discrete Laplace at ``scale`` conditioned on ``|Z| ≤ A``."""
+    inv = 1.0 / float(scale)
+    log_w = {z: -abs(z) * inv for z in range(-bound, bound + 1)}
+    top = max(log_w.values())
+    log_total = top + math.log(math.fsum(math.exp(v - top) for v in log_w.values()))
+    return {z: v - log_total for z, v in log_w.items()}
+
+
+@lru_cache(maxsize=256)
+def truncated_edge_mass(scale: Fraction, bound: int, sensitivity: int) -> float:
+    """``P̂(Z ≥ A − s + 1 | |Z| ≤ A)`` of the sampled table at ``scale``, ``A = bound``, ``s = sensitivity``: the
+    probability of an output only the shifted side can produce, rounded up."""
+    table = discrete_laplace_table(scale)
+    cuts = [0, *(int(c) for c in table.cuts), 1 << 64]
+    offset = table.support_max
+    mass = lambda z: cuts[z + offset + 1] - cuts[z + offset]  # noqa: E731
+    inside = sum(mass(z) for z in range(-bound, bound + 1))
+    edge = sum(mass(z) for z in range(bound - sensitivity + 1, bound + 1))
+    return math.nextafter(float(Fraction(edge, inside)), math.inf)
+
+
+@lru_cache(maxsize=256)
+def _single_pld(scale: Fraction, sensitivity: int, noise: str, interval: float, bound: int = -1):
+    """One use's PLD: the pair (noise shifted by ``sensitivity``, noise). ``bound`` ≥ 0: noise truncated to
+    ``|Z| ≤ bound``; the shifted side's top ``sensitivity`` outputs have no counterpart and go to the PLD's
+    infinite-loss mass (dp_accounting counts it in δ)."""
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    if noise not in NOISE_KINDS:
+        raise ValueError(f"noise must be one of {NOISE_KINDS}. Found {noise!r}.")
+    if noise == "ideal" and bound < 0:
+        return pld.from_discrete_laplace_mechanism(1 / float(scale), sensitivity=sensitivity,
+                                                   value_discretization_interval=interval)
+    if noise == "ideal":
+        log_pmf = _ideal_truncated_log_pmf(scale, bound)
+    else:
+        log_pmf = _table_log_pmf(scale, None if bound < 0 else bound)
     shifted = {z + sensitivity: lp for z, lp in log_pmf.items()}
     return pld.from_two_probability_mass_functions(shifted, log_pmf, pessimistic_estimate=True,
                                                    value_discretization_interval=interval, symmetric=False)
@@ -153,8 +222,8 @@ def composed_pld(components: Sequence[DLapComponent], noise: str = "sampler",
     if not merged:
         raise ValueError("no components to compose")
     out = None
-    for (scale, sens), (count, _) in sorted(merged.items()):
-        p = _single_pld(scale, sens, noise, value_discretization_interval)
+    for (scale, sens, bound), (count, _) in sorted(merged.items()):
+        p = _single_pld(scale, sens, noise, value_discretization_interval, bound)
         if count > 1:
             p = p.self_compose(count)
         out = p if out is None else out.compose(p)
@@ -175,20 +244,24 @@ def threshold_delta(components: Iterable[DLapComponent]) -> float:
 
 
 def basic_loss(components: Iterable[DLapComponent]) -> tuple[float, float]:
-    """Basic composition: (Σ count·sensitivity/scale, Σ count·threshold δ)."""
+    """Basic composition: (Σ count·sensitivity/scale, Σ count·(threshold δ + edge δ))."""
     comps = list(components)
     eps = sum((c.count * Fraction(c.sensitivity) / c.scale for c in comps), Fraction(0))
-    return float(eps), threshold_delta(comps)
+    return float(eps), float(math.fsum(c.count * c.use_delta for c in comps))
 
 
 def to_dp_event(components: Sequence[DLapComponent]):
     """The components as a ``dp_accounting`` event: a composition of self-composed ``DiscreteLaplaceDpEvent``s
-    (noise parameter ``1/scale``; ideal noise; the thresholds' δ is not part of the event)."""
+    (noise parameter ``1/scale``; ideal noise; the thresholds' δ is not part of the event). dp_accounting has no
+    event for truncated noise: such components are refused (``ValueError``)."""
     from dp_accounting import dp_event
 
+    merged = _merge(components)
+    if any(bound >= 0 for _, _, bound in merged):
+        raise ValueError("dp_accounting has no event for truncated discrete Laplace noise; use composed_pld")
     events = [dp_event.SelfComposedDpEvent(
         dp_event.DiscreteLaplaceDpEvent(noise_parameter=1 / float(scale), sensitivity=sens), count)
-        for (scale, sens), (count, _) in sorted(_merge(components).items())]
+        for (scale, sens, _), (count, _) in sorted(merged.items())]
     return dp_event.ComposedDpEvent(events)
 
 
@@ -235,25 +308,38 @@ def cumulative_loss(components: Sequence[DLapComponent], pld_delta: float, noise
     p_eps = pld_epsilon(comps, pld_delta, noise, value_discretization_interval) if comps else 0.0
     a_eps = a_delta = None
     if comps and pld_delta > 0:
-        losses = [PrivacyLoss(Fraction(c.sensitivity) / c.scale, exact_fraction(c.threshold_delta))
+        losses = [PrivacyLoss(Fraction(c.sensitivity) / c.scale, exact_fraction(c.use_delta))
                   for c in comps for _ in range(c.count)]
         adv = advanced_composition(losses, pld_delta)
         if adv.epsilon < b_eps:
             a_eps, a_delta = adv.epsilon, adv.delta
+    t_delta = threshold_delta(comps)
+    if b_delta <= pld_delta + t_delta:  # basic's ε also holds at the PLD figure's δ: never report more than it
+        p_eps = min(p_eps, b_eps)
     return CumulativeLoss(mechanisms=sum(c.count for c in comps), basic_epsilon=b_eps, basic_delta=b_delta,
-                          pld_epsilon=min(p_eps, b_eps), pld_delta=pld_delta, threshold_delta=b_delta,
+                          pld_epsilon=p_eps, pld_delta=pld_delta, threshold_delta=t_delta,
                           advanced_epsilon=a_eps, advanced_delta=a_delta, noise=noise)
 
 
 def components_for_card_release(epsilons: Sequence[float], deltas: Sequence[float], max_rows_per_partition: int,
-                                max_partitions: int, neighbouring: str = "add-remove-one") -> list[DLapComponent]:
+                                max_partitions: int, neighbouring: str = "add-remove-one",
+                                truncated: bool = True) -> list[DLapComponent]:
     """What one card takes part in per card-level release: each marginal ``j`` (ε_j, δ_j) in each of its at
-    most ``P`` partitions, sensitivity ``l1`` of :func:`card_sensitivity` at scale ``l1/ε_j``."""
-    from transit_release.mechanisms.stability_histogram import card_sensitivity, user_level_scale
+    most ``P`` partitions, sensitivity ``l1`` of :func:`card_sensitivity` at scale ``l1/ε_j``.
+
+    ``truncated`` (what card-level releases draw): noise bounded by the marginal's
+    :attr:`~transit_release.mechanisms.stability_histogram.TruncatedCardLevelBudget.noise_bound`, whose edge is
+    inside the PLD and no threshold δ beside; otherwise the untruncated SBH with ``δ_j`` beside."""
+    from transit_release.mechanisms.stability_histogram import (TruncatedCardLevelBudget, card_sensitivity,
+                                                                user_level_scale)
 
     if len(epsilons) != len(deltas):
         raise ValueError(f"one δ per ε: {len(epsilons)} epsilons, {len(deltas)} deltas")
     l0, l1, linf = card_sensitivity(max_rows_per_partition, neighbouring)
+    if truncated:
+        return [DLapComponent(user_level_scale(e, l1), l1, int(max_partitions), 0.0,
+                              TruncatedCardLevelBudget(e, d, max_rows_per_partition, neighbouring).noise_bound)
+                for e, d in zip(epsilons, deltas)]
     return [DLapComponent(user_level_scale(e, l1), l1, int(max_partitions), float(d))
             for e, d in zip(epsilons, deltas)]
 
@@ -268,32 +354,36 @@ def components_for_trip_release(epsilons: Sequence[float], deltas: Sequence[floa
 
 def weekly_releases_loss(releases: int, epsilons: Sequence[float], deltas: Sequence[float],
                          max_rows_per_partition: int, max_partitions: int, pld_delta: float,
-                         noise: str = "sampler") -> CumulativeLoss:
+                         noise: str = "sampler", truncated: bool = True) -> CumulativeLoss:
     """Cumulative per-card loss of ``releases`` card-level releases with the same parameters."""
     if int(releases) != releases or releases < 1:
         raise ValueError(f"`releases` must be positive. Found {releases}.")
-    per_release = components_for_card_release(epsilons, deltas, max_rows_per_partition, max_partitions)
-    return cumulative_loss([DLapComponent(c.scale, c.sensitivity, c.count * int(releases), c.threshold_delta)
-                            for c in per_release], pld_delta, noise)
+    per_release = components_for_card_release(epsilons, deltas, max_rows_per_partition, max_partitions,
+                                              truncated=truncated)
+    return cumulative_loss([DLapComponent(c.scale, c.sensitivity, c.count * int(releases), c.threshold_delta,
+                                          c.noise_bound) for c in per_release], pld_delta, noise)
 
 
 def default_weekly_releases_loss(releases: int = 52, pld_delta: float = 5e-7,
-                                 noise: str = "sampler") -> CumulativeLoss:
+                                 noise: str = "sampler", truncated: bool = True) -> CumulativeLoss:
     """Cumulative per-card loss of ``releases`` weekly card-level releases at
     :data:`~transit_release.mechanisms.stability_histogram.CARD_LEVEL_DEFAULTS`.
 
-    At the defaults (k = 2, P = 10, ε_j = 0.1·(1, 1, 1, 1, 2, 2), δ_j = 10⁻¹⁰), 52 weeks: basic composition
-    ε = 416 (δ = 3.12·10⁻⁷); PLD ε ≈ 66.95 at δ = 5·10⁻⁷ + 3.12·10⁻⁷ (thresholds); advanced composition
-    ε ≈ 110.5 at the same δ. One week: basic 8, PLD ≈ 5.14 (δ = 5·10⁻⁷ + 6·10⁻⁹).
+    At the defaults (k = 2, P = 10, ε_j = 0.1·(1, 1, 1, 1, 2, 2), δ_j = 10⁻¹⁰), with truncated noise (what
+    card-level releases draw), 52 weeks: basic composition ε = 416 (δ = 3.0·10⁻⁷, the noise edges); PLD
+    ε ≈ 68.3 at δ = 5·10⁻⁷ in all (the edges inside); advanced composition ε ≈ 110.5. One week: basic 8,
+    PLD ≈ 5.15 at δ = 5·10⁻⁷. ``truncated=False`` (the untruncated SBH, as releases drew before): PLD
+    ε ≈ 66.95 at δ = 5·10⁻⁷ + 3.12·10⁻⁷ of thresholds beside.
     """
     from transit_release.mechanisms.stability_histogram import CARD_LEVEL_DEFAULTS, card_level_default_budgets
 
     eps, deltas = card_level_default_budgets()
     return weekly_releases_loss(releases, eps, deltas, CARD_LEVEL_DEFAULTS["k"], CARD_LEVEL_DEFAULTS["P"],
-                                pld_delta, noise)
+                                pld_delta, noise, truncated)
 
 
-__all__ = ["DLapComponent", "default_weekly_releases_loss", "CumulativeLoss", "pld_epsilon", "composed_pld", "threshold_delta", "basic_loss",
+__all__ = ["DLapComponent", "default_weekly_releases_loss", "CumulativeLoss", "pld_epsilon", "composed_pld",
+           "threshold_delta", "basic_loss", "truncated_edge_mass",
            "cumulative_loss", "components_for_card_release", "components_for_trip_release",
            "weekly_releases_loss", "to_dp_event", "VALUE_DISCRETIZATION", "NOISE_KINDS"]
 
@@ -303,7 +393,9 @@ def release_components(events: Sequence) -> list[DLapComponent]:
 
     Trip-level spends (replace-one): every spend of the unit's worst partition counts (the caller passes the
     spends of one cell). Card-level spends: per release, the ``P`` partitions most expensive for one card
-    (the contribution bound), each marginal at its scale with sensitivity ``l1``. Other events have no
+    (the contribution bound), each marginal at its scale with sensitivity ``l1``; spends with a ``noise_bound``
+    (truncated noise) carry it, and no threshold δ (their threshold is never reached by a key one side has
+    alone; the noise's edge is in the PLD). Other events have no
     discrete Laplace decomposition here: ``ValueError``.
     """
     from collections import defaultdict
@@ -320,6 +412,8 @@ def release_components(events: Sequence) -> list[DLapComponent]:
     for parts in card.values():
         bound = min(e.max_partitions for evs in parts.values() for e in evs)
         worst = sorted(parts.values(), key=lambda evs: sum(Fraction(repr(e.epsilon)) for e in evs), reverse=True)
-        out += [DLapComponent(Fraction(e.noise_scale), int(e.sensitivity), 1, float(e.delta))
+        out += [DLapComponent(Fraction(e.noise_scale), int(e.sensitivity), 1, 0.0, e.noise_bound)
+                if getattr(e, "noise_bound", None) is not None
+                else DLapComponent(Fraction(e.noise_scale), int(e.sensitivity), 1, float(e.delta))
                 for evs in worst[:bound] for e in evs]
     return out

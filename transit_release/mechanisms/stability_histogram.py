@@ -83,7 +83,9 @@ true worst case under ``Σ c_i ≤ k`` is ``max(P(Z ≥ T−k), k·P(Z ≥ T−1
 ``e^{(k−1)/t} < k`` (every card default) the second term binds, so the exact
 bound lowers ``T`` by only ``k − 1`` (464 → 463 and 233 → 232 at the card
 defaults, computed); we keep the checkable bound. A real gain needs δ spent
-elsewhere: see :func:`truncated_card_level_stability_histogram`.
+elsewhere: :func:`truncated_card_level_stability_histogram` (405 and 211 at the
+card defaults), which is what card-level releases use; this function serves the
+trip level (``k = 1`` under replace-one) and is the untruncated reference.
 """
 
 from __future__ import annotations
@@ -418,10 +420,11 @@ def truncated_card_level_stability_histogram(counts: np.ndarray, budget: Truncat
     truncated-geometric partition selection has over Laplace thresholding, without a second noisy count.
 
     **Accounting.** Per use it is ``(ε, δ)`` with the same ε and δ as :class:`CardLevelBudget`, so basic
-    composition is unchanged. It is *not* wired into the releases: the ledger's PLD accounting
-    (:mod:`transit_release.accounting.pld`) composes the untruncated table's pair plus the δ beside, and the
-    truncated pair has not been shown to fit that model (its PLD would have to be built from the truncated
-    table, with the edge mass as infinite loss).
+    composition is unchanged. Card-level releases use it
+    (:meth:`~transit_release.config.ReleaseConfig.sbh_budget`) and record
+    :class:`~transit_release.accounting.events.TruncatedCardStabilityHistogramEvent`; the PLD accounting
+    (:mod:`transit_release.accounting.pld`) builds each use's privacy loss distribution from the drawn truncated
+    noise itself, the edge as infinite loss, with no threshold δ beside.
     """
     if not isinstance(budget, TruncatedCardLevelBudget):
         raise TypeError(f"truncated_card_level_stability_histogram needs a TruncatedCardLevelBudget. "
@@ -449,19 +452,31 @@ def _sanitize(counts: np.ndarray, scale: Fraction, threshold: int, generator: np
     return SBHResult(kept=kept, counts=noisy[kept], threshold=threshold)
 
 
-def drop_probability(true_count: int, scale: Fraction | str, threshold: int) -> float:
-    """``P̂(c + Z < T)``: how likely a point with true count ``c`` is left out of a release with noise at ``scale``
-    and threshold ``T`` (the published parameters of a marginal)."""
-    return 1.0 - discrete_laplace_table(Fraction(scale)).upper_tail(int(threshold) - int(true_count))
-
-
-def mean_released(true_count: int, scale: Fraction | str, threshold: int) -> float:
-    """``E[c + Z | c + Z ≥ T]``: the average published count of a point with true count ``c`` when it is published
-    (above ``c`` near the threshold: only noisy counts that cleared it are shown)."""
+def _published_pmf(scale: Fraction | str, noise_bound: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """The noise values and their drawn probabilities (the table, conditioned on ``|Z| ≤ noise_bound`` if given)."""
     table = discrete_laplace_table(Fraction(scale))
     z = np.arange(-table.support_max, table.support_max + 1, dtype=np.int64)
     bounds = np.concatenate([[0.0], table.cuts.astype(np.float64), [2.0 ** 64]])
     pmf = np.diff(bounds) / 2.0 ** 64
+    if noise_bound is not None:
+        inside = np.abs(z) <= int(noise_bound)
+        z, pmf = z[inside], pmf[inside] / pmf[inside].sum()
+    return z, pmf
+
+
+def drop_probability(true_count: int, scale: Fraction | str, threshold: int, noise_bound: int | None = None) -> float:
+    """``P̂(c + Z < T)``: how likely a point with true count ``c`` is left out of a release with noise at ``scale``
+    (truncated to ``|Z| ≤ noise_bound`` if given) and threshold ``T`` (the published parameters of a marginal)."""
+    if noise_bound is None:
+        return 1.0 - discrete_laplace_table(Fraction(scale)).upper_tail(int(threshold) - int(true_count))
+    z, pmf = _published_pmf(scale, noise_bound)
+    return float(min(1.0, pmf[(int(true_count) + z) < int(threshold)].sum()))
+
+
+def mean_released(true_count: int, scale: Fraction | str, threshold: int, noise_bound: int | None = None) -> float:
+    """``E[c + Z | c + Z ≥ T]``: the average published count of a point with true count ``c`` when it is published
+    (above ``c`` near the threshold: only noisy counts that cleared it are shown)."""
+    z, pmf = _published_pmf(scale, noise_bound)
     kept = (int(true_count) + z) >= int(threshold)
     if pmf[kept].sum() == 0:
         return float("nan")

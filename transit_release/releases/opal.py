@@ -13,11 +13,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from transit_release.accounting.events import CardStabilityHistogramEvent, StabilityHistogramEvent
+from transit_release.accounting.events import (CardStabilityHistogramEvent, StabilityHistogramEvent,
+                                               TruncatedCardStabilityHistogramEvent)
 from transit_release.config import MARGINAL_BY_NAME, MARGINALS, ReleaseConfig
 from transit_release.errors import NoiseSourceMismatchError
-from transit_release.mechanisms.stability_histogram import (card_level_stability_histogram, drop_probability,
-                                                            mean_released)
+from transit_release.mechanisms.stability_histogram import (TruncatedCardLevelBudget, card_level_stability_histogram,
+                                                            drop_probability, mean_released,
+                                                            truncated_card_level_stability_histogram)
 from transit_release.noise import NoiseSource
 from transit_release.publish import CSV_NEUTRALISATION
 from transit_release.preprocessing import (Histogram, KeySpace, PartitionHistograms, location_label,
@@ -51,11 +53,12 @@ def plan_spends(period, config: ReleaseConfig, release_id: str, input_fingerprin
                           unit_of_privacy=config.unit_of_privacy, neighbouring=config.neighbouring,
                           input_fingerprint=input_fingerprint, code_version=code_version)
             if config.unit_of_privacy == "card":
-                events.append(CardStabilityHistogramEvent(
-                    **common, sensitivity=sbh.sensitivity[1],
-                    max_trips_per_partition=config.bounds.max_trips_per_partition,
-                    max_partitions=config.bounds.max_partitions, period_start=period.start.isoformat(),
-                    period_end=period.end.isoformat()))
+                card = dict(**common, sensitivity=sbh.sensitivity[1],
+                            max_trips_per_partition=config.bounds.max_trips_per_partition,
+                            max_partitions=config.bounds.max_partitions, period_start=period.start.isoformat(),
+                            period_end=period.end.isoformat())
+                events.append(TruncatedCardStabilityHistogramEvent(**card, noise_bound=sbh.noise_bound)
+                              if isinstance(sbh, TruncatedCardLevelBudget) else CardStabilityHistogramEvent(**card))
             else:
                 events.append(StabilityHistogramEvent(**common, sensitivity=1))
     return events
@@ -70,14 +73,23 @@ class SanitizedPartition:
     thresholds: dict[str, int]
 
 
+def sanitizer_for(budget):
+    """The SBH a marginal's budget calls for: truncated noise for a :class:`TruncatedCardLevelBudget` (the card
+    level), the paper's discrete Laplace otherwise (the trip level)."""
+    if isinstance(budget, TruncatedCardLevelBudget):
+        return truncated_card_level_stability_histogram
+    return card_level_stability_histogram
+
+
 def sanitize_partition(ph: PartitionHistograms, config: ReleaseConfig, noise: NoiseSource) -> SanitizedPartition:
     """The SBH on each of the partition's six histograms, each with its own stream, at the unit's sensitivity
-    (trip: scale 2/ε_j; card: scale k/ε_j with the card-level threshold)."""
+    (trip: scale 2/ε_j, the paper's thresholds; card: scale k/ε_j, noise truncated to ``[−A, A]`` and threshold
+    ``A + k + 1``)."""
     released, kept, thresholds = {}, {}, {}
     for m in MARGINALS:
         h = ph.histograms[m.name]
-        res = card_level_stability_histogram(h.counts, config.sbh_budget(m.name),
-                                             noise.stream(ph.mode, ph.date, m.name))
+        budget = config.sbh_budget(m.name)
+        res = sanitizer_for(budget)(h.counts, budget, noise.stream(ph.mode, ph.date, m.name))
         released[m.name] = Histogram(keys=h.keys[res.kept], counts=res.counts)
         kept[m.name] = res.kept
         thresholds[m.name] = res.threshold
@@ -115,11 +127,14 @@ def release_tables(sanitized: list[SanitizedPartition], ks: KeySpace, vocab: dic
 
 def privacy_statement(config: ReleaseConfig) -> dict:
     """What the whole release guarantees, for the manifest and the data card (public parameters only)."""
-    marginals = {m.name: {"j": m.j, "epsilon": config.budgets[m.name].epsilon,
-                          "delta": config.budgets[m.name].delta,
-                          "noise_scale": str(config.sbh_budget(m.name).scale),
-                          "threshold": config.sbh_budget(m.name).threshold, "file": m.output}
-                 for m in MARGINALS}
+    marginals = {}
+    for m in MARGINALS:
+        sbh = config.sbh_budget(m.name)
+        marginals[m.name] = {"j": m.j, "epsilon": config.budgets[m.name].epsilon,
+                             "delta": config.budgets[m.name].delta, "noise_scale": str(sbh.scale),
+                             "threshold": sbh.threshold, "file": m.output}
+        if isinstance(sbh, TruncatedCardLevelBudget):
+            marginals[m.name]["noise_bound"] = sbh.noise_bound
     mechanism = "stability-based histogram with discrete Laplace noise (Asghar, Tyler & Kaafar 2018, Alg. 1)"
     if config.unit_of_privacy == "card":
         b = config.bounds
@@ -135,7 +150,9 @@ def privacy_statement(config: ReleaseConfig) -> dict:
                             f"trips per (mode, date) partition and at most {b.max_partitions} partitions, chosen at "
                             "random; basic composition of the six marginals within a partition and over the "
                             f"{b.max_partitions} partitions a card can be in"),
-            "mechanism": f"card-level {mechanism}, sensitivity (L0, L1, L∞) = ({b.max_trips_per_partition}, "
+            "mechanism": f"card-level {mechanism}, the noise truncated to [−A, A] and the threshold A + "
+                         f"{b.max_trips_per_partition} + 1 (truncated Laplace mechanism, Geng et al. 2020), "
+                         f"sensitivity (L0, L1, L∞) = ({b.max_trips_per_partition}, "
                          f"{b.max_trips_per_partition}, {b.max_trips_per_partition}) per marginal",
             "marginals": marginals,
         }
@@ -312,9 +329,9 @@ def build_manifest(release_id: str, period, config: ReleaseConfig, noise_kind: s
 
 def _threshold_effects(m: dict) -> str:
     """How a marginal's threshold shapes what is published, with the release's own numbers."""
-    t, scale = m["threshold"], m["noise_scale"]
-    drop = {c: drop_probability(c, scale, t) for c in (t - 5, t, t + 5, t + 10)}
-    bias = mean_released(t, scale, t) - t
+    t, scale, bound = m["threshold"], m["noise_scale"], m.get("noise_bound")
+    drop = {c: drop_probability(c, scale, t, bound) for c in (t - 5, t, t + 5, t + 10)}
+    bias = mean_released(t, scale, t, bound) - t
     return (f"| {m['j']} | {t} | {100 * drop[t - 5]:.0f}% | {100 * drop[t]:.0f}% | {100 * drop[t + 5]:.1f}% | "
             f"{100 * drop[t + 10]:.2f}% | +{bias:.1f} |")
 
@@ -325,6 +342,14 @@ def _group_privacy(epsilon: float, delta: float) -> str:
         d = n * np.exp((n - 1) * epsilon) * delta
         rows.append(f"| {n} | {n * epsilon:g} | {'≥ 1 (no guarantee)' if d >= 1 else f'{d:.2g}'} |")
     return "\n".join(rows)
+
+
+def _bounds_text(p: dict) -> str:
+    """"A = 402 for j = 1–4, A = 208 for j = 5–6": the noise bounds of a card-level release's marginals."""
+    by_bound: dict[int, list[int]] = {}
+    for m in p["marginals"].values():
+        by_bound.setdefault(m["noise_bound"], []).append(m["j"])
+    return ", ".join(f"A = {a} for j = {', '.join(map(str, js))}" for a, js in by_bound.items())
 
 
 def _guarantee_text(p: dict) -> str:
@@ -344,6 +369,11 @@ internal report). Each of the {b['max_partitions']} partitions a card can be in 
 ε = {p['partition_epsilon']:g} (the six marginals), so the release costs a card at most
 {b['max_partitions']} × {p['partition_epsilon']:g} = {p['epsilon']:g} by basic composition; composed by
 privacy-loss distributions it is lower (the audit reports both). Composition: {p['composition']}.
+
+The noise of each count is bounded: it never exceeds A taps either way (A = T − {b['max_trips_per_partition']} − 1;
+{_bounds_text(p)}), so a combination that only one card's trips make up
+(at most {b['max_trips_per_partition']} taps) can never reach the threshold; δ is the small chance that the
+noise lands on its outermost values.
 """
     return f"""The release is ({p['epsilon']:g}, {p['delta']:.3g})-differentially private for one
 **{p['unit_of_privacy']}** (neighbouring data sets: {p['neighbouring_relation']};
@@ -449,6 +479,8 @@ def tracking(manifest: dict, utility: pd.DataFrame, quarantine: dict, validation
     for name, mp in privacy["marginals"].items():
         params.update({f"{name}.epsilon": mp["epsilon"], f"{name}.delta": mp["delta"],
                        f"{name}.threshold": mp["threshold"], f"{name}.noise_scale": mp["noise_scale"]})
+        if "noise_bound" in mp:
+            params[f"{name}.noise_bound"] = mp["noise_bound"]
     metrics = {"partitions": utility["partition"].nunique()}
     for f, meta in manifest["files"].items():
         if "rows" in meta and f.endswith(".csv"):
