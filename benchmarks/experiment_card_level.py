@@ -31,13 +31,13 @@ Results on the full-size week (13.48 M trips, 2.11 M cards; this machine, 2
 shared cores): the trip level with the paper's budgets releases 244,000 cells
 covering 97.4% of trips at 2.0% mean relative error. At the card-level
 defaults (k = 2, P = 10, ε_j = 0.1·(1,1,1,1,2,2), card-week ε 8 basic / 5.4
-PLD): bounding keeps 99.1% of trips, 28,200 cells are released covering 80.4%
-of trips (location and time marginals 98–99%, time × location 44–46%) at 2.5%
+PLD): bounding keeps 99.1% of trips, 31,600 cells are released covering 81.4%
+of trips (location and time marginals 98–99%, time × location 46–48%) at 2.8%
 mean relative error. Two things the sweep shows: (1) the relative error of
 released cells hardly moves with ε — the threshold scales with the noise
 (T ≈ t·ln(k/δ)), so a released cell's noise is always a few percent of it; it
 is set by the bounding's bias (k = 1: 38–60%, P = 3: 38%, P = 5: 14–15%,
-P = 7: 4%, P ≥ 10: 2–2.5%); (2) ε buys coverage: each doubling of the
+P = 7: 4.6%, P ≥ 10: 2.4–2.8%); (2) ε buys coverage: each doubling of the
 card-week ε adds about 6 points of trips covered. Why the defaults: see
 :data:`transit_release.mechanisms.stability_histogram.CARD_LEVEL_DEFAULTS`.
 """

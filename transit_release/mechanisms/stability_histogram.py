@@ -490,11 +490,11 @@ def mean_released(true_count: int, scale: Fraction | str, threshold: int, noise_
 #: 0.8% of trips while k = 1 drops 38% (every released count ~38% low); k = 3 raises noise and thresholds
 #: by half for 1% more pairs: at every ε of the sweep it covers 4 points fewer trips and releases a third
 #: fewer cells, for 0.4 points less error. P = 10 keeps every partition of 99.7% of cards, so bounding
-#: biases counts by under 1% (mean relative error of released cells 2.5%), where P = 7 drops 3% of trips
+#: biases counts by under 1% (mean relative error of released cells 2.8%), where P = 7 drops 3% of trips
 #: — the commuters' — and nearly doubles that error (4.4%) for ~3 points of coverage at equal card-week
 #: ε. ε_j at 0.1 gives a card-week ε of 8 by basic composition (the number the
-#: trip level promised per trip-partition; 5.4 by PLD at δ = 10⁻⁷), covering 80% of trips (trip level:
-#: 97%), where halving it to card-week 4 covers 74%. δ_j = 10⁻¹⁰ keeps the thresholds' δ of a year of weekly
+#: trip level promised per trip-partition; 5.4 by PLD at δ = 10⁻⁷), covering 81% of trips (trip level:
+#: 97%), where halving it to card-week 4 covers 75% (the figures of the truncated-noise SBH releases use). δ_j = 10⁻¹⁰ keeps the thresholds' δ of a year of weekly
 #: releases (52 · 10 · 6 · δ_j = 3.1·10⁻⁷) below one over the number of cards (2.1 million).
 CARD_LEVEL_DEFAULTS = {"k": 2, "P": 10, "eps_scale": 0.1, "delta": 1e-10}
 
