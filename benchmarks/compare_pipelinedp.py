@@ -43,41 +43,44 @@ side bounds with :func:`bound_contributions`. PipelineDP's Laplace noise is
 continuous (its counts are floats; we round them), ours is integer.
 
 Results (k = 2, P = 10, ε_j = 0.1·(1,1,1,1,2,2), δ_j = 10⁻¹⁰; this machine, 2
-shared cores under load, so times are indicative):
+shared cores under load, so times are indicative). ``ours`` is what card-level
+releases draw (the SBH with truncated noise, thresholds 405/211); ``ours-untruncated``
+the SBH with unbounded noise (thresholds 464/233), what they drew before:
 
 | scale (trips) | run | cells | trips covered | mean rel. error | wall s |
 | --- | --- | --- | --- | --- | --- |
-| 0.2 (2.70 M) | ours | 6,209 | 65.0% | 2.5% | 0.5 |
-| 0.2 | ours, truncated noise | 6,951 | 66.5% | 2.7% | 0.5 |
-| 0.2 | PipelineDP per-key | 6,755 | 66.1% | 9.3% | 292 |
-| 0.2 (an earlier run) | ours | 6,183 | 64.9% | 2.4% | 3.3 |
-| 0.2 (an earlier run) | PipelineDP per-key | 6,761 | 66.2% | 9.4% | 1,010 |
-| 0.05 (674 k) | ours | 1,734 | 44.9% | 2.8% | 2.4 |
-| 0.05 | PipelineDP per-key | 1,950 | 47.1% | 9.9% | 539 |
-| 0.05 | PipelineDP cells | 773 | 31.4% | 3.5% | 331 |
-| 0.02 (270 k) | ours | 486 | 24.7% | 3.3% | 0.3 |
-| 0.02 | PipelineDP per-key | 545 | 26.4% | 10.0% | 145 |
-| 0.02 | PipelineDP per-key, Laplace thresholding | 452 | 23.7% | 9.8% | 235 |
+| 0.2 (2.70 M) | ours | 6,954 | 66.5% | 2.6% | 1.8 |
+| 0.2 | ours-untruncated | 6,196 | 64.9% | 2.5% | 2.5 |
+| 0.2 | PipelineDP per-key | 6,727 | 66.1% | 9.3% | 587 |
+| 0.2 (an earlier run) | ours-untruncated | 6,209 | 65.0% | 2.5% | 0.5 |
+| 0.2 (an earlier run) | PipelineDP per-key | 6,755 | 66.1% | 9.3% | 292 |
+| 0.05 (674 k, earlier) | ours-untruncated | 1,734 | 44.9% | 2.8% | 2.4 |
+| 0.05 (earlier) | PipelineDP per-key | 1,950 | 47.1% | 9.9% | 539 |
+| 0.05 (earlier) | PipelineDP cells | 773 | 31.4% | 3.5% | 331 |
+| 0.02 (270 k, earlier) | ours-untruncated | 486 | 24.7% | 3.3% | 0.3 |
+| 0.02 (earlier) | PipelineDP per-key | 545 | 26.4% | 10.0% | 145 |
+| 0.02 (earlier) | PipelineDP per-key, Laplace thresholding | 452 | 23.7% | 9.8% | 235 |
 
 So: our error is 3–4× lower (one noisy count serves selection and release; PipelineDP
 halves its budget between them, so its count noise has twice our scale) and we
-are 150–300× faster; PipelineDP's per-key mapping releases 9–12% more cells,
+are 150–300× faster. With unbounded noise PipelineDP's per-key mapping released 9–12% more cells,
 which comes from its truncated-geometric partition selection (the optimal
 selection for one contribution per key): with its Laplace thresholding it
 releases 7% fewer cells than we do. In numbers (k = 2, P = 10, δ_j = 10⁻¹⁰; ε_j = 0.1, 0.2 in brackets):
 PipelineDP's ``NaiveBudgetAccountant`` gives the selection half of the marginal's ``P·ε_j`` and all of
 ``P·δ_j`` (its Laplace count needs no δ), and PyDP divides both by ``max_partitions_contributed = P``: the
 selection is (0.05, 10⁻¹⁰) per key on the count of *cards*, and keeps a key half of the time at 388 cards
-[201]. Our threshold is 464 trips [233]: the same ε per unit, but δ_j spread over the ``k`` keys one card
-can hold alone in a partition (5·10⁻¹¹ each, a key worth up to ``k`` trips), which the per-key mapping does
-not need since it allows a card only ``P`` keys per marginal (its Laplace thresholding: 448 [225]); the rest,
-about ``t·ln t`` ≈ 60 trips, is the truncated geometric's advantage over any threshold on a Laplace count.
-With our bound of ``P·k`` keys per marginal (``cells``) its half-point is 774 [402]. ``ours-truncated``
+[201]. The untruncated threshold is 464 trips [233]: the same ε per unit, but δ_j spread over the ``k`` keys
+one card can hold alone in a partition (5·10⁻¹¹ each, a key worth up to ``k`` trips), which the per-key
+mapping does not need since it allows a card only ``P`` keys per marginal (its Laplace thresholding: 448
+[225]); the rest, about ``t·ln t`` ≈ 60 trips, is the truncated geometric's advantage over any threshold on
+a Laplace count. With our bound of ``P·k`` keys per marginal (``cells``) its half-point is 774 [402]. The
+truncated-noise SBH releases use
 (:func:`~transit_release.mechanisms.stability_histogram.truncated_card_level_stability_histogram`) takes
 the same advantage inside the SBH — noise bounded by ``A``, threshold ``A + k + 1``, δ spent on the noise's
-edge — at 405 [211]; the releases do not use it yet. The full-size week was not run through
-PipelineDP: its local backend is pure Python (about 0.06–0.13 ms per row and
-marginal here), about 3 hours per mapping for 13.5 M trips.
+edge — at 405 [211], and releases more cells than PipelineDP, covering more trips at a quarter of its error.
+The full-size week was not run through PipelineDP: its local backend is pure Python (about 0.06–0.13 ms per
+row and marginal here), about 3 hours per mapping for 13.5 M trips.
 """
 
 from __future__ import annotations
