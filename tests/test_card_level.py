@@ -153,8 +153,13 @@ def test_a_card_level_release_end_to_end(prefect_harness, small_week, tmp_path, 
     result = json.loads(audit_out[audit_out.index("{"):])
     loss = result["loss"]["card"]
     assert loss["basic"]["epsilon"] == pytest.approx(8.0)
-    # truncated noise: no threshold δ beside the PLD (its edge is inside it)
-    assert loss["pld"] and loss["pld"]["epsilon"] < 8.0 and loss["pld"]["delta"] == loss["pld"]["pld_delta"]
+    # truncated noise: no threshold δ beside the PLD; the noise's edges are inside it, read at δ' + edges
+    assert loss["pld"] and loss["pld"]["epsilon"] < 8.0 and loss["pld"]["threshold_delta"] == 0
+    assert loss["pld"]["delta"] == pytest.approx(loss["pld"]["pld_delta"] + loss["pld"]["edge_delta"])
+    assert 0 < loss["pld"]["edge_delta"] <= 6e-9
+    year = loss["year_projection"]
+    assert year["releases"] == 52 and year["basic"]["epsilon"] == pytest.approx(416)
+    assert year["pld"]["epsilon"] < 416 and year["parameters"]["noise"] == "truncated"
     assert result["card_unbounded_periods"] == []
     assert manifest["privacy"]["cumulative_at_publication"] == {"epsilon": pytest.approx(8.0),
                                                                 "delta": pytest.approx(6e-9), "releases": 1}

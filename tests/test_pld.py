@@ -58,6 +58,7 @@ def test_monotone_in_the_number_of_releases(truncated):
     thr = [f.threshold_delta for f in figures]
     if truncated:  # no bad event; the noise's edge (≤ δ_j per use) is inside the PLD and in basic's δ
         assert thr == [0.0] * 5
+        assert all(f.pld_total_delta == pytest.approx(1e-7 + f.basic_delta) for f in figures)
         assert all(0 < f.basic_delta <= 6 * 4 * r * 1e-10 for f, r in zip(figures, (1, 2, 4, 8, 16)))
     else:
         assert thr == pytest.approx([6 * 4 * r * 1e-10 for r in (1, 2, 4, 8, 16)])
@@ -157,8 +158,10 @@ def test_52_weekly_releases_at_the_defaults():
     year = default_weekly_releases_loss(52, 5e-7)  # what card-level releases draw: truncated noise
     assert year.basic_epsilon == pytest.approx(416)
     assert year.threshold_delta == 0.0 and year.basic_delta <= 52 * 10 * 6 * 1e-10
-    assert year.pld_epsilon == pytest.approx(68.32, abs=0.05)  # at δ = 5e-7 in all (the edges are inside)
-    assert year.pld_total_delta == 5e-7
+    # at δ = 5e-7 + the edges (inside the PLD), a little below the untruncated figure's δ
+    assert year.pld_epsilon == pytest.approx(66.95, abs=0.05)
+    assert year.pld_total_delta == pytest.approx(5e-7 + year.basic_delta) and year.edge_delta == year.basic_delta
+    assert year.pld_total_delta < untruncated.pld_total_delta
     assert year.advanced_epsilon == pytest.approx(110.48, abs=0.05)
 
 

@@ -297,10 +297,39 @@ def _pld(unit: str, report, events: list, pld_delta: float) -> dict | None:
     except ValueError:
         return None
     return {"epsilon": loss.pld_epsilon, "delta": loss.pld_total_delta, "pld_delta": pld_delta,
-            "threshold_delta": loss.threshold_delta, "mechanisms": loss.mechanisms,
+            "threshold_delta": loss.threshold_delta, "edge_delta": loss.edge_delta, "mechanisms": loss.mechanisms,
             "method": "privacy-loss distributions of the discrete Laplace parts (Google's dp_accounting, built "
-                      "from the sampled integer noise, truncated where the release truncated it, its edge as "
-                      "infinite loss), the thresholds' δ added beside"}
+                      "from the sampled integer noise, truncated where the release truncated it, its edges as "
+                      "infinite loss, read at δ' plus the edges), the thresholds' δ added beside"}
+
+
+#: Weekly releases a calendar year can hold: the audit projects a card's loss over that many at the latest
+#: card-level release's parameters (what a year of this schedule would cost).
+YEAR_OF_WEEKLY_RELEASES = 52
+
+
+def year_projection(card_events: list, pld_delta: float, releases: int = YEAR_OF_WEEKLY_RELEASES) -> dict | None:
+    """A card's loss over ``releases`` releases like the latest card-level one (its recorded spends: ε_j, δ_j, k,
+    P, the noise), by basic composition and by PLD at ``pld_delta``; None without a card-level release."""
+    from transit_release.accounting.pld import DLapComponent, cumulative_loss as pld_loss, release_components
+
+    if not card_events:
+        return None
+    latest = card_events[-1].release_id
+    mine = [e for e in card_events if e.release_id == latest]
+    try:
+        one = release_components(mine)
+    except ValueError:
+        return None
+    loss = pld_loss([DLapComponent(c.scale, c.sensitivity, c.count * releases, c.threshold_delta, c.noise_bound)
+                     for c in one], pld_delta)
+    e = mine[0]
+    return {"releases": releases, "like_release": latest,
+            "parameters": {"max_trips_per_partition": e.max_trips_per_partition, "max_partitions": e.max_partitions,
+                           "epsilons": sorted({ev.epsilon for ev in mine}),
+                           "noise": "truncated" if getattr(e, "noise_bound", None) is not None else "untruncated"},
+            "basic": {"epsilon": loss.basic_epsilon, "delta": loss.basic_delta},
+            "pld": {"epsilon": loss.pld_epsilon, "delta": loss.pld_total_delta}}
 
 
 def cumulative_loss(entries: list[LedgerEntry], delta_prime: float = DEFAULT_DELTA_PRIME,
@@ -353,6 +382,8 @@ def cumulative_loss(entries: list[LedgerEntry], delta_prime: float = DEFAULT_DEL
             "per_partition_marginal": component,
             "timeline": timeline,
         }
+        if unit == "card":
+            out[unit]["year_projection"] = year_projection(mine, pld_delta)
     return out
 
 

@@ -293,6 +293,11 @@ def _print_audit(result: dict) -> None:
         if loss.get("advanced"):
             line += f"; advanced composition: ε={loss['advanced']['epsilon']:.4g}, δ={loss['advanced']['delta']:.3g}"
         print(line)
+        year = loss.get("year_projection")
+        if year:
+            print(f"  {year['releases']} weekly releases like {year['like_release']} would cost a card: basic "
+                  f"ε={year['basic']['epsilon']:g} (δ={year['basic']['delta']:.3g}); PLD ε={year['pld']['epsilon']:.4g} "
+                  f"at δ={year['pld']['delta']:.3g}")
         for mode, x in loss["per_mode"].items():
             print(f"  mode {mode}: ε={x['epsilon']:g}, δ={x['delta']:.3g}")
         for part, x in loss["per_partition"].items():

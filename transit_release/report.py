@@ -222,9 +222,14 @@ def write_audit_report(out_dir: Path, result: dict, caps: dict[str, float] | Non
         pld = loss.get("pld")
         pld_text = (f" Privacy-loss-distribution accounting: <b>ε = {pld['epsilon']:.4g} at δ = {pld['delta']:.3g}</b> "
                     f"({html.escape(pld.get('method', ''))})." if pld else "")
+        year = loss.get("year_projection")
+        year_text = (f"<p>A year of {year['releases']} weekly releases like <code>{html.escape(year['like_release'])}"
+                     f"</code> would cost a card ε = {year['basic']['epsilon']:g} (δ = {year['basic']['delta']:.3g}) "
+                     f"by basic composition and <b>ε = {year['pld']['epsilon']:.4g} at δ = {year['pld']['delta']:.3g}"
+                     "</b> by privacy-loss distributions.</p>" if year else "")
         sections.append(f"""<h2>Unit of privacy: {html.escape(unit)} ({html.escape(loss['neighbouring'])})</h2>
 <p>Basic composition: <b>ε = {loss['basic']['epsilon']:g}, δ = {loss['basic']['delta']:.3g}</b> for one {html.escape(unit)}
-(the worst partition or period).{pld_text}{adv_text}</p>
+(the worst partition or period).{pld_text}{adv_text}</p>{year_text}
 {img_time}
 <h3>Per mode</h3>{per_mode.to_html(float_format=lambda x: f"{x:.4g}") if not per_mode.empty else "<p>—</p>"}
 {img_heat}

@@ -269,8 +269,12 @@ def to_dp_event(components: Sequence[DLapComponent]):
 class CumulativeLoss:
     """One unit's cumulative loss, three ways (the audit's figures).
 
-    ``pld_epsilon`` holds at ``pld_total_delta = pld_delta + threshold_delta``; ``advanced_*`` is set only
-    where advanced composition beats basic composition.
+    ``pld_epsilon`` holds at ``pld_total_delta = pld_delta + threshold_delta + edge_delta``: the PLD's own
+    ``δ'`` (``pld_delta``) plus the mechanisms' own δ — the thresholds' bad events, added beside, and the
+    truncated noises' edges, which lie inside the PLD (its infinite-loss mass), so the PLD is read at
+    ``pld_delta + edge_delta``. Either way the figure compares with basic composition's
+    ``(Σ ε, threshold_delta + edge_delta)``. ``advanced_*`` is set only where advanced composition beats basic
+    composition.
     """
 
     mechanisms: int
@@ -282,15 +286,17 @@ class CumulativeLoss:
     advanced_epsilon: float | None
     advanced_delta: float | None
     noise: str
+    edge_delta: float = 0.0
 
     @property
     def pld_total_delta(self) -> float:
-        return self.pld_delta + self.threshold_delta
+        return self.pld_delta + self.threshold_delta + self.edge_delta
 
     def to_dict(self) -> dict:
         return {"mechanisms": self.mechanisms, "basic_epsilon": self.basic_epsilon,
                 "basic_delta": self.basic_delta, "pld_epsilon": self.pld_epsilon, "pld_delta": self.pld_delta,
-                "threshold_delta": self.threshold_delta, "pld_total_delta": self.pld_total_delta,
+                "threshold_delta": self.threshold_delta, "edge_delta": self.edge_delta,
+                "pld_total_delta": self.pld_total_delta,
                 "advanced_epsilon": self.advanced_epsilon, "advanced_delta": self.advanced_delta,
                 "noise": self.noise}
 
@@ -305,7 +311,8 @@ def cumulative_loss(components: Sequence[DLapComponent], pld_delta: float, noise
 
     comps = list(components)
     b_eps, b_delta = basic_loss(comps)
-    p_eps = pld_epsilon(comps, pld_delta, noise, value_discretization_interval) if comps else 0.0
+    e_delta = float(math.fsum(c.count * c.edge_delta for c in comps))
+    p_eps = pld_epsilon(comps, pld_delta + e_delta, noise, value_discretization_interval) if comps else 0.0
     a_eps = a_delta = None
     if comps and pld_delta > 0:
         losses = [PrivacyLoss(Fraction(c.sensitivity) / c.scale, exact_fraction(c.use_delta))
@@ -313,12 +320,10 @@ def cumulative_loss(components: Sequence[DLapComponent], pld_delta: float, noise
         adv = advanced_composition(losses, pld_delta)
         if adv.epsilon < b_eps:
             a_eps, a_delta = adv.epsilon, adv.delta
-    t_delta = threshold_delta(comps)
-    if b_delta <= pld_delta + t_delta:  # basic's ε also holds at the PLD figure's δ: never report more than it
-        p_eps = min(p_eps, b_eps)
+    # basic's ε holds at δ = b_delta ≤ the PLD figure's δ: never report more than it
     return CumulativeLoss(mechanisms=sum(c.count for c in comps), basic_epsilon=b_eps, basic_delta=b_delta,
-                          pld_epsilon=p_eps, pld_delta=pld_delta, threshold_delta=t_delta,
-                          advanced_epsilon=a_eps, advanced_delta=a_delta, noise=noise)
+                          pld_epsilon=min(p_eps, b_eps), pld_delta=pld_delta, threshold_delta=threshold_delta(comps),
+                          advanced_epsilon=a_eps, advanced_delta=a_delta, noise=noise, edge_delta=e_delta)
 
 
 def components_for_card_release(epsilons: Sequence[float], deltas: Sequence[float], max_rows_per_partition: int,
@@ -371,8 +376,8 @@ def default_weekly_releases_loss(releases: int = 52, pld_delta: float = 5e-7,
 
     At the defaults (k = 2, P = 10, ε_j = 0.1·(1, 1, 1, 1, 2, 2), δ_j = 10⁻¹⁰), with truncated noise (what
     card-level releases draw), 52 weeks: basic composition ε = 416 (δ = 3.0·10⁻⁷, the noise edges); PLD
-    ε ≈ 68.3 at δ = 5·10⁻⁷ in all (the edges inside); advanced composition ε ≈ 110.5. One week: basic 8,
-    PLD ≈ 5.15 at δ = 5·10⁻⁷. ``truncated=False`` (the untruncated SBH, as releases drew before): PLD
+    ε ≈ 66.95 at δ = 5·10⁻⁷ + 3.0·10⁻⁷ (the edges, inside the PLD); advanced composition ε ≈ 110.5. One
+    week: basic 8, PLD ≈ 5.14 (δ = 5·10⁻⁷ + 5.8·10⁻⁹). ``truncated=False`` (the untruncated SBH, as releases drew before): PLD
     ε ≈ 66.95 at δ = 5·10⁻⁷ + 3.12·10⁻⁷ of thresholds beside.
     """
     from transit_release.mechanisms.stability_histogram import CARD_LEVEL_DEFAULTS, card_level_default_budgets
