@@ -86,6 +86,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal, localcontext
 from fractions import Fraction
 from functools import lru_cache
 
@@ -135,9 +136,10 @@ class DLapComponent:
 
     @property
     def edge_delta(self) -> float:
-        """δ of one use at :attr:`epsilon` that lies in the noise itself: 0 for untruncated noise; for noise
-        truncated to ``|Z| ≤ A`` the drawn mass of the top ``sensitivity`` values, where the shifted side has an
-        output the other side cannot produce (infinite privacy loss; also in the PLD)."""
+        """δ of one use at :attr:`epsilon` that lies in the noise itself: 0 for untruncated noise (the sampler's
+        tiny infinite-loss mass is inside the PLD); for noise truncated to ``|Z| ≤ A``, exactly
+        :func:`truncated_edge_mass`: mostly the drawn mass of the top ``sensitivity`` values, where the shifted
+        side has an output the other side cannot produce (infinite privacy loss; also in the PLD)."""
         if self.noise_bound is None:
             return 0.0
         return truncated_edge_mass(self.scale, self.noise_bound, self.sensitivity)
@@ -183,15 +185,32 @@ def _ideal_truncated_log_pmf(scale: Fraction, bound: int) -> dict[int, float]:
 
 @lru_cache(maxsize=256)
 def truncated_edge_mass(scale: Fraction, bound: int, sensitivity: int) -> float:
-    """``P̂(Z ≥ A − s + 1 | |Z| ≤ A)`` of the sampled table at ``scale``, ``A = bound``, ``s = sensitivity``: the
-    probability of an output only the shifted side can produce, rounded up."""
+    """δ of one use at ε = ``s/t`` (``t`` = ``scale``, ``s`` = ``sensitivity``), exactly, for the sampled table
+    conditioned on ``|Z| ≤ A`` (``A`` = ``bound``): ``max`` over both directions of
+    ``Σ_x max(0, P̂(Z + s = x) − e^{s/t} P̂(Z = x))``, rounded up. Mostly the edge — the top ``s`` outputs
+    only the shifted side can produce, ``P̂(Z ≥ A − s + 1 | |Z| ≤ A)`` — plus the table's rounding, where a
+    ratio of neighbouring masses exceeds ``e^{1/t}`` (about 10⁻¹⁸ here)."""
     table = discrete_laplace_table(scale)
     cuts = [0, *(int(c) for c in table.cuts), 1 << 64]
     offset = table.support_max
-    mass = lambda z: cuts[z + offset + 1] - cuts[z + offset]  # noqa: E731
-    inside = sum(mass(z) for z in range(-bound, bound + 1))
-    edge = sum(mass(z) for z in range(bound - sensitivity + 1, bound + 1))
-    return math.nextafter(float(Fraction(edge, inside)), math.inf)
+    mass = {z: cuts[z + offset + 1] - cuts[z + offset] for z in range(-bound, bound + 1)}
+    inside = sum(mass.values())
+    s = int(sensitivity)
+    with localcontext() as ctx:
+        ctx.prec = 60
+        ratio = (Decimal(s) * Decimal(scale.denominator) / Decimal(scale.numerator)).exp()
+        worst = Decimal(0)
+        for sign in (1, -1):  # the card added (output shifted up by s) or removed (the other side shifted)
+            total = Decimal(0)
+            for x in range(-bound, bound + s + 1) if sign == 1 else range(-bound - s, bound + 1):
+                q = mass.get(x - sign * s, 0)
+                p = mass.get(x, 0)
+                gap = Decimal(q) - ratio * Decimal(p)
+                if gap > 0:
+                    total += gap
+            worst = max(worst, total)
+        value = worst / Decimal(inside)
+    return math.nextafter(float(value), math.inf)
 
 
 @lru_cache(maxsize=256)
