@@ -170,3 +170,28 @@ def test_a_card_level_release_end_to_end(prefect_harness, small_week, tmp_path, 
                               filter_string="tags.release_id = 'cards' and tags.unit_of_privacy = 'card'")
     (run,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]  # the release's run, not a partition's
     assert run.data.metrics["bounding.rows_dropped"] >= 0 and "mean_rel_error" in run.data.metrics
+
+
+def test_noise_is_never_drawn_for_a_spend_that_describes_other_noise():
+    """The charge must describe the noise about to be drawn (the adversarial review's hardening): a spend of the
+    right ε and δ but of the untruncated kind, or with another noise bound, is refused before any draw."""
+    import dataclasses
+
+    import numpy as np
+
+    from transit_release.preprocessing import Histogram, PartitionHistograms
+    from transit_release.releases.opal import check_charges
+
+    cfg = load_release_config(unit="card")
+    ph = PartitionHistograms(mode="bus", date="20160808", n_trips=0, histograms={
+        name: Histogram(keys=np.zeros(0, np.int64), counts=np.zeros(0, np.int64)) for name in cfg.budgets})
+    good = [e for e in card_events("w1") if (e.mode, e.date) == ("bus", "20160808")]
+    check_charges(ph, cfg, good)  # what plan_spends records: accepted
+    old = [e for e in card_events("w1", truncated=False) if (e.mode, e.date) == ("bus", "20160808")]
+    with pytest.raises(RuntimeError, match=r"describes other noise than the one about to be drawn \(kind, "
+                                           r"noise_bound, threshold differ\)"):
+        check_charges(ph, cfg, old)
+    moved = [dataclasses.replace(e, noise_bound=e.noise_bound + 1, threshold=e.threshold + 1) for e in good]
+    with pytest.raises(RuntimeError, match=r"bus/20160808 tap_on_time describes other noise .*\(noise_bound, "
+                                           r"threshold differ\)"):
+        check_charges(ph, cfg, moved)

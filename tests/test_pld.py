@@ -246,3 +246,45 @@ def test_truncated_card_spends_are_read_with_their_noise():
     assert {e.threshold - e.noise_bound for e in events} == {2 + 1}
     with pytest.raises(ValueError, match="no event for truncated"):
         to_dp_event(comps)
+
+
+def test_truncated_dominance_at_the_card_defaults():
+    """The same exact check at the defaults' own noise (t = 20, A = 402 and t = 10, A = 208; k = 2, 3): the
+    single-key shift's δ(ε) is never below a spread's (the adversarial review found margins of ~2e-12 there,
+    at the tolerance of the check above, so the defaults get their own case with a tolerance well below)."""
+    for t, bound in ((20.0, 402), (10.0, 208)):
+        for k in (2, 3):
+            single, single_inf = _trunc_loss_pmf(k, t, bound)
+            grid = sorted(set(np.linspace(0, k / t, 161).tolist()) | {m / t for m in range(0, k + 1)})
+            for spread in _integer_partitions(k):
+                if len(spread) == 1:
+                    continue
+                pm, alive = {0: 1.0}, 1.0
+                for c in spread:
+                    p, inf = _trunc_loss_pmf(c, t, bound)
+                    pm, alive = _convolve(pm, p), alive * (1 - inf)
+                for e in grid:
+                    spread_delta = _hockey_stick(pm, t, e) + (1 - alive)
+                    single_delta = _hockey_stick(single, t, e) + single_inf
+                    assert spread_delta <= single_delta * (1 + 1e-9) + 1e-24, (t, bound, spread, e)
+
+
+def test_the_p_most_expensive_partitions_never_depend_on_ledger_order():
+    """Found by the adversarial review: with equal ε the P partitions composed were the first in ledger order, so
+    a larger-δ partition could be skipped. Ties now break by δ (then by name), whatever the order."""
+    from datetime import date
+
+    from transit_release.accounting.events import TruncatedCardStabilityHistogramEvent
+
+    def ev(day: int, delta: float, bound: int):
+        return TruncatedCardStabilityHistogramEvent(
+            release_id="r", mode="bus", date=f"201608{day:02d}", marginal="tap_on_time", epsilon=0.5, delta=delta,
+            threshold=bound + 3, noise_scale="4", sensitivity=2, max_trips_per_partition=2, max_partitions=1,
+            period_start="2016-08-08", period_end="2016-08-14", unit_of_privacy="card",
+            neighbouring="add-remove-one", input_fingerprint="f", code_version="c", noise_bound=bound)
+
+    cheap, dear = ev(8, 1e-12, 120), ev(9, 1e-3, 30)
+    assert date(2016, 8, 8) < date(2016, 8, 9)
+    for order in ([cheap, dear], [dear, cheap]):
+        comps = release_components(order)
+        assert [c.noise_bound for c in comps] == [30]

@@ -435,7 +435,11 @@ def release_components(events: Sequence) -> list[DLapComponent]:
             raise ValueError(f"no discrete Laplace decomposition for {getattr(e, 'kind', type(e).__name__)} spends")
     for parts in card.values():
         bound = min(e.max_partitions for evs in parts.values() for e in evs)
-        worst = sorted(parts.values(), key=lambda evs: sum(Fraction(repr(e.epsilon)) for e in evs), reverse=True)
+        # most expensive first: by ε, then by δ (the edges and thresholds), then by name — never by ledger order
+        worst = sorted(parts.items(), key=lambda kv: (sum(Fraction(repr(e.epsilon)) for e in kv[1]),
+                                                      sum(Fraction(repr(e.delta)) for e in kv[1]), kv[0]),
+                       reverse=True)
+        worst = [evs for _, evs in worst]
         out += [DLapComponent(Fraction(e.noise_scale), int(e.sensitivity), 1, 0.0, e.noise_bound)
                 if getattr(e, "noise_bound", None) is not None
                 else DLapComponent(Fraction(e.noise_scale), int(e.sensitivity), 1, float(e.delta))

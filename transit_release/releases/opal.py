@@ -212,7 +212,9 @@ def release_id_for(start, end) -> str:
 
 
 def check_charges(ph: PartitionHistograms, config: ReleaseConfig, charged_events: list) -> None:
-    """Refuse to draw noise for a partition unless each of its six spends is on the ledger."""
+    """Refuse to draw noise for a partition unless each of its six spends is on the ledger and describes the
+    noise about to be drawn: the same kind of event, ε, δ, noise scale and threshold, and at the card level
+    the same bounds and noise bound."""
     have = {(e.mode, e.date, e.marginal): e for e in charged_events}
     for m in MARGINALS:
         e = have.get((ph.mode, ph.date, m.name))
@@ -220,6 +222,20 @@ def check_charges(ph: PartitionHistograms, config: ReleaseConfig, charged_events
         if e is None or e.epsilon != b.epsilon or e.delta != b.delta:
             raise RuntimeError(f"no ledger charge for {ph.partition} {m.name}: noise is never drawn before "
                                "its spend is recorded")
+        sbh = config.sbh_budget(m.name)
+        expected = {"kind": (TruncatedCardStabilityHistogramEvent.kind if isinstance(sbh, TruncatedCardLevelBudget)
+                             else CardStabilityHistogramEvent.kind if config.unit_of_privacy == "card"
+                             else StabilityHistogramEvent.kind),
+                    "noise_scale": str(sbh.scale), "threshold": sbh.threshold,
+                    "noise_bound": getattr(sbh, "noise_bound", None),
+                    "max_trips_per_partition": config.bounds.max_trips_per_partition if config.bounds else None,
+                    "max_partitions": config.bounds.max_partitions if config.bounds else None}
+        found = {k: getattr(e, k, None) for k in expected}
+        if found != expected:
+            differ = sorted(k for k in expected if found[k] != expected[k])
+            raise RuntimeError(f"the ledger charge for {ph.partition} {m.name} describes other noise than the one "
+                               f"about to be drawn ({', '.join(differ)} differ): noise is never drawn for a spend "
+                               "that does not describe it")
 
 
 @dataclass(frozen=True)
