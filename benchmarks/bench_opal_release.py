@@ -139,7 +139,7 @@ def _subflow_times(prefect_db: Path) -> dict:
         (sub,) = db.execute(f"SELECT r.id, {seconds('r.total_run_time')} FROM flow_run r JOIN flow f "
                             "ON f.id = r.flow_id WHERE f.name = 'sanitize-partitions'").fetchall()
         tasks = [row[0] for row in db.execute(f"SELECT {seconds('total_run_time')} FROM task_run "
-                                              "WHERE flow_run_id = ? AND name LIKE 'sanitize-partition-%'",
+                                              "WHERE flow_run_id = ? AND name LIKE 'sanitize-chunk-%'",
                                               (sub[0],))]
     return {"sanitize_subflow_s": round(sub[1], 2), "partition_tasks": len(tasks),
             "partition_task_sum_s": round(sum(tasks), 2), "partition_task_max_s": round(max(tasks), 2)}

@@ -49,8 +49,8 @@ def _timeline(prefect_db: Path) -> dict:
             out[f"flow:{name}"] = round(total, 2)
         for name, total in db.execute(f"SELECT name, {seconds('total_run_time')} FROM task_run"):
             base = name.rsplit("-", 1)[0]
-            if base in STEPS or base in ("prepare-partition", "sanitize-partition"):
-                key = f"task:{base}" + ("(sum)" if base in ("prepare-partition", "sanitize-partition") else "")
+            if base in STEPS or base in ("prepare-chunk", "sanitize-chunk"):
+                key = f"task:{base}" + ("(sum)" if base in ("prepare-chunk", "sanitize-chunk") else "")
                 out[key] = round(out.get(key, 0.0) + total, 2)
     return out
 

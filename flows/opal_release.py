@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prefect import flow, unmapped
 
-from flows.scale_out import dask_cluster, partition_runner
+from flows.scale_out import dask_cluster, partition_chunks, partition_runner
 from flows.tail import publish_staged
 from tasks.budget import charge_budget, check_budget, load_policy, precheck_budget, resolve_release
 from tasks.config import check_scale_out, load_config
@@ -15,9 +15,9 @@ from tasks.opal import assemble_tables, build_manifest, plan_spends, same_releas
 from tasks.preprocess import location_index
 from tasks.publish import load_manifest, stage_release
 from tasks.quality import check_raw_quality, check_release_tables
-from tasks.sanitize import check_cluster, describe_sanitizers, sanitize_partition
+from tasks.sanitize import check_cluster, describe_sanitizers, sanitize_chunk
 from tasks.stream import (bound_partitions_per_card, commit_partitions, declared_period, early_gate,
-                          pair_shards, prepare_partition, screen_verdict, stream_trips)
+                          pair_shards, prepare_chunk, screen_verdict, stream_trips)
 from tasks.summary import summarize, summarize_dry_run
 from tasks.track import anchor_ledger, check_store
 from tasks.validate import validate_release_tables, validate_stops
@@ -28,33 +28,33 @@ from transit_release.releases import opal
 from transit_release.version import code_version
 
 
-def _mapped(task, label: str, partitions: list[tuple[str, str]], before: tuple, after: tuple) -> list:
-    """``task(*before, mode, date, *after)`` mapped over the partitions (on the task runner the subflow was
-    given), results in the partitions' order."""
-    futures = task.map(*[unmapped(a) for a in before], [m for m, _ in partitions], [d for _, d in partitions],
-                       *[unmapped(a) for a in after])
-    with progress.stage(f"{label} {len(partitions)} partitions", total=len(partitions)) as bar:
-        results = []
-        for f in futures:
-            results.append(f.result())
-            bar.advance()
-    return results
+def _mapped(task, label: str, chunks: list[list[tuple[str, str]]], before: tuple, after: tuple) -> list:
+    """``task(*before, chunk, *after)`` mapped over the chunks of partitions (on the task runner the subflow was
+    given); one result per partition, in the partitions' (mode, date) order."""
+    futures = task.map(*[unmapped(a) for a in before], chunks, *[unmapped(a) for a in after])
+    total = sum(len(c) for c in chunks)
+    with progress.stage(f"{label} {total} partitions", total=total) as bar:
+        results = {}
+        for chunk, f in zip(chunks, futures):
+            results.update(zip(chunk, f.result()))
+            bar.advance(len(chunk))
+    return [results[p] for p in sorted(results)]
 
 
 @flow(name="prepare-partitions", persist_result=False)
-def prepare_partitions(work, staging: str, partitions: list[tuple[str, str]], config, index_path: str,
+def prepare_partitions(work, staging: str, chunks: list[list[tuple[str, str]]], config, index_path: str,
                        shards: int) -> list:
-    """Map the partition step over the public partitions (on the Dask task runner the caller gives). Only paths,
-    names and public parameters are passed; counts come back."""
-    return _mapped(prepare_partition, "preparing", partitions, (work, staging), (config, index_path, shards))
+    """Map the partition step over chunks of the public partitions (on the Dask task runner the caller gives).
+    Only paths, names and public parameters are passed; counts come back."""
+    return _mapped(prepare_chunk, "preparing", chunks, (work, staging), (config, index_path, shards))
 
 
 @flow(name="sanitize-partitions", persist_result=False)
-def sanitize_partitions(dataset_root: str, partitions: list[tuple[str, str]], config, ledger_path: str,
+def sanitize_partitions(dataset_root: str, chunks: list[list[tuple[str, str]]], config, ledger_path: str,
                         release_id: str) -> list:
-    """Map the sanitizer over the stored partitions (on the Dask task runner the caller gives). Only paths and
-    names are passed: no data and no true count becomes a Prefect parameter."""
-    return _mapped(sanitize_partition, "sanitizing", partitions, (dataset_root,), (config, ledger_path, release_id))
+    """Map the sanitizer over chunks of the stored partitions (on the Dask task runner the caller gives). Only
+    paths and names are passed: no data and no true count becomes a Prefect parameter."""
+    return _mapped(sanitize_chunk, "sanitizing", chunks, (dataset_root,), (config, ledger_path, release_id))
 
 
 @flow(name="opal-release")
@@ -89,15 +89,17 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
     partitions = opal.partitions_of(period, cfg)
     with work_dir(where, rid) as work, dask_cluster(dask_address, workers) as cluster:
         try:
-            if dask_address:
-                check_cluster(dask_address, str(work.path))  # before any work on it, and before any spend
+            workers_used = cluster.local_workers
+            if dask_address:  # before any work on it, and before any spend
+                workers_used = check_cluster(dask_address, str(work.path))
+            chunks = partition_chunks(partitions, workers_used)
             index = location_index(stop_table, cfg, work)  # a path: the stop table is no subflow parameter
             with progress.stage("reading and screening the trips"):
                 streamed = stream_trips(work, trips, stop_table, period, cfg)  # the card id stays in work.spill
                 early_gate(where, rid, work, trips, streamed, cfg, dry_run)
             staging = str(partition_store.staging_for(work.partitions))
             prepared = prepare_partitions.with_options(task_runner=partition_runner(cluster))(
-                work, staging, partitions, cfg, index, pair_shards(period))
+                work, staging, chunks, cfg, index, pair_shards(period))
             with progress.stage("validating"):
                 figures = screen_verdict(where, rid, work, trips, streamed, prepared, cfg, dry_run)
                 raw_quality = check_raw_quality(where, str(work.path), rid, figures, prepared, partitions, cfg)
@@ -115,7 +117,7 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
             charged = charge_budget(where, events, budget_policy)
             anchor_ledger(where, rid, "charge")
             outcomes = sanitize_partitions.with_options(task_runner=partition_runner(cluster))(
-                str(dataset.root), partitions, cfg, str(where.ledger), rid)
+                str(dataset.root), chunks, cfg, str(where.ledger), rid)
             with progress.stage("checking and publishing"):
                 tables = validate_release_tables(assemble_tables(outcomes, dataset))
                 release_quality = check_release_tables(where, str(work.path), rid, tables, outcomes, dataset, cfg)

@@ -40,6 +40,11 @@ class ReleaseCluster:
         self._workers = workers or DEFAULT_LOCAL_WORKERS
         self._cluster = self._client = None
 
+    @property
+    def local_workers(self) -> int:
+        """The local cluster's number of workers (a given scheduler's are counted by its probe)."""
+        return self._workers
+
     def address(self) -> str:
         if self._given:
             return self._given
@@ -71,6 +76,18 @@ def dask_cluster(dask_address: str | None = None, workers: int | None = None):
         yield cluster
     finally:
         cluster.close()
+
+
+#: Chunks of partitions mapped per worker: enough for the workers to balance a few large partitions (a
+#: weekday of buses) against many small ones, few enough that Prefect's per-task cost (~0.3 s) stays small.
+CHUNKS_PER_WORKER = 2
+
+
+def partition_chunks(partitions: list[tuple[str, str]], workers: int) -> list[list[tuple[str, str]]]:
+    """The public partitions dealt round-robin into ``CHUNKS_PER_WORKER × workers`` chunks (fewer if there are
+    fewer partitions): from the public domain and the cluster's size only, never from the data."""
+    n = max(1, min(len(partitions), CHUNKS_PER_WORKER * max(1, int(workers))))
+    return [partitions[i::n] for i in range(n) if partitions[i::n]]
 
 
 def partition_runner(cluster: ReleaseCluster) -> DaskTaskRunner:

@@ -27,16 +27,32 @@ from transit_release.noise import NoiseSource
 from transit_release.releases import opal
 
 
+def _sanitize_one(dataset, charged: list, mode: str, date: str, config: ReleaseConfig,
+                  noise: NoiseSource) -> opal.PartitionOutcome:
+    histograms = partition_store.read_partition_histograms(dataset, mode, date)
+    validate(PartitionMarginals, marginals_frame([histograms]), f"histograms of partition {histograms.partition}")
+    outcome = opal.sanitize_and_evaluate(histograms, config, charged, dataset.key_space, noise)
+    return dataclasses.replace(outcome, process=f"{socket.gethostname()}/{os.getpid()}")
+
+
 @data_task(name="sanitize-partition")
 def sanitize_partition(dataset_root: str, mode: str, date: str, config: ReleaseConfig, ledger_path: str,
                        release_id: str) -> opal.PartitionOutcome:
+    """One partition (what :func:`sanitize_chunk` does for each of its partitions)."""
+    return sanitize_chunk.fn(dataset_root, [(mode, date)], config, ledger_path, release_id)[0]
+
+
+@data_task(name="sanitize-chunk")
+def sanitize_chunk(dataset_root: str, partitions: list[tuple[str, str]], config: ReleaseConfig, ledger_path: str,
+                   release_id: str) -> list[opal.PartitionOutcome]:
+    """A few partitions, one after the other, in one task (what the flow maps: each Prefect task costs about
+    0.3 s of orchestration, so a release maps a few chunks per worker rather than one task per partition).
+    The dataset and the release's charges are read once; each partition is sanitized on its own, with its own
+    noise streams, so the result never depends on how partitions are grouped."""
     dataset = partition_store.load_dataset(dataset_root)
-    histograms = partition_store.read_partition_histograms(dataset, mode, date)
-    validate(PartitionMarginals, marginals_frame([histograms]), f"histograms of partition {histograms.partition}")
     charged = [e.event() for e in Ledger(ledger_path, key=b"", read_only=True).spends(release_id)]
-    outcome = opal.sanitize_and_evaluate(histograms, config, charged, dataset.key_space,
-                                         NoiseSource.from_environment())
-    return dataclasses.replace(outcome, process=f"{socket.gethostname()}/{os.getpid()}")
+    noise = NoiseSource.from_environment()
+    return [_sanitize_one(dataset, charged, mode, date, config, noise) for mode, date in partitions]
 
 
 @data_task(name="describe-sanitizers")

@@ -83,6 +83,15 @@ def prepare_partition(work: WorkDir, staging: str, mode: str, date: str, config:
     return dataclasses.replace(prepared, process=f"{socket.gethostname()}/{os.getpid()}")
 
 
+@data_task(name="prepare-chunk")
+def prepare_chunk(work: WorkDir, staging: str, partitions: list[tuple[str, str]], config: ReleaseConfig,
+                  index_path: str, shards: int) -> list[streaming.PreparedPartition]:
+    """A few partitions, one after the other, in one task (what the flow maps: each Prefect task costs about
+    0.3 s of orchestration). Each is prepared on its own (:func:`prepare_partition`), so the result never
+    depends on how partitions are grouped, and a failure names its partition."""
+    return [prepare_partition.fn(work, staging, mode, date, config, index_path, shards) for mode, date in partitions]
+
+
 @data_task(name="early-gate")
 def early_gate(home: Home, release_id: str, work: WorkDir, path: str, streamed: streaming.StreamedTrips,
                config: ReleaseConfig, dry_run: bool = False) -> None:
