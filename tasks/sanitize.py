@@ -1,15 +1,15 @@
-"""Sanitization of one stored partition's six histograms with the SBH.
+"""Sanitization of stored partitions' six histograms with the SBH.
 
-This task is what the flow maps over the partitions, on Prefect's Dask task
-runner: it may run in another process or on another machine. It is given
-paths and names only (the dataset's directory, the partition's mode and date,
-the ledger's path and the release id), never data: nothing true crosses a task
-boundary or lands in Prefect's parameters. It reads only its own partition's
-file, reads (never writes) its six charges from the ledger, draws its noise
-there (from that process's cryptographically secure source) and returns the
-released histograms and internal figures, never the rows. Should Dask re-run a
-task because its worker died, the lost draw was never seen by anyone, and only
-one result per partition is ever used.
+This task is what the flow maps over chunks of the partitions, on Prefect's
+Dask task runner: it may run in another process or on another machine. It is
+given paths and names only (the dataset's directory, the partitions' modes and
+dates, the ledger's path and the release id), never data: nothing true crosses
+a task boundary or lands in Prefect's parameters. For each of its partitions it
+reads only that partition's file, reads (never writes) the six charges from the
+ledger, draws its noise there (from that process's cryptographically secure
+source) and returns the released histograms and internal figures, never the
+rows. Should Dask re-run a task because its worker died, the lost draws were
+never seen by anyone, and only one result per partition is ever used.
 """
 
 from __future__ import annotations
@@ -33,13 +33,6 @@ def _sanitize_one(dataset, charged: list, mode: str, date: str, config: ReleaseC
     validate(PartitionMarginals, marginals_frame([histograms]), f"histograms of partition {histograms.partition}")
     outcome = opal.sanitize_and_evaluate(histograms, config, charged, dataset.key_space, noise)
     return dataclasses.replace(outcome, process=f"{socket.gethostname()}/{os.getpid()}")
-
-
-@data_task(name="sanitize-partition")
-def sanitize_partition(dataset_root: str, mode: str, date: str, config: ReleaseConfig, ledger_path: str,
-                       release_id: str) -> opal.PartitionOutcome:
-    """One partition (what :func:`sanitize_chunk` does for each of its partitions)."""
-    return sanitize_chunk.fn(dataset_root, [(mode, date)], config, ledger_path, release_id)[0]
 
 
 @data_task(name="sanitize-chunk")
