@@ -215,9 +215,11 @@ def truncated_edge_mass(scale: Fraction, bound: int, sensitivity: int) -> float:
 
 @lru_cache(maxsize=256)
 def _single_pld(scale: Fraction, sensitivity: int, noise: str, interval: float, bound: int = -1):
-    """One use's PLD: the pair (noise shifted by ``sensitivity``, noise). ``bound`` ≥ 0: noise truncated to
-    ``|Z| ≤ bound``; the shifted side's top ``sensitivity`` outputs have no counterpart and go to the PLD's
-    infinite-loss mass (dp_accounting counts it in δ)."""
+    """One use's PLD: the pair (noise shifted by ``sensitivity``, noise), passed as dp_accounting's
+    (``lower``, ``upper``); with ``symmetric=False`` it keeps both directions (the card added and removed), and
+    the noise is symmetric, so the order does not change the result. ``bound`` ≥ 0: noise truncated to
+    ``|Z| ≤ bound``; each side's outputs the other cannot produce (the top or bottom ``sensitivity`` values) go
+    to the PLD's infinite-loss mass (dp_accounting counts it in δ)."""
     from dp_accounting.pld import privacy_loss_distribution as pld
 
     if noise not in NOISE_KINDS:
