@@ -84,6 +84,23 @@ def test_scale_out_settings_are_checked():
     check_workers_setting(None, None)
 
 
+def test_a_forked_worker_takes_the_flows_environment_exactly(monkeypatch):
+    """Workers are forked from a forkserver started earlier: a variable the flow has since removed (a test's noise
+    seed) must not survive in the worker, and the flow's current values must win."""
+    import os
+
+    from flows.scale_out import _warm_up
+    from transit_release.noise import TEST_SEED_ENV, NoiseSource
+
+    flow_env = {k: v for k, v in os.environ.items() if k != TEST_SEED_ENV}
+    flow_env["TRANSIT_RELEASE_PROBE"] = "flow"
+    monkeypatch.setenv(TEST_SEED_ENV, "1")  # what the forkserver inherited
+    monkeypatch.setenv("TRANSIT_RELEASE_PROBE", "forkserver")
+    _warm_up(flow_env)
+    assert TEST_SEED_ENV not in os.environ and os.environ["TRANSIT_RELEASE_PROBE"] == "flow"
+    assert NoiseSource.from_environment().kind == "os-entropy"
+
+
 def test_probe_refuses_an_unreachable_scheduler_and_blind_workers(tmp_path):
     from distributed import LocalCluster
 
