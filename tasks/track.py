@@ -13,8 +13,12 @@ from __future__ import annotations
 import fcntl
 import json
 import math
+import os
+import shutil
+import sqlite3
 import tempfile
 import time
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -41,12 +45,64 @@ def _store_lock(home: Home):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+#: Where empty MLflow stores are cached (one per MLflow, SQLAlchemy and Alembic version); default
+#: ``$XDG_CACHE_HOME/transit-release`` (``~/.cache/transit-release``).
+CACHE_ENV = "TRANSIT_RELEASE_CACHE"
+
+
+def _cache_dir() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "transit-release"
+
+
+def store_template() -> Path:
+    """An empty MLflow store made by the installed MLflow: its tables at the current schema version and no
+    experiment. Creating a store runs MLflow's ~50 schema migrations (about 3 s); a new home copies this one
+    instead, and MLflow adds its default experiment itself when the copy is first opened, as for a store it
+    created. Made once per versions of the libraries that shape the schema."""
+    import alembic
+    import mlflow
+    import sqlalchemy
+    from mlflow.tracking import MlflowClient
+
+    path = _cache_dir() / (f"mlflow-{mlflow.__version__}-sqlalchemy-{sqlalchemy.__version__}-"
+                           f"alembic-{alembic.__version__}-empty-store.db")
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments(max_results=1)
+        with sqlite3.connect(tmp) as db:  # the default experiment is made per store, where it is opened
+            db.execute("DELETE FROM experiments WHERE experiment_id = 0")
+        os.replace(tmp, path)  # atomic: concurrent makers race harmlessly
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def _new_store(home: Home) -> None:
+    """The home's store from the template (under the store lock, so no other process is creating it; a copy a
+    killed run left half-made is removed first)."""
+    for stale in home.root.glob(f".{home.mlflow_db.name}.*.tmp"):
+        stale.unlink(missing_ok=True)
+    tmp = home.mlflow_db.with_name(f".{home.mlflow_db.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        shutil.copyfile(store_template(), tmp)  # created under the home's umask, like MLflow's own file
+        os.replace(tmp, home.mlflow_db)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def mlflow_client(home: Home):
     from mlflow.tracking import MlflowClient
 
     with _store_lock(home):
+        if not home.mlflow_db.exists():
+            _new_store(home)
         client = MlflowClient(tracking_uri=home.mlflow_uri)
-        client.search_experiments(max_results=1)  # creates and migrates the store under the lock
+        client.search_experiments(max_results=1)  # opens it under the lock (MLflow adds its default experiment to a new store)
     return client
 
 

@@ -29,6 +29,15 @@ def _week_period():
 WEEK_PERIOD = _week_period()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _store_cache(tmp_path_factory):
+    """The empty MLflow store new homes copy is made once per session, in the session's temporary directory
+    (not in the user's ~/.cache); subprocesses inherit the setting."""
+    from tasks.track import CACHE_ENV
+
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("transit-release-cache"))
+
+
 @pytest.fixture(scope="session")
 def prefect_harness():
     """Prefect's own engine on a temporary server, started once per session."""
