@@ -56,6 +56,7 @@ def _prepare_environment(home: Home, verbose: bool) -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")  # a privacy tool sends nothing anywhere
 
 
 def _floats(text: str) -> list[float]:
@@ -358,10 +359,12 @@ def _quiet_logging(verbose: bool) -> None:
 
 
 @contextmanager
-def _prefect(home: Home, verbose: bool, preload: tuple[str, ...] = ()):
+def _prefect(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewarm_workers: bool = False):
     """The Prefect API for this command: the configured one (``PREFECT_API_URL``, or the settings of a process that
     already runs Prefect) if any, else a loopback server that dies with us. Prefect is not imported before the
-    choice is made: its settings are read once, when it is imported."""
+    choice is made: its settings are read once, when it is imported. While that server starts (seconds), the
+    ``preload`` modules are imported and, with ``prewarm_workers``, the forkserver of the local Dask workers
+    starts importing their libraries."""
     home.prepare()  # Prefect makes its home (<home>/.prefect) as soon as it is imported
     configured = os.environ.get("PREFECT_API_URL")
     if not configured and "prefect" in sys.modules:
@@ -376,6 +379,10 @@ def _prefect(home: Home, verbose: bool, preload: tuple[str, ...] = ()):
 
     def while_starting(url: str) -> None:  # the modules of the command's flow are imported meanwhile
         os.environ["PREFECT_API_URL"] = url  # before Prefect is imported, and for the flows' own processes
+        if prewarm_workers:
+            from flows.scale_out import prewarm_workers as start_forkserver
+
+            start_forkserver()
         for module in preload:
             importlib.import_module(module)
 
@@ -421,7 +428,8 @@ def _check_release_args(args, trips: str, stops: str, home: Home) -> None:
 
 def _release(args, trips: str, stops: str, home: Home) -> int:
     _check_release_args(args, trips, stops, home)
-    with _prefect(home, args.verbose, preload=("flows.opal_release",)):
+    with _prefect(home, args.verbose, preload=("flows.opal_release", "great_expectations"),
+                  prewarm_workers=not args.dask_address):
         from flows.opal_release import opal_release
 
         summary = opal_release(trips=str(Path(trips).resolve()), stops=str(Path(stops).resolve()),
