@@ -53,7 +53,9 @@ def prewarm_workers() -> None:
     from distributed.utils import get_mp_context
     from multiprocessing import forkserver
 
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")  # before Great Expectations is imported there
+    from schemas.expectations import analytics_off
+
+    analytics_off()  # in the environment the forkserver inherits, before it imports Great Expectations
     with dask.config.set({_START_METHOD: "forkserver"}):
         ctx = get_mp_context()  # Dask's own preload list is set here, once per process; ours replaces it
     ctx.set_forkserver_preload(list(WORKER_PRELOAD))  # no effect once the forkserver runs: then it has them

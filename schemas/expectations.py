@@ -67,10 +67,14 @@ _LOADED = re.compile(r"""<(?P<tag>script|link|img)\b[^>]*?\b(?:src|href)\s*=\s*[
 _CORS_ATTRS = re.compile(r"""\s(?:integrity|crossorigin)\s*=\s*["'][^"']*["']""", re.IGNORECASE)
 
 
-def _gx():
-    # Great Expectations sends usage analytics unless told not to: a privacy tool sends nothing anywhere (and
-    # offline, the client's flush at exit held every Dask worker for seconds until it was killed)
+def analytics_off() -> None:
+    """Great Expectations sends usage analytics unless told not to before it is imported: a privacy tool sends
+    nothing anywhere (and offline, the client's flush at exit held every Dask worker for seconds until killed)."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+
+def _gx():
+    analytics_off()
     import great_expectations as gx
 
     logging.getLogger("great_expectations").setLevel(logging.ERROR)

@@ -102,7 +102,7 @@ def mlflow_client(home: Home):
         if not home.mlflow_db.exists():
             _new_store(home)
         client = MlflowClient(tracking_uri=home.mlflow_uri)
-        client.search_experiments(max_results=1)  # opens it under the lock (MLflow adds its default experiment to a new store)
+        client.search_experiments(max_results=1)  # opened under the lock (MLflow adds a new store's default experiment)
     return client
 
 

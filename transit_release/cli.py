@@ -56,7 +56,6 @@ def _prepare_environment(home: Home, verbose: bool) -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")  # a privacy tool sends nothing anywhere
 
 
 def _floats(text: str) -> list[float]:
@@ -379,6 +378,9 @@ def _prefect(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewarm_w
 
     def while_starting(url: str) -> None:  # the modules of the command's flow are imported meanwhile
         os.environ["PREFECT_API_URL"] = url  # before Prefect is imported, and for the flows' own processes
+        from schemas.expectations import analytics_off
+
+        analytics_off()  # before a preload or the forkserver imports Great Expectations
         if prewarm_workers:
             from flows.scale_out import prewarm_workers as start_forkserver
 
