@@ -40,6 +40,7 @@ from zoneinfo import ZoneInfo
 import yaml
 
 from transit_release.errors import ConfigError, TransitReleaseError
+from transit_release.telemetry import OFF as TELEMETRY_OFF
 
 PROJECT = Path(__file__).resolve().parent.parent
 DEFAULT_FILE = PROJECT / "prefect.yaml"
@@ -170,8 +171,7 @@ def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error:
     prefect_home.mkdir(parents=True, exist_ok=True)
     port = free_port()
     url = f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, "PREFECT_HOME": str(prefect_home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "PREFECT_UI_ENABLED": "false"}
+    env = {**os.environ, **TELEMETRY_OFF, "PREFECT_HOME": str(prefect_home), "PREFECT_UI_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)
     env.pop("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", None)  # the server logs in full to its own log file
     proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",

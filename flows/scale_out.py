@@ -3,23 +3,25 @@
 The partition steps (preparing each partition from the streamed input, then
 sanitizing it) are mapped over the partitions on Prefect's Dask task runner.
 By default a local Dask cluster of ``workers`` single-threaded worker processes
-is started once per release, when the input has passed its streaming pass
-(its workers import what the partition steps need at once), and torn down
-after the release; with an address, an existing Dask scheduler (any machine) is used
+is started once per release, in a background thread as the release begins
+(its workers fork and import what the partition steps need while the flow
+validates and streams the input), and torn down after the release; with an address, an existing Dask scheduler (any machine) is used
 instead. Its workers must have this project installed, see the run's private
 working directory at the same path (shared file system) and reach the same
 Prefect API as the flow (``PREFECT_API_URL``); a local cluster's workers are
 pointed at this flow's API automatically.
 
 A local cluster's workers are forked from a *forkserver* that has imported the
-heavy third-party libraries (Great Expectations alone takes about 4 s) once per
-flow process, started in the background when the release begins: a worker is
-ready in about 2 s instead of about 8 s, and a long-lived process (``serve``, a
-test session) pays the imports once for all its releases. Prefect and this
-project's modules are not preloaded: Prefect reads its settings when imported,
-so each worker imports them itself, with its environment set to the flow's
+heavy third-party libraries (Great Expectations alone takes about 4 s, Prefect
+about 1.4 s) once per flow process, started in the background when the release
+begins: a worker is ready in under a second instead of about 8 s, and a
+long-lived process (``serve``, a test session) pays the imports once for all
+its releases. Each worker first takes the flow's environment exactly
 (variables removed from the flow's environment since the forkserver started
-are removed from the worker's too).
+are removed from the worker's too) and then has Prefect read its settings
+again from it (``refresh_global_settings_context``: Prefect reads them once,
+when it is imported, and calls this itself after its plugins change the
+environment); this project's modules are imported after that.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 
 from prefect.context import FlowRunContext
@@ -37,7 +40,7 @@ from transit_release.cluster import DEFAULT_LOCAL_WORKERS
 
 #: What the forkserver imports before it forks a local cluster's workers: third-party libraries only (see above).
 WORKER_PRELOAD = ("distributed", "numpy", "pandas", "pyarrow", "pyarrow.dataset", "pyarrow.parquet", "pandera",
-                  "great_expectations")
+                  "great_expectations", "prefect", "prefect.task_engine", "prefect_dask")
 _START_METHOD = "distributed.worker.multiprocessing-method"
 
 
@@ -53,9 +56,9 @@ def prewarm_workers() -> None:
     from distributed.utils import get_mp_context
     from multiprocessing import forkserver
 
-    from schemas.expectations import analytics_off
+    from transit_release.telemetry import telemetry_off
 
-    analytics_off()  # in the environment the forkserver inherits, before it imports Great Expectations
+    telemetry_off()  # in the environment the forkserver inherits, before it imports Great Expectations
     with dask.config.set({_START_METHOD: "forkserver"}):
         ctx = get_mp_context()  # Dask's own preload list is set here, once per process; ours replaces it
     ctx.set_forkserver_preload(list(WORKER_PRELOAD))  # no effect once the forkserver runs: then it has them
@@ -69,6 +72,9 @@ def _warm_up(environ: dict[str, str]) -> None:
     for name in set(os.environ) - set(environ):
         del os.environ[name]
     os.environ.update(environ)
+    from prefect.context import refresh_global_settings_context
+
+    refresh_global_settings_context()  # Prefect's settings from this environment, not the forkserver's
     import tasks.sanitize  # noqa: F401
     import tasks.stream  # noqa: F401
     from schemas.expectations import warm_up
@@ -77,44 +83,53 @@ def _warm_up(environ: dict[str, str]) -> None:
 
 
 class ReleaseCluster:
-    """The scheduler address of the release's cluster: the one given, or a local cluster started on first use
-    (after the input has passed its streaming pass: a file refused there never starts one)."""
+    """The scheduler address of the release's cluster: the one given, or a local cluster whose start begins
+    at once, in a background thread, so that its workers fork and import while the flow validates and streams
+    the input (a file refused there closes it again; nothing is left running)."""
 
     def __init__(self, dask_address: str | None, workers: int | None):
         self._given = dask_address
         self._workers = workers or DEFAULT_LOCAL_WORKERS
         self._cluster = self._client = None
+        self._starting: Future | None = None
         if not dask_address:
             prewarm_workers()  # the forkserver imports while the flow validates and streams the input
+            ctx = FlowRunContext.get()
+            env = {**os.environ, **({"PREFECT_API_URL": str(ctx.client.api_url)} if ctx is not None else {})}
+            starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-dask-cluster")
+            self._starting = starter.submit(self._start_local, env)
+            starter.shutdown(wait=False)
 
     @property
     def local_workers(self) -> int:
         """The local cluster's number of workers (a given scheduler's are counted by its probe)."""
         return self._workers
 
+    def _start_local(self, env: dict[str, str]) -> None:
+        from distributed import Client, LocalCluster
+
+        import dask
+
+        method = "forkserver" if _forkserver_available() else "spawn"
+        with dask.config.set({_START_METHOD: method}):
+            self._cluster = LocalCluster(n_workers=self._workers, threads_per_worker=1, processes=True,
+                                         dashboard_address=None, env=env)
+        self._client = Client(self._cluster, set_as_default=False)
+        self._client.run(_warm_up, env)  # both workers import at once, not in their first partition
+
     def address(self) -> str:
         if self._given:
             return self._given
-        if self._cluster is None:
-            from distributed import Client, LocalCluster
-
-            import dask
-
-            ctx = FlowRunContext.get()
-            env = {**os.environ, **({"PREFECT_API_URL": str(ctx.client.api_url)} if ctx is not None else {})}
-            method = "forkserver" if _forkserver_available() else "spawn"
-            with dask.config.set({_START_METHOD: method}):
-                self._cluster = LocalCluster(n_workers=self._workers, threads_per_worker=1, processes=True,
-                                             dashboard_address=None, env=env)
-            self._client = Client(self._cluster, set_as_default=False)
-            self._client.run(_warm_up, env)  # both workers import at once, not in their first partition
+        self._starting.result()  # waits for the start; raises its error, if any, here
         return self._cluster.scheduler_address
 
     def close(self) -> None:
-        if self._cluster is None:
-            return
-        self._client.close()
-        self._cluster.close()
+        if self._starting is not None:
+            wait([self._starting])  # a cluster still starting is closed once it is up
+        if self._client is not None:
+            self._client.close()
+        if self._cluster is not None:
+            self._cluster.close()
         self._cluster = self._client = None
 
 

@@ -27,6 +27,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from transit_release import background_imports
+from transit_release.telemetry import telemetry_off
+
 RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": 0, "include_unexpected_rows": False}
 _NS_PER_MIN = 60_000_000_000
 MIN_TAP_OFF_PRESENT = 0.8  # at most 20% missing tap-offs
@@ -67,14 +70,9 @@ _LOADED = re.compile(r"""<(?P<tag>script|link|img)\b[^>]*?\b(?:src|href)\s*=\s*[
 _CORS_ATTRS = re.compile(r"""\s(?:integrity|crossorigin)\s*=\s*["'][^"']*["']""", re.IGNORECASE)
 
 
-def analytics_off() -> None:
-    """Great Expectations sends usage analytics unless told not to before it is imported: a privacy tool sends
-    nothing anywhere (and offline, the client's flush at exit held every Dask worker for seconds until killed)."""
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-
-
 def _gx():
-    analytics_off()
+    telemetry_off()  # before Great Expectations is imported
+    background_imports.ready("great_expectations")
     import great_expectations as gx
 
     logging.getLogger("great_expectations").setLevel(logging.ERROR)

@@ -23,9 +23,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tasks import data_task
+from transit_release import background_imports
 from transit_release.accounting.ledger import Ledger
 from transit_release.home import Home
 from transit_release.publish import rows_released
+from transit_release.telemetry import telemetry_off
 
 EXPERIMENT = "transit-release"
 AUDIT_EXPERIMENT = "transit-release-audit"
@@ -61,6 +63,7 @@ def store_template() -> Path:
     experiment. Creating a store runs MLflow's ~50 schema migrations (about 3 s); a new home copies this one
     instead, and MLflow adds its default experiment itself when the copy is first opened, as for a store it
     created. Made once per versions of the libraries that shape the schema."""
+    background_imports.ready("mlflow")
     import alembic
     import mlflow
     import sqlalchemy
@@ -96,6 +99,8 @@ def _new_store(home: Home) -> None:
 
 
 def mlflow_client(home: Home):
+    telemetry_off()  # MLflow 3 reads its setting at each call
+    background_imports.ready("mlflow")
     from mlflow.tracking import MlflowClient
 
     with _store_lock(home):
@@ -119,6 +124,7 @@ def experiment_id(client, home: Home) -> str:
 
 
 def log_to_run(client, run_id: str, params: dict, metrics: dict, tags: dict | None = None) -> None:
+    background_imports.ready("mlflow")
     from mlflow.entities import Metric, Param, RunTag
 
     now = int(time.time() * 1000)
@@ -213,6 +219,7 @@ def mark_published(home: Home, run_id: str) -> None:
 
 
 def _all_runs(client, experiment_name: str) -> list:
+    background_imports.ready("mlflow")
     from mlflow.entities import ViewType
 
     exp = client.get_experiment_by_name(experiment_name)

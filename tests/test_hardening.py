@@ -291,3 +291,29 @@ def test_the_test_seed_is_refused_by_a_home_that_holds_public_releases(tmp_path,
     with pytest.raises(ConfigError, match="TRANSIT_RELEASE_TEST_SEED is set, but .* holds public releases"):
         prepare_home.fn(str(home.root), None)
     assert prepare_home.fn(str(home.root), None, releasing=False).root == home.root  # the audit may still run
+
+
+def test_no_library_reports_usage_from_a_release_process(monkeypatch):
+    """Great Expectations, MLflow 3 and Prefect's client each report usage to their makers unless told not to;
+    the command, a release flow and the MLflow client all turn that off, even where the user's environment
+    turned it on."""
+    from mlflow.environment_variables import MLFLOW_DISABLE_TELEMETRY
+    from prefect._internal.analytics.ci_detection import CI_ENV_VARS
+    from prefect._internal.analytics.enabled import is_telemetry_enabled
+
+    from transit_release.cli import _prepare_environment
+    from transit_release.home import Home
+
+    for var in CI_ENV_VARS:  # Prefect's client stays quiet in CI by itself: test it as on a custodian's machine
+        monkeypatch.delenv(var, raising=False)
+    for var in ("PREFECT_HOME", "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "MLFLOW_LOGGING_LEVEL", "GIT_PYTHON_REFRESH",
+                "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR",
+                "PREFECT_SERVER_ANALYTICS_ENABLED"):  # restored after the test, whatever the command sets
+        monkeypatch.setenv(var, os.environ[var]) if var in os.environ else monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("DO_NOT_TRACK", "0")
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "false")
+    monkeypatch.setenv("GX_ANALYTICS_ENABLED", "true")
+    assert is_telemetry_enabled() and not MLFLOW_DISABLE_TELEMETRY.get()
+    _prepare_environment(Home.at(Path("/nonexistent-home")), verbose=False)
+    assert not is_telemetry_enabled() and MLFLOW_DISABLE_TELEMETRY.get()
+    assert os.environ["GX_ANALYTICS_ENABLED"] == "false" and os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] == "false"

@@ -101,6 +101,39 @@ def test_a_forked_worker_takes_the_flows_environment_exactly(monkeypatch):
     assert NoiseSource.from_environment().kind == "os-entropy"
 
 
+def _worker_view() -> tuple[str, str | None, str]:
+    import os
+
+    from prefect.settings import get_current_settings
+
+    from transit_release.noise import TEST_SEED_ENV
+
+    return str(get_current_settings().api.url), os.environ.get(TEST_SEED_ENV), os.environ["TRANSIT_RELEASE_PROBE"]
+
+
+def test_a_forked_worker_reads_prefects_settings_from_the_flows_environment(monkeypatch):
+    """The forkserver imported Prefect, which read its settings then; a worker forked from it for this release
+    must use this release's API (and environment), not the one the forkserver saw."""
+    from distributed import Client
+
+    from flows.scale_out import ReleaseCluster, prewarm_workers
+    from transit_release.noise import TEST_SEED_ENV
+
+    monkeypatch.setenv(TEST_SEED_ENV, "1")
+    monkeypatch.setenv("TRANSIT_RELEASE_PROBE", "forkserver")
+    prewarm_workers()  # a no-op if this process's forkserver already runs (it then has another environment)
+    monkeypatch.delenv(TEST_SEED_ENV)
+    monkeypatch.setenv("TRANSIT_RELEASE_PROBE", "flow")
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    cluster = ReleaseCluster(None, 2)
+    try:
+        with Client(cluster.address(), set_as_default=False) as client:
+            views = set(client.run(_worker_view).values())
+    finally:
+        cluster.close()
+    assert views == {("http://127.0.0.1:9/api", None, "flow")}
+
+
 def test_probe_refuses_an_unreachable_scheduler_and_blind_workers(tmp_path):
     from distributed import LocalCluster
 

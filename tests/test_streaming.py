@@ -190,8 +190,8 @@ def test_infer_period_counts_batch_by_batch(week):
 
 
 def test_a_file_of_one_batch_is_gated_by_the_pass_alone(week, tmp_path):
-    """One batch: the pass finds every repeat itself, so the gate can refuse before any partition is prepared
-    (and no cluster starts), with the figures of a whole-file screen."""
+    """One batch: the pass finds every repeat itself, so the gate can refuse before any partition is prepared,
+    with the figures of a whole-file screen."""
     paths, base = week
     cfg = load_release_config()
     stops = validate(Stops, read_stops(paths["stops"]), "stops")

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from transit_release.errors import BudgetError, ConfigError, InputDataError, TransitReleaseError
 from transit_release.home import UMASK, Home, check_release_id
+from transit_release.telemetry import telemetry_off
 
 EXIT_INPUT = 2
 EXIT_BUDGET = 3
@@ -52,7 +53,7 @@ def _prepare_environment(home: Home, verbose: bool) -> None:
         os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")
         os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_HOME", str(home.prefect_home))
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    telemetry_off()  # no library reports usage to its maker
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
@@ -370,7 +371,15 @@ def _prefect(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewarm_w
         from prefect.settings import get_current_settings
 
         configured = get_current_settings().api.url
+
+    def start_forkserver() -> None:
+        if prewarm_workers:  # its own process imports the workers' libraries while this one imports Prefect
+            from flows.scale_out import prewarm_workers as start
+
+            start()
+
     if configured:
+        start_forkserver()
         _quiet_logging(verbose)
         yield
         return
@@ -378,13 +387,7 @@ def _prefect(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewarm_w
 
     def while_starting(url: str) -> None:  # the modules of the command's flow are imported meanwhile
         os.environ["PREFECT_API_URL"] = url  # before Prefect is imported, and for the flows' own processes
-        from schemas.expectations import analytics_off
-
-        analytics_off()  # before a preload or the forkserver imports Great Expectations
-        if prewarm_workers:
-            from flows.scale_out import prewarm_workers as start_forkserver
-
-            start_forkserver()
+        start_forkserver()
         for module in preload:
             importlib.import_module(module)
 
