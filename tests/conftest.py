@@ -10,6 +10,20 @@ os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 
 import pytest  # noqa: E402
 
+
+def _compile_project() -> None:
+    """Bytecode for the project's modules, once: the suite starts ~100 subprocesses and Dask workers that import
+    them, and where ``PYTHONDONTWRITEBYTECODE`` is set (as on the machines this project is built on) each would compile them again (~1 s)."""
+    import compileall
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    for package in ("flows", "tasks", "schemas", "transit_release"):
+        compileall.compile_dir(root / package, quiet=1)
+
+
+_compile_project()
+
 from transit_release.noise import TEST_SEED_ENV  # noqa: E402
 
 SMALL_SCALE = 0.01
