@@ -99,11 +99,13 @@ def _peak_kib(pid: int) -> int | None:
     return None
 
 
-def _role(cmd: str, is_root: bool) -> str:
+def _role(cmd: str, is_root: bool, parent_cmd: str = "") -> str:
     if is_root:
         return "flow"
     if "spawn_main" in cmd:
         return "dask_worker"
+    if "forkserver" in cmd:  # a forked worker keeps its forkserver's command line
+        return "dask_worker" if "forkserver" in parent_cmd else "forkserver"
     if "uvicorn" in cmd or "prefect" in cmd and "server" in cmd:
         return "prefect_server"
     return "other"
@@ -124,7 +126,8 @@ def watch_peaks(proc: subprocess.Popen, every_s: float = 0.2) -> dict[int, tuple
         for pid in family:
             kib = _peak_kib(pid)
             if kib is not None and pid in table:
-                peaks[pid] = (_role(table[pid][1], pid == proc.pid), max(kib, peaks.get(pid, ("", 0))[1]))
+                role = _role(table[pid][1], pid == proc.pid, table.get(table[pid][0], (0, ""))[1])
+                peaks[pid] = (role, max(kib, peaks.get(pid, ("", 0))[1]))
         time.sleep(every_s)
     return peaks
 

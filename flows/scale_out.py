@@ -3,9 +3,9 @@
 The partition steps (preparing each partition from the streamed input, then
 sanitizing it) are mapped over the partitions on Prefect's Dask task runner.
 By default a local Dask cluster of ``workers`` single-threaded worker processes
-is started once per release, in a background thread as the release begins
-(its workers fork and import what the partition steps need while the flow
-validates and streams the input), and torn down after the release; with an address, an existing Dask scheduler (any machine) is used
+is started once per release (in a background thread as the release begins
+when the input is longer than one streaming batch, so that its workers fork
+and import while the flow streams it), and torn down after the release; with an address, an existing Dask scheduler (any machine) is used
 instead. Its workers must have this project installed, see the run's private
 working directory at the same path (shared file system) and reach the same
 Prefect API as the flow (``PREFECT_API_URL``); a local cluster's workers are
@@ -83,22 +83,28 @@ def _warm_up(environ: dict[str, str]) -> None:
 
 
 class ReleaseCluster:
-    """The scheduler address of the release's cluster: the one given, or a local cluster whose start begins
-    at once, in a background thread, so that its workers fork and import while the flow validates and streams
-    the input (a file refused there closes it again; nothing is left running)."""
+    """The scheduler address of the release's cluster: the one given, or a local cluster. A local cluster whose
+    input is longer than one streaming batch starts at once, in a background thread, so that its workers fork
+    and import while the flow streams the input (a file refused there closes it again: nothing is left
+    running); for a shorter input (its pass takes well under a second, and the early gate may refuse it) it
+    starts when first used."""
 
-    def __init__(self, dask_address: str | None, workers: int | None):
+    def __init__(self, dask_address: str | None, workers: int | None, start_now: bool = False):
         self._given = dask_address
         self._workers = workers or DEFAULT_LOCAL_WORKERS
         self._cluster = self._client = None
         self._starting: Future | None = None
         if not dask_address:
             prewarm_workers()  # the forkserver imports while the flow validates and streams the input
-            ctx = FlowRunContext.get()
-            env = {**os.environ, **({"PREFECT_API_URL": str(ctx.client.api_url)} if ctx is not None else {})}
-            starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-dask-cluster")
-            self._starting = starter.submit(self._start_local, env)
-            starter.shutdown(wait=False)
+            if start_now:
+                self._start_in_background()
+
+    def _start_in_background(self) -> None:
+        ctx = FlowRunContext.get()
+        env = {**os.environ, **({"PREFECT_API_URL": str(ctx.client.api_url)} if ctx is not None else {})}
+        starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-dask-cluster")
+        self._starting = starter.submit(self._start_local, env)
+        starter.shutdown(wait=False)
 
     @property
     def local_workers(self) -> int:
@@ -120,6 +126,8 @@ class ReleaseCluster:
     def address(self) -> str:
         if self._given:
             return self._given
+        if self._starting is None:
+            self._start_in_background()
         self._starting.result()  # waits for the start; raises its error, if any, here
         return self._cluster.scheduler_address
 
@@ -134,10 +142,14 @@ class ReleaseCluster:
 
 
 @contextmanager
-def dask_cluster(dask_address: str | None = None, workers: int | None = None):
-    """The release's cluster for the duration (call inside a flow run)."""
+def dask_cluster(dask_address: str | None = None, workers: int | None = None, input_path: str | None = None):
+    """The release's cluster for the duration (call inside a flow run); a local one starts at once if
+    ``input_path`` is longer than one streaming batch (see :class:`ReleaseCluster`)."""
+    from transit_release.inputs.streaming import BATCH_BYTES
+
     logging.getLogger("distributed").setLevel(logging.WARNING)  # Dask's per-worker INFO lines
-    cluster = ReleaseCluster(dask_address, workers)
+    start_now = input_path is not None and os.path.getsize(input_path) > BATCH_BYTES
+    cluster = ReleaseCluster(dask_address, workers, start_now=start_now)
     try:
         yield cluster
     finally:

@@ -96,7 +96,7 @@ def prepare_chunk(work: WorkDir, staging: str, partitions: list[tuple[str, str]]
 def early_gate(home: Home, release_id: str, work: WorkDir, path: str, streamed: streaming.StreamedTrips,
                config: ReleaseConfig, dry_run: bool = False) -> None:
     """When the pass found every duplicate (a file of one batch), the gate before any partition is prepared:
-    a refused file then starts no cluster. Its quarantine is gathered only if it is refused."""
+    a refused file then prepares none. Its quarantine is gathered only if it is refused."""
     if streamed.tally.complete:
         _gate(home, release_id, work, path, streamed.tally.figures(), config, dry_run, gather_if_passed=False)
 

@@ -70,6 +70,14 @@ def small_week(tmp_path_factory):
     return write_synthetic_week(out, scale=SMALL_SCALE, seed=7, show_progress=False)
 
 
+@pytest.fixture(scope="session")
+def tiny_week(tmp_path_factory):
+    """About 27,000 trips: enough for every partition, cheap enough to publish many times."""
+    from transit_release.synth.opal_week import write_synthetic_week
+
+    return write_synthetic_week(tmp_path_factory.mktemp("tiny-week"), scale=0.002, seed=11, show_progress=False)
+
+
 @pytest.fixture
 def test_seed(monkeypatch):
     """Deterministic noise for one test (never used outside tests)."""

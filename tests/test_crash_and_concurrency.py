@@ -27,11 +27,14 @@ def api_env(prefect_harness):
 
 
 def release_cmd(week, home: Path, rid: str, *extra: str) -> list[str]:
+    """A release command on one local worker: four run at once on the test machine's two cores (the cluster
+    itself is tests/test_scale_out.py's)."""
     return [sys.executable, "-m", "transit_release.cli", "release", "--trips", str(week["trips"]),
-            "--stops", str(week["stops"]), "--home", str(home), "--release-id", rid, *WEEK_FLAGS, *extra]
+            "--stops", str(week["stops"]), "--home", str(home), "--release-id", rid, "--workers", "1",
+            *WEEK_FLAGS, *extra]
 
 
-def test_four_releases_at_once_against_a_cap_that_fits_two(api_env, small_week, tmp_path):
+def test_four_releases_at_once_against_a_cap_that_fits_two(api_env, tiny_week, tmp_path):
     home = tmp_path / "home"
     policy = tmp_path / "policy.yaml"
     from transit_release.accounting.policy import default_policy_path
@@ -39,7 +42,7 @@ def test_four_releases_at_once_against_a_cap_that_fits_two(api_env, small_week, 
     policy.write_text(default_policy_path().read_text().replace("      epsilon: 8.0\n      delta: 1.0e-6\n",
                                                                 "      epsilon: 16.0\n      delta: 1.0e-5\n", 1))
     # a fresh home: the four processes also race to create the MLflow store
-    procs = [subprocess.Popen(release_cmd(small_week, home, f"r{i}", "--policy", str(policy)), env=api_env,
+    procs = [subprocess.Popen(release_cmd(tiny_week, home, f"r{i}", "--policy", str(policy)), env=api_env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for i in range(4)]
     outcomes = [(p.wait(timeout=600), p.stderr.read()) for p in procs]
     codes = sorted(c for c, _ in outcomes)

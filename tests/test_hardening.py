@@ -28,14 +28,6 @@ pytestmark = pytest.mark.flow
 
 
 @pytest.fixture(scope="module")
-def tiny_week(tmp_path_factory):
-    """About 27,000 trips: enough for every partition, cheap enough to publish many times."""
-    from transit_release.synth.opal_week import write_synthetic_week
-
-    return write_synthetic_week(tmp_path_factory.mktemp("tiny-week"), scale=0.002, seed=11, show_progress=False)
-
-
-@pytest.fixture(scope="module")
 def api_env(prefect_harness):
     from prefect.settings import get_current_settings
 
@@ -44,8 +36,10 @@ def api_env(prefect_harness):
 
 
 def release_cmd(week, home: Path, rid: str, *extra: str) -> list[str]:
+    """A release command on one local worker: these tests are about crashes and concurrency, not the cluster
+    (tests/test_scale_out.py), and several of them run at once on the test machine's two cores."""
     return [sys.executable, "-m", "transit_release.cli", "release", "--trips", str(week["trips"]), "--stops",
-            str(week["stops"]), "--home", str(home), "--release-id", rid, *WEEK_FLAGS, *extra]
+            str(week["stops"]), "--home", str(home), "--release-id", rid, "--workers", "1", *WEEK_FLAGS, *extra]
 
 
 def audit_json(home: Path, capsys) -> dict:
