@@ -90,7 +90,7 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
         return summarize(where, load_manifest(where, target.release_id), "already published: nothing drawn or spent")
     rid = target.release_id
     partitions = opal.partitions_of(period, cfg)
-    with work_dir(where, rid) as work, dask_cluster(dask_address, workers, trips) as cluster:
+    with work_dir(where, rid) as work, dask_cluster(dask_address, workers) as cluster:
         try:
             workers_used = cluster.local_workers
             if dask_address:  # before any work on it, and before any spend

@@ -3,9 +3,9 @@
 The partition steps (preparing each partition from the streamed input, then
 sanitizing it) are mapped over the partitions on Prefect's Dask task runner.
 By default a local Dask cluster of ``workers`` single-threaded worker processes
-is started once per release (in a background thread as the release begins
-when the input is longer than one streaming batch, so that its workers fork
-and import while the flow streams it), and torn down after the release; with an address, an existing Dask scheduler (any machine) is used
+is started once per release, when the input has passed its streaming pass
+(its workers import what the partition steps need at once), and torn down
+after the release; with an address, an existing Dask scheduler (any machine) is used
 instead. Its workers must have this project installed, see the run's private
 working directory at the same path (shared file system) and reach the same
 Prefect API as the flow (``PREFECT_API_URL``); a local cluster's workers are
@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 
 from prefect.context import FlowRunContext
@@ -83,73 +82,52 @@ def _warm_up(environ: dict[str, str]) -> None:
 
 
 class ReleaseCluster:
-    """The scheduler address of the release's cluster: the one given, or a local cluster. A local cluster whose
-    input is longer than one streaming batch starts at once, in a background thread, so that its workers fork
-    and import while the flow streams the input (a file refused there closes it again: nothing is left
-    running); for a shorter input (its pass takes well under a second, and the early gate may refuse it) it
-    starts when first used."""
+    """The scheduler address of the release's cluster: the one given, or a local cluster started on first use
+    (after the input has passed its streaming pass: a file refused there never starts one)."""
 
-    def __init__(self, dask_address: str | None, workers: int | None, start_now: bool = False):
+    def __init__(self, dask_address: str | None, workers: int | None):
         self._given = dask_address
         self._workers = workers or DEFAULT_LOCAL_WORKERS
         self._cluster = self._client = None
-        self._starting: Future | None = None
         if not dask_address:
             prewarm_workers()  # the forkserver imports while the flow validates and streams the input
-            if start_now:
-                self._start_in_background()
-
-    def _start_in_background(self) -> None:
-        ctx = FlowRunContext.get()
-        env = {**os.environ, **({"PREFECT_API_URL": str(ctx.client.api_url)} if ctx is not None else {})}
-        starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-dask-cluster")
-        self._starting = starter.submit(self._start_local, env)
-        starter.shutdown(wait=False)
 
     @property
     def local_workers(self) -> int:
         """The local cluster's number of workers (a given scheduler's are counted by its probe)."""
         return self._workers
 
-    def _start_local(self, env: dict[str, str]) -> None:
-        from distributed import Client, LocalCluster
-
-        import dask
-
-        method = "forkserver" if _forkserver_available() else "spawn"
-        with dask.config.set({_START_METHOD: method}):
-            self._cluster = LocalCluster(n_workers=self._workers, threads_per_worker=1, processes=True,
-                                         dashboard_address=None, env=env)
-        self._client = Client(self._cluster, set_as_default=False)
-        self._client.run(_warm_up, env)  # both workers import at once, not in their first partition
-
     def address(self) -> str:
         if self._given:
             return self._given
-        if self._starting is None:
-            self._start_in_background()
-        self._starting.result()  # waits for the start; raises its error, if any, here
+        if self._cluster is None:
+            from distributed import Client, LocalCluster
+
+            import dask
+
+            ctx = FlowRunContext.get()
+            env = {**os.environ, **({"PREFECT_API_URL": str(ctx.client.api_url)} if ctx is not None else {})}
+            method = "forkserver" if _forkserver_available() else "spawn"
+            with dask.config.set({_START_METHOD: method}):
+                self._cluster = LocalCluster(n_workers=self._workers, threads_per_worker=1, processes=True,
+                                             dashboard_address=None, env=env)
+            self._client = Client(self._cluster, set_as_default=False)
+            self._client.run(_warm_up, env)  # both workers import at once, not in their first partition
         return self._cluster.scheduler_address
 
     def close(self) -> None:
-        if self._starting is not None:
-            wait([self._starting])  # a cluster still starting is closed once it is up
-        if self._client is not None:
-            self._client.close()
-        if self._cluster is not None:
-            self._cluster.close()
+        if self._cluster is None:
+            return
+        self._client.close()
+        self._cluster.close()
         self._cluster = self._client = None
 
 
 @contextmanager
-def dask_cluster(dask_address: str | None = None, workers: int | None = None, input_path: str | None = None):
-    """The release's cluster for the duration (call inside a flow run); a local one starts at once if
-    ``input_path`` is longer than one streaming batch (see :class:`ReleaseCluster`)."""
-    from transit_release.inputs.streaming import BATCH_BYTES
-
+def dask_cluster(dask_address: str | None = None, workers: int | None = None):
+    """The release's cluster for the duration (call inside a flow run)."""
     logging.getLogger("distributed").setLevel(logging.WARNING)  # Dask's per-worker INFO lines
-    start_now = input_path is not None and os.path.getsize(input_path) > BATCH_BYTES
-    cluster = ReleaseCluster(dask_address, workers, start_now=start_now)
+    cluster = ReleaseCluster(dask_address, workers)
     try:
         yield cluster
     finally:
