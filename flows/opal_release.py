@@ -22,10 +22,9 @@ from tasks.summary import summarize, summarize_dry_run
 from tasks.track import anchor_ledger, check_store
 from tasks.validate import validate_release_tables, validate_stops
 from tasks.report import write_report
-from transit_release import background_imports, partition_store, progress
+from transit_release import partition_store, progress
 from transit_release.recovery import work_dir
 from transit_release.releases import opal
-from transit_release.telemetry import telemetry_off
 from transit_release.version import code_version
 
 
@@ -76,8 +75,6 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
     card-level defaults unless ``config`` is given).
     """
     check_scale_out(workers, dask_address)
-    telemetry_off()  # before Great Expectations or MLflow is imported, here or in the background
-    background_imports.start("great_expectations", "mlflow")  # needed after the partitions are prepared
     cfg = load_config(config, epsilons, delta, quarantine_limit, unit)
     where = prepare_home(home, ledger, cfg.quality.quarantine_retention_days)
     budget_policy = load_policy(policy)

@@ -31,10 +31,12 @@ import multiprocessing
 import os
 from contextlib import contextmanager
 
+from distributed.diagnostics.plugin import WorkerPlugin
 from prefect.context import FlowRunContext
 from prefect_dask import DaskTaskRunner
 
 from transit_release.cluster import DEFAULT_LOCAL_WORKERS
+from transit_release.home import cache_dir
 
 
 #: What the forkserver imports before it forks a local cluster's workers: third-party libraries only (see above).
@@ -61,7 +63,18 @@ def prewarm_workers() -> None:
     with dask.config.set({_START_METHOD: "forkserver"}):
         ctx = get_mp_context()  # Dask's own preload list is set here, once per process; ours replaces it
     ctx.set_forkserver_preload(list(WORKER_PRELOAD))  # no effect once the forkserver runs: then it has them
-    forkserver.ensure_running()  # returns at once; the imports happen in the forkserver
+    # Importing Prefect makes its home directory: the forkserver's is in the user's cache, not in the release's
+    # home (a refused run removes what it created there, possibly before the forkserver gets to Prefect)
+    home = cache_dir() / "forkserver-prefect-home"
+    saved = os.environ.get("PREFECT_HOME")
+    os.environ["PREFECT_HOME"] = str(home)
+    try:
+        forkserver.ensure_running()  # returns at once; the imports happen in the forkserver
+    finally:
+        if saved is None:
+            del os.environ["PREFECT_HOME"]
+        else:
+            os.environ["PREFECT_HOME"] = saved
 
 
 def _warm_up(environ: dict[str, str]) -> None:
@@ -79,6 +92,17 @@ def _warm_up(environ: dict[str, str]) -> None:
     from schemas.expectations import warm_up
 
     warm_up()
+
+
+class FlowEnvironment(WorkerPlugin):
+    """:func:`_warm_up` on every worker of a local cluster, including one Dask's nanny starts again after its
+    worker died (it is forked from the forkserver too, with the forkserver's environment)."""
+
+    def __init__(self, environ: dict[str, str]):
+        self.environ = dict(environ)
+
+    def setup(self, worker) -> None:
+        _warm_up(self.environ)
 
 
 class ReleaseCluster:
@@ -112,7 +136,8 @@ class ReleaseCluster:
                 self._cluster = LocalCluster(n_workers=self._workers, threads_per_worker=1, processes=True,
                                              dashboard_address=None, env=env)
             self._client = Client(self._cluster, set_as_default=False)
-            self._client.run(_warm_up, env)  # both workers import at once, not in their first partition
+            # on both workers at once (not in their first partition), and on any worker started again later
+            self._client.register_plugin(FlowEnvironment(env), name="transit-release-flow-environment")
         return self._cluster.scheduler_address
 
     def close(self) -> None:

@@ -27,7 +27,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from transit_release import background_imports
 from transit_release.telemetry import telemetry_off
 
 RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": 0, "include_unexpected_rows": False}
@@ -72,7 +71,6 @@ _CORS_ATTRS = re.compile(r"""\s(?:integrity|crossorigin)\s*=\s*["'][^"']*["']"""
 
 def _gx():
     telemetry_off()  # before Great Expectations is imported
-    background_imports.ready("great_expectations")
     import great_expectations as gx
 
     logging.getLogger("great_expectations").setLevel(logging.ERROR)

@@ -8,8 +8,12 @@ ledger have ``retries=0``: a retry could otherwise redraw noise.
 
 from functools import partial
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
+from transit_release.telemetry import telemetry_off
+
+telemetry_off()  # before Prefect and MLflow are imported (see transit_release.telemetry)
+
+from prefect import task  # noqa: E402
+from prefect.cache_policies import NO_CACHE  # noqa: E402
 
 #: The decorator every task here uses.
 data_task = partial(task, cache_policy=NO_CACHE, persist_result=False, retries=0)

@@ -23,9 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tasks import data_task
-from transit_release import background_imports
 from transit_release.accounting.ledger import Ledger
-from transit_release.home import Home
+from transit_release.home import Home, cache_dir
 from transit_release.publish import rows_released
 from transit_release.telemetry import telemetry_off
 
@@ -47,15 +46,6 @@ def _store_lock(home: Home):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-#: Where empty MLflow stores are cached (one per MLflow, SQLAlchemy and Alembic version); default
-#: ``$XDG_CACHE_HOME/transit-release`` (``~/.cache/transit-release``).
-CACHE_ENV = "TRANSIT_RELEASE_CACHE"
-
-
-def _cache_dir() -> Path:
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "transit-release"
 
 
 def store_template() -> Path:
@@ -63,13 +53,12 @@ def store_template() -> Path:
     experiment. Creating a store runs MLflow's ~50 schema migrations (about 3 s); a new home copies this one
     instead, and MLflow adds its default experiment itself when the copy is first opened, as for a store it
     created. Made once per versions of the libraries that shape the schema."""
-    background_imports.ready("mlflow")
     import alembic
     import mlflow
     import sqlalchemy
     from mlflow.tracking import MlflowClient
 
-    path = _cache_dir() / (f"mlflow-{mlflow.__version__}-sqlalchemy-{sqlalchemy.__version__}-"
+    path = cache_dir() / (f"mlflow-{mlflow.__version__}-sqlalchemy-{sqlalchemy.__version__}-"
                            f"alembic-{alembic.__version__}-empty-store.db")
     if path.exists():
         return path
@@ -99,8 +88,7 @@ def _new_store(home: Home) -> None:
 
 
 def mlflow_client(home: Home):
-    telemetry_off()  # MLflow 3 reads its setting at each call
-    background_imports.ready("mlflow")
+    telemetry_off()  # already done when this package was imported; again in case a caller reset it
     from mlflow.tracking import MlflowClient
 
     with _store_lock(home):
@@ -124,7 +112,6 @@ def experiment_id(client, home: Home) -> str:
 
 
 def log_to_run(client, run_id: str, params: dict, metrics: dict, tags: dict | None = None) -> None:
-    background_imports.ready("mlflow")
     from mlflow.entities import Metric, Param, RunTag
 
     now = int(time.time() * 1000)
@@ -219,7 +206,6 @@ def mark_published(home: Home, run_id: str) -> None:
 
 
 def _all_runs(client, experiment_name: str) -> list:
-    background_imports.ready("mlflow")
     from mlflow.entities import ViewType
 
     exp = client.get_experiment_by_name(experiment_name)

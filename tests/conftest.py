@@ -22,7 +22,9 @@ def _compile_project() -> None:
         compileall.compile_dir(root / package, quiet=1)
 
 
-_compile_project()
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # once, in the controlling process (not in each xdist worker)
+        _compile_project()
 
 from transit_release.noise import TEST_SEED_ENV  # noqa: E402
 
@@ -47,7 +49,7 @@ WEEK_PERIOD = _week_period()
 def _store_cache(tmp_path_factory):
     """The empty MLflow store new homes copy is made once per session, in the session's temporary directory
     (not in the user's ~/.cache); subprocesses inherit the setting."""
-    from tasks.track import CACHE_ENV
+    from transit_release.home import CACHE_ENV
 
     os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("transit-release-cache"))
 

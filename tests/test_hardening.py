@@ -311,3 +311,19 @@ def test_no_library_reports_usage_from_a_release_process(monkeypatch):
     _prepare_environment(Home.at(Path("/nonexistent-home")), verbose=False)
     assert not is_telemetry_enabled() and MLFLOW_DISABLE_TELEMETRY.get()
     assert os.environ["GX_ANALYTICS_ENABLED"] == "false" and os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] == "false"
+
+
+def test_no_telemetry_client_whatever_imports_mlflow_first(tmp_path):
+    """MLflow starts its telemetry client when it is imported: importing any of this tool's packages first, as
+    every entry point does (a Prefect worker running a deployment, a Dask worker, ``serve``), turns it off."""
+    from prefect._internal.analytics.ci_detection import CI_ENV_VARS
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in CI_ENV_VARS and k not in ("PYTEST_CURRENT_TEST", "DO_NOT_TRACK", "MLFLOW_DISABLE_TELEMETRY")}
+    probe = ("import {package}, mlflow, os; from mlflow.telemetry.client import get_telemetry_client; "
+             "print(get_telemetry_client() is None, os.environ.get('DO_NOT_TRACK'))")
+    for package in ("flows", "tasks", "transit_release"):
+        out = subprocess.run([sys.executable, "-c", probe.format(package=package)], env=env, capture_output=True,
+                             text=True, timeout=120, cwd=tmp_path)
+        assert out.stdout.split() == ["True", "true"], (package, out.stderr[-2000:])
+

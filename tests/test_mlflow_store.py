@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from tasks.track import CACHE_ENV, mlflow_client, store_template
+from tasks.track import mlflow_client, store_template
+from transit_release.home import CACHE_ENV
 from transit_release.home import Home
 
 

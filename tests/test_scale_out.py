@@ -94,6 +94,7 @@ def test_a_forked_worker_takes_the_flows_environment_exactly(monkeypatch):
 
     flow_env = {k: v for k, v in os.environ.items() if k != TEST_SEED_ENV}
     flow_env["TRANSIT_RELEASE_PROBE"] = "flow"
+    monkeypatch.setattr("prefect.context.refresh_global_settings_context", lambda: None)  # not this process's
     monkeypatch.setenv(TEST_SEED_ENV, "1")  # what the forkserver inherited
     monkeypatch.setenv("TRANSIT_RELEASE_PROBE", "forkserver")
     _warm_up(flow_env)
@@ -108,12 +109,14 @@ def _worker_view() -> tuple[str, str | None, str]:
 
     from transit_release.noise import TEST_SEED_ENV
 
-    return str(get_current_settings().api.url), os.environ.get(TEST_SEED_ENV), os.environ["TRANSIT_RELEASE_PROBE"]
+    return (str(get_current_settings().api.url), os.environ.get(TEST_SEED_ENV), os.environ["TRANSIT_RELEASE_PROBE"],
+            os.environ.get("MLFLOW_DISABLE_TELEMETRY"))
 
 
 def test_a_forked_worker_reads_prefects_settings_from_the_flows_environment(monkeypatch):
     """The forkserver imported Prefect, which read its settings then; a worker forked from it for this release
-    must use this release's API (and environment), not the one the forkserver saw."""
+    must use this release's API (and environment), not the one the forkserver saw; so must a worker Dask's
+    nanny starts again (after its worker died)."""
     from distributed import Client
 
     from flows.scale_out import ReleaseCluster, prewarm_workers
@@ -129,9 +132,11 @@ def test_a_forked_worker_reads_prefects_settings_from_the_flows_environment(monk
     try:
         with Client(cluster.address(), set_as_default=False) as client:
             views = set(client.run(_worker_view).values())
+            client.restart()  # new worker processes, forked from the forkserver again
+            again = set(client.run(_worker_view).values())
     finally:
         cluster.close()
-    assert views == {("http://127.0.0.1:9/api", None, "flow")}
+    assert views == again == {("http://127.0.0.1:9/api", None, "flow", "true")}
 
 
 def test_probe_refuses_an_unreachable_scheduler_and_blind_workers(tmp_path):

@@ -189,3 +189,15 @@ class Home:
                 os.chmod(path, mode)
         self.fingerprint_key()
         return self
+
+
+#: The user's cache of things rebuilt from the installed libraries alone, never from data (empty MLflow stores,
+#: one per MLflow/SQLAlchemy/Alembic version; the Prefect home of the Dask workers' forkserver); default
+#: ``$XDG_CACHE_HOME/transit-release`` (``~/.cache/transit-release``).
+CACHE_ENV = "TRANSIT_RELEASE_CACHE"
+
+
+def cache_dir() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "transit-release"

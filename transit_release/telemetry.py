@@ -1,18 +1,21 @@
 """No usage telemetry from any library this tool runs: a privacy tool sends nothing anywhere.
 
-Three of its libraries report usage to their makers unless told not to, each by its own setting, read from the
-environment (Great Expectations once, when it is imported; MLflow 3 and Prefect's client at each call):
+Libraries it runs report usage to their makers unless told not to, each by its own setting read from the
+environment:
 
-- Great Expectations: ``GX_ANALYTICS_ENABLED=false`` (offline, its client's flush at exit also held every Dask
-  worker for seconds until killed);
-- MLflow 3: ``MLFLOW_DISABLE_TELEMETRY=true`` (it records a usage event per client call, ~50 per release, and
-  sends them in the background);
-- Prefect: ``DO_NOT_TRACK=1`` for its client's SDK telemetry and ``PREFECT_SERVER_ANALYTICS_ENABLED=false`` for a
-  server this tool starts.
+- MLflow 3: ``MLFLOW_DISABLE_TELEMETRY=true``. MLflow starts a telemetry client when it is imported (unless the
+  setting is already there) and records a usage event per client call (~50 per release), sent in the
+  background; it also honours ``DO_NOT_TRACK=true`` (and only that spelling).
+- Prefect's client: ``DO_NOT_TRACK`` (it reports, e.g., the first flow defined and the first deployment
+  created); a Prefect server: ``PREFECT_SERVER_ANALYTICS_ENABLED=false`` (set for the servers this tool starts;
+  a server you start yourself needs it in its own environment, see the README).
+- Great Expectations: ``GX_ANALYTICS_ENABLED=false``, for versions that have usage analytics (read when it
+  is imported; an earlier version's client held every Dask worker for seconds at exit when offline).
 
-:func:`telemetry_off` sets all of them (overriding a value that turns one on) and is called before any of these
-libraries is imported: by the command at its start, and by a release flow and the workers' forkserver for runs
-started another way (a Prefect worker, a test).
+:func:`telemetry_off` sets them all, overriding a value that turns one on. It runs when this package, ``flows``
+or ``tasks`` is first imported, so before Prefect, MLflow or Great Expectations is imported by any entry point
+of this tool (the command, ``serve``, a Prefect worker running a deployment, a Dask worker), and the processes
+those start inherit it.
 """
 
 from __future__ import annotations
@@ -20,10 +23,10 @@ from __future__ import annotations
 import os
 
 OFF = {
-    "GX_ANALYTICS_ENABLED": "false",
     "MLFLOW_DISABLE_TELEMETRY": "true",
-    "DO_NOT_TRACK": "1",
+    "DO_NOT_TRACK": "true",
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "GX_ANALYTICS_ENABLED": "false",
 }
 
 
