@@ -150,6 +150,10 @@ def test_probe_refuses_an_unreachable_scheduler_and_blind_workers(tmp_path):
         probe_scheduler(address, tmp_path, timeout=2)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
         assert probe_scheduler(cluster.scheduler_address, tmp_path) == 2
+        worker = next(iter(cluster.workers.values())).address  # a worker's address given for the scheduler's
+        with pytest.raises(ClusterError, match=f"cannot reach the Dask scheduler at {worker} \\(another kind of "
+                                               "Dask server answers there, e.g. a worker"):
+            probe_scheduler(worker, tmp_path, timeout=5)
         with pytest.raises(ClusterError, match="2 of 2 Dask workers cannot see .*a file system every worker mounts"):
             probe_scheduler(cluster.scheduler_address, tmp_path / "elsewhere")
 

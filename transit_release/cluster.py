@@ -35,6 +35,9 @@ def probe_scheduler(address: str, dataset_root: Path, timeout: float = CONNECT_T
         client = Client(address, timeout=timeout, set_as_default=False)
     except (OSError, ValueError) as exc:  # a timeout is an OSError; a malformed address a ValueError
         raise ClusterError(f"cannot reach the Dask scheduler at {address} ({exc}); nothing was spent") from None
+    except TypeError:  # another Dask server (e.g. a worker) answers the scheduler's handshake with a TypeError
+        raise ClusterError(f"cannot reach the Dask scheduler at {address} (another kind of Dask server answers "
+                           "there, e.g. a worker: give the scheduler's address); nothing was spent") from None
     try:
         seen = client.run(os.path.isdir, str(dataset_root))
     finally:
