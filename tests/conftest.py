@@ -22,22 +22,6 @@ def _compile_project() -> None:
         compileall.compile_dir(root / package, quiet=1)
 
 
-#: Test files that take minutes (measured: whole-file seconds in a two-process run), longest first. pytest-xdist
-#: hands whole files to its two processes in collection order (``--dist loadfile --no-loadscope-reorder``; by
-#: default it would order them by their number of tests, which put the few long end-to-end files last and left
-#: one process idle while the other finished them): longest first, the two finish together.
-LONGEST_FIRST = ("test_hardening.py", "test_deployments.py", "test_malformed_inputs.py", "test_operations.py",
-                 "test_scale_out.py", "test_crash_and_concurrency.py", "test_flow_sequence_release.py",
-                 "test_flow_opal_release.py", "test_flow_sets_release.py", "test_neighbours_end_to_end.py",
-                 "test_gate_property.py", "test_cli.py", "test_card_level.py", "test_dashboard.py",
-                 "test_flow_trajectory_release.py", "test_synth.py", "test_audit.py")
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
-
-
 def pytest_configure(config):
     if not hasattr(config, "workerinput"):  # once, in the controlling process (not in each xdist worker)
         _compile_project()
