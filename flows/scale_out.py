@@ -57,9 +57,6 @@ def prewarm_workers() -> None:
     from distributed.utils import get_mp_context
     from multiprocessing import forkserver
 
-    from transit_release.telemetry import telemetry_off
-
-    telemetry_off()  # in the environment the forkserver inherits, before it imports Great Expectations
     with dask.config.set({_START_METHOD: "forkserver"}):
         ctx = get_mp_context()  # Dask's own preload list is set here, once per process; ours replaces it
     ctx.set_forkserver_preload(list(WORKER_PRELOAD))  # no effect once the forkserver runs: then it has them

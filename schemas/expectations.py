@@ -27,8 +27,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from transit_release.telemetry import telemetry_off
-
 RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": 0, "include_unexpected_rows": False}
 _NS_PER_MIN = 60_000_000_000
 MIN_TAP_OFF_PRESENT = 0.8  # at most 20% missing tap-offs
@@ -70,7 +68,6 @@ _CORS_ATTRS = re.compile(r"""\s(?:integrity|crossorigin)\s*=\s*["'][^"']*["']"""
 
 
 def _gx():
-    telemetry_off()  # before Great Expectations is imported
     import great_expectations as gx
 
     logging.getLogger("great_expectations").setLevel(logging.ERROR)

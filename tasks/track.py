@@ -26,7 +26,6 @@ from tasks import data_task
 from transit_release.accounting.ledger import Ledger
 from transit_release.home import Home, cache_dir
 from transit_release.publish import rows_released
-from transit_release.telemetry import telemetry_off
 
 EXPERIMENT = "transit-release"
 AUDIT_EXPERIMENT = "transit-release-audit"
@@ -44,8 +43,6 @@ def _store_lock(home: Home):
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 
 
 def store_template() -> Path:
@@ -88,7 +85,6 @@ def _new_store(home: Home) -> None:
 
 
 def mlflow_client(home: Home):
-    telemetry_off()  # already done when this package was imported; again in case a caller reset it
     from mlflow.tracking import MlflowClient
 
     with _store_lock(home):
