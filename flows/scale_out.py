@@ -33,9 +33,10 @@ from contextlib import contextmanager
 
 from distributed.diagnostics.plugin import WorkerPlugin
 from prefect.context import FlowRunContext
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from prefect_dask import DaskTaskRunner
 
-from transit_release.cluster import DEFAULT_LOCAL_WORKERS
+from transit_release.cluster import DEFAULT_LOCAL_WORKERS, IN_PROCESS
 from transit_release.home import cache_dir
 
 
@@ -104,18 +105,24 @@ class FlowEnvironment(WorkerPlugin):
 
 class ReleaseCluster:
     """The scheduler address of the release's cluster: the one given, or a local cluster started on first use
-    (after the input has passed its streaming pass: a file refused there never starts one)."""
+    (after the input has passed its streaming pass: a file refused there never starts one); with ``workers=0``
+    none (the partition steps run in the flow's process)."""
 
     def __init__(self, dask_address: str | None, workers: int | None):
         self._given = dask_address
-        self._workers = workers or DEFAULT_LOCAL_WORKERS
+        self._workers = DEFAULT_LOCAL_WORKERS if workers is None else workers
         self._cluster = self._client = None
-        if not dask_address:
+        if not dask_address and not self.in_process:
             prewarm_workers()  # the forkserver imports while the flow validates and streams the input
 
     @property
+    def in_process(self) -> bool:
+        """No cluster: the partition steps run one after the other in the flow's own process."""
+        return not self._given and self._workers == IN_PROCESS
+
+    @property
     def local_workers(self) -> int:
-        """The local cluster's number of workers (a given scheduler's are counted by its probe)."""
+        """The local cluster's number of workers, 0 for none (a given scheduler's are counted by its probe)."""
         return self._workers
 
     def address(self) -> str:
@@ -168,6 +175,10 @@ def partition_chunks(partitions: list[tuple[str, str]], workers: int) -> list[li
     return [partitions[i::n] for i in range(n) if partitions[i::n]]
 
 
-def partition_runner(cluster: ReleaseCluster) -> DaskTaskRunner:
-    """The task runner of a subflow mapped over the partitions, on the release's cluster."""
+def partition_runner(cluster: ReleaseCluster) -> TaskRunner:
+    """The task runner of a subflow mapped over the partitions: on the release's cluster, or, with no cluster,
+    Prefect's thread pool of one thread in the flow's process (one chunk at a time: a partition's rows at most,
+    as on a worker)."""
+    if cluster.in_process:
+        return ThreadPoolTaskRunner(max_workers=1)
     return DaskTaskRunner(address=cluster.address())

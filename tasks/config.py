@@ -16,5 +16,5 @@ def load_config(path: str | None, epsilons: list[float] | None, delta: float | N
 
 @data_task(name="check-scale-out")
 def check_scale_out(workers: int | None, dask_address: str | None) -> None:
-    """Either a number of local Dask workers (≥ 1) or a scheduler address, not both."""
+    """Either a number of local Dask workers (≥ 0; 0 for none) or a scheduler address, not both."""
     check_workers_setting(workers, dask_address)

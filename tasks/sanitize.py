@@ -53,9 +53,10 @@ def describe_sanitizers(outcomes: list[opal.PartitionOutcome], dask_address: str
                         workers: int | None, prepared: list | None = None) -> dict:
     """Where the noise was drawn: the noise source the sanitizers reported (never a seed), the runner and
     how many distinct processes sanitized (and prepared the partitions) (for the manifest and the MLflow run)."""
+    local = cluster.DEFAULT_LOCAL_WORKERS if workers is None else workers
     out = {"noise_source": opal.noise_kind(outcomes),
            "runner": f"dask-scheduler {dask_address}" if dask_address else
-                     f"local-dask {workers or cluster.DEFAULT_LOCAL_WORKERS} workers",
+                     "in-process" if local == cluster.IN_PROCESS else f"local-dask {local} workers",
            "processes": len({o.process for o in outcomes})}
     if prepared is not None:
         out["prepare_processes"] = len({p.process for p in prepared})

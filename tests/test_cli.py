@@ -67,8 +67,9 @@ def test_workers_and_dask_address_are_exclusive(capsys):
 
 
 @pytest.mark.flow
-def test_zero_workers_is_refused_before_reading_anything(prefect_harness, tmp_path, capsys):
+def test_negative_workers_are_refused_before_reading_anything(prefect_harness, tmp_path, capsys):
     rc = main(["release", "--trips", str(tmp_path / "nope.csv"), "--stops", str(tmp_path / "stops.csv"),
-               "--home", str(tmp_path / "home"), "--workers", "0"])
+               "--home", str(tmp_path / "home"), "--workers", "-1"])
     assert rc == 2
-    assert "the number of local Dask workers must be at least 1 (got 0)" in capsys.readouterr().err
+    assert "the number of local Dask workers must be at least 0 (0: no cluster, the partitions are prepared and " \
+           "sanitized in the flow's own process; got -1)" in capsys.readouterr().err

@@ -77,8 +77,9 @@ def test_a_damaged_partition_file_is_refused_by_name(encoded, tmp_path):
 def test_scale_out_settings_are_checked():
     from transit_release.cluster import check_workers_setting
 
-    with pytest.raises(ConfigError, match="at least 1 \\(got 0\\)"):
-        check_workers_setting(0, None)
+    with pytest.raises(ConfigError, match="at least 0 \\(0: no cluster, .*; got -1\\)"):
+        check_workers_setting(-1, None)
+    check_workers_setting(0, None)  # no cluster: in the flow's process
     with pytest.raises(ConfigError, match="either a Dask scheduler address or a number of local workers"):
         check_workers_setting(2, "tcp://127.0.0.1:8786")
     check_workers_setting(None, None)
@@ -217,6 +218,27 @@ def test_two_local_workers_give_the_single_process_release_and_charge_once(prefe
     assert run.data.tags["sanitize.runner"] == "local-dask 2 workers"
     assert run.data.params["ledger.spends"] == "168"
     assert not home.work.exists() or not any(home.work.iterdir())  # the per-trip files are gone once published
+
+
+@pytest.mark.flow
+def test_no_cluster_gives_the_same_release_in_the_flows_process(prefect_harness, small_week, tmp_path, test_seed):
+    """``workers=0``: no Dask cluster (and no forkserver); the partition steps run in the flow's process and
+    publish exactly what the plain library (and so the cluster, above) computes with the same (test) seed."""
+    from flows.opal_release import opal_release
+    from schemas import Stops, validate
+    from transit_release.inputs.tables import read_stops, read_trips
+
+    home = Home.at(tmp_path)
+    summary = opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(tmp_path), **WEEK,
+                           workers=0)
+    rid = summary["release_id"]
+    cfg = load_release_config()
+    stops = validate(Stops, read_stops(small_week["stops"]), "stops")
+    enc = encode_trips(read_trips(small_week["trips"]), build_location_index(stops, MODES), cfg.bin_minutes)
+    assert_published_equals_library(home, rid, enc, cfg, test_seed)
+    run = _mlflow_run(home, rid)
+    assert run.data.tags["sanitize.runner"] == "in-process"
+    assert run.data.params["sanitize.processes"] == run.data.params["prepare.processes"] == "1"
 
 
 @pytest.mark.flow

@@ -124,7 +124,8 @@ def _parser() -> argparse.ArgumentParser:
                             "charged, drawn or written under releases/ or release_reports/")
         where = r.add_mutually_exclusive_group()
         where.add_argument("--workers", type=int,
-                           help="sanitize the partitions on a local Dask cluster of N worker processes (default 2)")
+                           help="prepare and sanitize the partitions on a local Dask cluster of N worker processes "
+                                "(default 2); 0: no cluster, one partition after the other in this process")
         where.add_argument("--dask-address", metavar="ADDR",
                            help="sanitize on an existing Dask scheduler, e.g. tcp://10.0.0.5:8786 (its workers "
                                 "need this project installed, the home directory at the same path and "
@@ -434,7 +435,7 @@ def _check_release_args(args, trips: str, stops: str, home: Home) -> None:
 def _release(args, trips: str, stops: str, home: Home) -> int:
     _check_release_args(args, trips, stops, home)
     with _prefect(home, args.verbose, preload=("flows.opal_release", "great_expectations"),
-                  prewarm_workers=not args.dask_address):
+                  prewarm_workers=not args.dask_address and args.workers != 0):
         from flows.opal_release import opal_release
 
         summary = opal_release(trips=str(Path(trips).resolve()), stops=str(Path(stops).resolve()),

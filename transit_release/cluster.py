@@ -16,6 +16,9 @@ from transit_release.errors import ClusterError, ConfigError
 
 #: Local workers when none are asked for: two processes, one thread each.
 DEFAULT_LOCAL_WORKERS = 2
+#: ``workers=0``: no Dask cluster; the partition steps run one after the other in the flow's own process (a small
+#: network, a machine without spare cores, debugging). The results are the same as on any cluster.
+IN_PROCESS = 0
 #: Seconds to wait for a scheduler to answer.
 CONNECT_TIMEOUT_S = 20
 
@@ -23,8 +26,9 @@ CONNECT_TIMEOUT_S = 20
 def check_workers_setting(workers: int | None, address: str | None) -> None:
     if address and workers is not None:
         raise ConfigError("give either a Dask scheduler address or a number of local workers, not both")
-    if workers is not None and workers < 1:
-        raise ConfigError(f"the number of local Dask workers must be at least 1 (got {workers})")
+    if workers is not None and workers < IN_PROCESS:
+        raise ConfigError(f"the number of local Dask workers must be at least 0 (0: no cluster, the partitions are "
+                          f"prepared and sanitized in the flow's own process; got {workers})")
 
 
 def probe_scheduler(address: str, dataset_root: Path, timeout: float = CONNECT_TIMEOUT_S) -> int:
