@@ -39,7 +39,7 @@ def release_cmd(week, home: Path, rid: str, *extra: str) -> list[str]:
     """A release command on one local worker: these tests are about crashes and concurrency, not the cluster
     (tests/test_scale_out.py), and several of them run at once on the test machine's two cores."""
     return [sys.executable, "-m", "transit_release.cli", "release", "--trips", str(week["trips"]), "--stops",
-            str(week["stops"]), "--home", str(home), "--release-id", rid, "--workers", "1", *WEEK_FLAGS, *extra]
+            str(week["stops"]), "--home", str(home), "--release-id", rid, "--workers", "0", *WEEK_FLAGS, *extra]
 
 
 def audit_json(home: Path, capsys) -> dict:
