@@ -148,7 +148,7 @@ def test_a_large_stop_table_is_passed_by_reference_and_formulas_never_reach_the_
     home = tmp_path / "home"
     old = os.umask(0o022)  # even a permissive umask must not expose private files
     try:
-        summary = opal_release(trips=str(bad), stops=str(big), home=str(home), release_id="big", **WEEK)
+        summary = opal_release(trips=str(bad), stops=str(big), home=str(home), release_id="big", **WEEK, workers=0)
     finally:
         os.umask(old)
     assert summary["status"] == "published"
@@ -208,7 +208,7 @@ def test_test_seed_releases_stay_private_and_a_keyed_ledger_resists_a_forged_his
     monkeypatch.setenv(KEY_FILE_ENV, str(key))
     home = tmp_path / "home"
     assert main(["release", "--trips", str(tiny_week["trips"]), "--stops", str(tiny_week["stops"]), "--home",
-                 str(home), "--release-id", "seeded", *WEEK_FLAGS]) == 0
+                 str(home), "--release-id", "seeded", "--workers", "0", *WEEK_FLAGS]) == 0
     private = home / "private" / "test-releases" / "seeded"
     assert not (home / "releases" / "seeded").exists()
     assert json.loads((private / "manifest.json").read_text())["noise_source"] == "test-seed"

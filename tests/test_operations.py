@@ -89,10 +89,10 @@ def test_budget_shows_spent_and_remaining_per_cap_without_prefect(tmp_path):
 
 
 @pytest.mark.flow
-def test_a_dry_run_validates_everything_and_writes_nothing(prefect_harness, small_week, tmp_path, capsys):
+def test_a_dry_run_validates_everything_and_writes_nothing(prefect_harness, tiny_week, tmp_path, capsys):
     home = tmp_path / "home"
-    rc = main(["release", "--trips", str(small_week["trips"]), "--stops", str(small_week["stops"]), "--home",
-               str(home), "--dry-run"])
+    rc = main(["release", "--trips", str(tiny_week["trips"]), "--stops", str(tiny_week["stops"]), "--home",
+               str(home), "--dry-run", "--workers", "0"])
     out = capsys.readouterr().out
     assert rc == 0
     assert "Release opal-20160808-20160814: dry run: nothing charged, drawn or written" in out
@@ -105,14 +105,14 @@ def test_a_dry_run_validates_everything_and_writes_nothing(prefect_harness, smal
 
 
 @pytest.mark.flow
-def test_a_refused_run_leaves_nothing_behind(prefect_harness, small_week, tmp_path, capsys):
+def test_a_refused_run_leaves_nothing_behind(prefect_harness, tiny_week, tmp_path, capsys):
     """The finding: a run refused by the budget left its encoded trips and an empty report folder."""
     home = tmp_path / "home"
     policy = tmp_path / "policy.yaml"
     policy.write_text(Path(__file__).parent.joinpath("..", "transit_release", "defaults", "budget_policy.yaml")
                       .read_text().replace("      epsilon: 8.0\n", "      epsilon: 4.0\n", 1))
-    args = ["release", "--trips", str(small_week["trips"]), "--stops", str(small_week["stops"]), "--home",
-            str(home), "--policy", str(policy), *WEEK_FLAGS]
+    args = ["release", "--trips", str(tiny_week["trips"]), "--stops", str(tiny_week["stops"]), "--home",
+            str(home), "--policy", str(policy), "--workers", "0", *WEEK_FLAGS]
     assert main(args) == 3 and "Cannot release 'bus/20160808' without exceeding the budget" in capsys.readouterr().err
     assert not home.exists()  # a new home that was refused is not left behind, nor Prefect's database in it
     Home.at(home).prepare()
@@ -127,15 +127,15 @@ def test_a_refused_run_leaves_nothing_behind(prefect_harness, small_week, tmp_pa
 
 
 @pytest.mark.flow
-def test_data_cards_state_the_cumulative_loss_of_their_unit(prefect_harness, small_week, tmp_path, capsys):
+def test_data_cards_state_the_cumulative_loss_of_their_unit(prefect_harness, tiny_week, tmp_path, capsys):
     """The finding: a second release of a week said "(2, ...)-DP" while the week stood at ε = 8 + 2."""
     home = tmp_path / "home"
     policy = tmp_path / "policy.yaml"
     policy.write_text(Path(__file__).parent.joinpath("..", "transit_release", "defaults", "budget_policy.yaml")
                       .read_text().replace("      epsilon: 8.0\n      delta: 1.0e-6\n",
                                            "      epsilon: 10.0\n      delta: 1.0e-5\n", 1))
-    base = ["release", "--trips", str(small_week["trips"]), "--stops", str(small_week["stops"]), "--home", str(home),
-            "--policy", str(policy), *WEEK_FLAGS]
+    base = ["release", "--trips", str(tiny_week["trips"]), "--stops", str(tiny_week["stops"]), "--home", str(home),
+            "--policy", str(policy), "--workers", "0", *WEEK_FLAGS]
     assert main([*base, "--release-id", "first"]) == 0
     assert main([*base, "--release-id", "second", "--epsilons", "0.25,0.25,0.25,0.25,0.5,0.5"]) == 0
     out = capsys.readouterr().out

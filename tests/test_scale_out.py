@@ -260,10 +260,11 @@ def test_release_on_an_existing_scheduler(prefect_harness, small_week, tmp_path)
 
 
 @pytest.mark.flow
-def test_an_unreachable_scheduler_is_refused_before_any_spend(prefect_harness, small_week, tmp_path):
+def test_an_unreachable_scheduler_is_refused_before_any_spend(prefect_harness, small_week, tmp_path, monkeypatch):
     from flows.deployments import free_port
     from flows.opal_release import opal_release
 
+    monkeypatch.setattr("transit_release.cluster.CONNECT_TIMEOUT_S", 3)  # nothing listens: no need to wait 20 s
     address = f"tcp://127.0.0.1:{free_port()}"
     with pytest.raises(ClusterError, match=f"cannot reach the Dask scheduler at {address}"):
         opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(tmp_path), **WEEK,

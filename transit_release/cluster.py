@@ -31,10 +31,12 @@ def check_workers_setting(workers: int | None, address: str | None) -> None:
                           f"prepared and sanitized in the flow's own process; got {workers})")
 
 
-def probe_scheduler(address: str, dataset_root: Path, timeout: float = CONNECT_TIMEOUT_S) -> int:
-    """Number of workers at ``address`` that can all read ``dataset_root``; :class:`ClusterError` otherwise."""
+def probe_scheduler(address: str, dataset_root: Path, timeout: float | None = None) -> int:
+    """Number of workers at ``address`` that can all read ``dataset_root``; :class:`ClusterError` otherwise
+    (after ``timeout`` seconds, default :data:`CONNECT_TIMEOUT_S`, for a scheduler that does not answer)."""
     from distributed import Client
 
+    timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
     try:
         client = Client(address, timeout=timeout, set_as_default=False)
     except (OSError, ValueError) as exc:  # a timeout is an OSError; a malformed address a ValueError
