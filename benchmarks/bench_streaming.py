@@ -1,14 +1,15 @@
 """Bounded memory (issue 18): the full-size week and a four-week month, end to end, side by side with an earlier
 commit, with the peak memory of every process (not a test).
 
-    python benchmarks/bench_streaming.py --baseline 2de8baf [--work DIR] [--units trip,card] [--month]
+    python benchmarks/bench_streaming.py --baseline 2de8baf [--work DIR] [--units trip,card] [--month] [--workers 0,2]
 
 For each run, ``transit-release release`` as a subprocess (Prefect's temporary server, the local Dask cluster of
 2 workers, MLflow, report: everything), as the custodian runs it: the wall time, the peak resident memory
 (``VmHWM``, sampled from ``/proc``) of every process — the flow, each Dask worker, Prefect's server — and the
 durations of the flow's main steps from Prefect's own database. ``--baseline REF`` runs the same week with the
 code of ``REF`` (a git worktree of it, the same virtual environment), one after the other in this run.
-``--month`` adds the synthetic month (the week repeated four times, about 54 M trips) with the current code,
+``--workers 0,2`` runs the current code once per number of local workers (0: no cluster, in the flow's
+process; the baseline runs with its default). ``--month`` adds the synthetic month (the week repeated four times, about 54 M trips) with the current code,
 and a per-row cost model: seconds and the largest process's memory per million trips, and a year extrapolated.
 Writes ``<work>/results.json``.
 """
@@ -56,7 +57,7 @@ def _timeline(prefect_db: Path) -> dict:
 
 
 def release(label: str, src: Path, trips: Path, stops: Path, period: tuple[str, str], home: Path,
-            unit: str) -> dict:
+            unit: str, workers: int | None = None) -> dict:
     """One ``transit-release release`` with the code at ``src``: wall time, per-process peaks, steps."""
     import shutil
 
@@ -64,7 +65,7 @@ def release(label: str, src: Path, trips: Path, stops: Path, period: tuple[str, 
     exe = Path(sys.executable).parent / "transit-release"
     cmd = [str(exe), "release", "--trips", str(trips), "--stops", str(stops), "--home", str(home),
            "--release-id", f"bench-{label}-{unit}", "--unit", unit, "--period-start", period[0],
-           "--period-end", period[1]]
+           "--period-end", period[1], *(["--workers", str(workers)] if workers is not None else [])]
     env = {**os.environ, "PREFECT_LOGGING_LEVEL": "WARNING", "PYTHONPATH": str(src),
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     home.parent.mkdir(parents=True, exist_ok=True)
@@ -79,7 +80,7 @@ def release(label: str, src: Path, trips: Path, stops: Path, period: tuple[str, 
     by_role: dict[str, list[float]] = {}
     for role, kib in peaks.values():
         by_role.setdefault(role, []).append(round(kib / 2**20, 2))
-    result = {"code": label, "unit": unit, "wall_s": round(wall, 1),
+    result = {"code": label, "unit": unit, "workers": workers, "wall_s": round(wall, 1),
               "peak_rss_gib": {r: sorted(v, reverse=True) for r, v in sorted(by_role.items())},
               "largest_process_gib": max(max(v) for v in by_role.values()),
               "steps_s": _timeline(home / ".prefect" / "prefect.db")}
@@ -94,6 +95,8 @@ def main() -> None:
     ap.add_argument("--baseline", default=None, help="a git commit to run side by side (e.g. the previous one)")
     ap.add_argument("--units", default="trip")
     ap.add_argument("--month", action="store_true", help="also the four-week month with the current code")
+    ap.add_argument("--workers", default=None,
+                    help="numbers of local workers for the current code, e.g. 0,2 (default: the command's default)")
     args = ap.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-streaming-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -102,29 +105,31 @@ def main() -> None:
     week = work / "week"
     if not (week / "trips.csv").exists():
         write_synthetic_week(week, scale=1.0, seed=0, show_progress=False)
-    codes = [("current", ROOT)]
+    counts = [int(w) for w in args.workers.split(",")] if args.workers else [None]
+    codes = [("current" if w is None else f"current-w{w}", ROOT, w) for w in counts]
     if args.baseline:
         src = work / f"baseline-{args.baseline}"
         if not src.exists():
             subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(src), args.baseline],
                            check=True, capture_output=True)
-        codes.insert(0, (f"baseline-{args.baseline}", src))
+        codes.insert(0, (f"baseline-{args.baseline}", src, None))
     results: dict = {"cores": os.cpu_count(), "week_trips_csv_mib": round((week / "trips.csv").stat().st_size / 2**20),
                      "runs": []}
     for unit in args.units.split(","):
-        for label, src in codes:
+        for label, src, workers in codes:
             results["runs"].append(release(label, src, week / "trips.csv", week / "stops.csv", week_period(),
-                                           work / "homes" / f"{label}-{unit}", unit))
+                                           work / "homes" / f"{label}-{unit}", unit, workers))
     if args.month:
         month = work / "month"
         if not (month / "trips.csv").exists():
             write_synthetic_weeks(month, 4)
         results["month_trips_csv_mib"] = round((month / "trips.csv").stat().st_size / 2**20)
         for unit in args.units.split(","):
-            run = release("current-month", ROOT, month / "trips.csv", month / "stops.csv", weeks_period(4),
-                          work / "homes" / f"month-{unit}", unit)
+            label, _, workers = codes[-1]
+            run = release(f"{label}-month", ROOT, month / "trips.csv", month / "stops.csv", weeks_period(4),
+                          work / "homes" / f"month-{unit}", unit, workers)
             results["runs"].append(run)
-            wk = next(r for r in results["runs"] if r["code"] == "current" and r["unit"] == unit)
+            wk = next(r for r in results["runs"] if r["code"] == label and r["unit"] == unit)
             results[f"month_over_week_{unit}"] = round(run["wall_s"] / wk["wall_s"], 2)
             # a per-row cost model from the two sizes (13.5 M and 54 M trips): fixed + per million trips
             per_m = (run["wall_s"] - wk["wall_s"]) / (3 * 13.5)
