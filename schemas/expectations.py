@@ -194,8 +194,11 @@ def validate_frames(docs_dir: Path | None, frames: dict[str, tuple[pd.DataFrame,
         if docs_dir is None:
             batch_def = _process_batch_definition()
             for name, (df, build_suite) in frames.items():
-                result = batch_def.get_batch(batch_parameters={"dataframe": df}).validate(
-                    build_suite(), result_format=RESULT_FORMAT)
+                try:
+                    result = batch_def.get_batch(batch_parameters={"dataframe": df}).validate(
+                        build_suite(), result_format=RESULT_FORMAT)
+                finally:
+                    _forget_batches(batch_def)
                 out["suites"][name] = {"success": bool(result.success), "expectations": _rows(result.results)}
                 out["success"] = out["success"] and bool(result.success)
             return out
@@ -241,6 +244,15 @@ def _process_batch_definition():
         _BATCH_DEFINITION = (ctx.data_sources.add_pandas("transit_release_partitions")
                              .add_dataframe_asset("partition").add_batch_definition_whole_dataframe("partition"))
     return _BATCH_DEFINITION
+
+
+def _forget_batches(batch_def) -> None:
+    """Drop the frame GE's execution engine keeps after a validation (its batch cache holds the last batch's
+    data): a partition's view (with its keyless row fingerprints) must not outlive its validation in a process
+    that goes on to other partitions, or, without a cluster, to sanitizing and publishing."""
+    manager = batch_def.data_asset.datasource.get_execution_engine().batch_manager
+    manager.reset_batch_cache()
+    getattr(manager, "_batch_data_cache", {}).clear()  # reset_batch_cache leaves the loaded data (GE 1.x)
 
 
 def warm_up() -> None:

@@ -295,3 +295,27 @@ def test_an_id_too_large_for_an_integer_is_a_contract_problem_not_a_crash(week, 
     with pytest.raises(SchemaViolationError, match=r"trips file trips.csv: 1 problem\(s\): column 'card_id': wrong type"):
         streaming.stream_trips(f, stops, PERIOD, cfg.quality, cfg.modes, tmp_path / "s", tmp_path / "q",
                                partial(check, TripsFile))
+
+
+def test_a_partition_view_does_not_outlive_its_validation():
+    """Great Expectations' execution engine keeps the last batch's data; a partition's view (keyless row
+    fingerprints, minutes) is dropped once validated, not kept while the process goes on to other partitions or,
+    without a cluster, to sanitizing and publishing."""
+    import gc
+    import weakref
+
+    from schemas import expectations
+    from transit_release.config import QualityPolicy
+
+    n, day = 50, 1470614400 * 10**9  # 2016-08-08
+    rows = {"card": np.arange(n, dtype=np.int64), "on_ns": day + np.arange(n, dtype=np.int64) * 60 * 10**9,
+            "on_stop": np.zeros(n, dtype=np.int64), "off_ns": day + (np.arange(n) + 10) * 60 * 10**9,
+            "off_stop": np.ones(n, dtype=np.int64)}
+    view = expectations.partition_view(rows)
+    alive = weakref.ref(view)
+    result = expectations.validate_frames(None, {"p": (view, lambda: expectations.partition_suite(
+        "20160808", QualityPolicy()))})
+    assert result["success"]
+    del view
+    gc.collect()
+    assert alive() is None
