@@ -1,7 +1,8 @@
 """Bounded memory (issue 18): the full-size week and a four-week month, end to end, side by side with an earlier
 commit, with the peak memory of every process (not a test).
 
-    python benchmarks/bench_streaming.py --baseline 2de8baf [--work DIR] [--units trip,card] [--month] [--workers 0,2]
+    python benchmarks/bench_streaming.py --baseline 2de8baf [--work DIR] [--units trip,card] [--month]
+    python benchmarks/bench_streaming.py --workers 0,2
 
 For each run, ``transit-release release`` as a subprocess (Prefect's temporary server, the local Dask cluster of
 2 workers, MLflow, report: everything), as the custodian runs it: the wall time, the peak resident memory
@@ -9,7 +10,7 @@ For each run, ``transit-release release`` as a subprocess (Prefect's temporary s
 durations of the flow's main steps from Prefect's own database. ``--baseline REF`` runs the same week with the
 code of ``REF`` (a git worktree of it, the same virtual environment), one after the other in this run.
 ``--workers 0,2`` runs the current code once per number of local workers (0: no cluster, in the flow's
-process; the baseline runs with its default). ``--month`` adds the synthetic month (the week repeated four times, about 54 M trips) with the current code,
+process; the baseline runs with its default; the month with the last of them). ``--month`` adds the synthetic month (the week repeated four times, about 54 M trips) with the current code,
 and a per-row cost model: seconds and the largest process's memory per million trips, and a year extrapolated.
 Writes ``<work>/results.json``.
 """

@@ -44,7 +44,8 @@ def _mapped(task, label: str, chunks: list[list[tuple[str, str]]], before: tuple
 @flow(name="prepare-partitions", persist_result=False)
 def prepare_partitions(work, staging: str, chunks: list[list[tuple[str, str]]], config, index_path: str,
                        shards: int) -> list:
-    """Map the partition step over chunks of the public partitions (on the Dask task runner the caller gives).
+    """Map the partition step over chunks of the public partitions (on the task runner the caller gives: Dask, or
+    one thread in this process).
     Only paths, names and public parameters are passed; counts come back."""
     return _mapped(prepare_chunk, "preparing", chunks, (work, staging), (config, index_path, shards))
 
@@ -52,7 +53,7 @@ def prepare_partitions(work, staging: str, chunks: list[list[tuple[str, str]]], 
 @flow(name="sanitize-partitions", persist_result=False)
 def sanitize_partitions(dataset_root: str, chunks: list[list[tuple[str, str]]], config, ledger_path: str,
                         release_id: str) -> list:
-    """Map the sanitizer over chunks of the stored partitions (on the Dask task runner the caller gives). Only
+    """Map the sanitizer over chunks of the stored partitions (on the task runner the caller gives). Only
     paths and names are passed: no data and no true count becomes a Prefect parameter."""
     return _mapped(sanitize_chunk, "sanitizing", chunks, (dataset_root,), (config, ledger_path, release_id))
 

@@ -1,4 +1,5 @@
-"""Where the per-partition steps run: Prefect's Dask task runner on one Dask cluster per release.
+"""Where the per-partition steps run: Prefect's Dask task runner on one Dask cluster per release, or, with
+``workers=0``, Prefect's thread pool of one thread in the flow's own process (no cluster).
 
 The partition steps (preparing each partition from the streamed input, then
 sanitizing it) are mapped over the partitions on Prefect's Dask task runner.
@@ -128,6 +129,8 @@ class ReleaseCluster:
     def address(self) -> str:
         if self._given:
             return self._given
+        if self.in_process:
+            raise RuntimeError("no Dask cluster with workers=0: the partition steps run in the flow's process")
         if self._cluster is None:
             from distributed import Client, LocalCluster
 

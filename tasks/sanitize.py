@@ -1,7 +1,8 @@
 """Sanitization of stored partitions' six histograms with the SBH.
 
 This task is what the flow maps over chunks of the partitions, on Prefect's
-Dask task runner: it may run in another process or on another machine. It is
+Dask task runner (or, with ``workers=0``, in the flow's own process): it may
+run in another process or on another machine. It is
 given paths and names only (the dataset's directory, the partitions' modes and
 dates, the ledger's path and the release id), never data: nothing true crosses
 a task boundary or lands in Prefect's parameters. For each of its partitions it

@@ -27,7 +27,7 @@ def api_env(prefect_harness):
 
 
 def release_cmd(week, home: Path, rid: str, *extra: str) -> list[str]:
-    """A release command on one local worker: four run at once on the test machine's two cores (the cluster
+    """A release command without a Dask cluster: four run at once on the test machine's two cores (the cluster
     itself is tests/test_scale_out.py's)."""
     return [sys.executable, "-m", "transit_release.cli", "release", "--trips", str(week["trips"]),
             "--stops", str(week["stops"]), "--home", str(home), "--release-id", rid, "--workers", "0",

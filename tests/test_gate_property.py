@@ -54,7 +54,7 @@ def release_tables_of(trips_path, stops_path, home: Home):
     from tasks.ingest import ingest_stops
     from tasks.opal import assemble_tables
     from tasks.preprocess import location_index
-    from tasks.stream import commit_partitions, declared_period, prepare_partition, stream_trips
+    from tasks.stream import commit_partitions, declared_period, pair_shards, prepare_partition, stream_trips
     from tasks.validate import validate_release_tables, validate_stops
     from schemas import PartitionMarginals, marginals_frame, validate
     from transit_release import partition_store
@@ -77,7 +77,7 @@ def release_tables_of(trips_path, stops_path, home: Home):
     index = location_index.fn(stops, cfg, work)
     staging = partition_store.staging_for(work.partitions)
     partitions = opal.partitions_of(period, cfg)
-    prepared = [prepare_partition.fn(work, str(staging), m, d, cfg, index, 7) for m, d in partitions]
+    prepared = [prepare_partition.fn(work, str(staging), m, d, cfg, index, pair_shards(period)) for m, d in partitions]
     repeats = {d.strftime("%Y%m%d"): 0 for d in period.days}
     for p in prepared:
         repeats[p.date] += p.duplicates

@@ -35,11 +35,12 @@ def api_env(prefect_harness):
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
 
 
-def release_cmd(week, home: Path, rid: str, *extra: str) -> list[str]:
-    """A release command on one local worker: these tests are about crashes and concurrency, not the cluster
-    (tests/test_scale_out.py), and several of them run at once on the test machine's two cores."""
+def release_cmd(week, home: Path, rid: str, *extra: str, workers: int = 0) -> list[str]:
+    """A release command without a Dask cluster by default: these tests are about crashes and concurrency, not the
+    cluster (tests/test_scale_out.py), and several of them run at once on the test machine's two cores."""
     return [sys.executable, "-m", "transit_release.cli", "release", "--trips", str(week["trips"]), "--stops",
-            str(week["stops"]), "--home", str(home), "--release-id", rid, "--workers", "0", *WEEK_FLAGS, *extra]
+            str(week["stops"]), "--home", str(home), "--release-id", rid, "--workers", str(workers), *WEEK_FLAGS,
+            *extra]
 
 
 def audit_json(home: Path, capsys) -> dict:
@@ -73,8 +74,9 @@ def test_a_kill_at_every_step_is_repaired_and_the_audit_passes(step, api_env, ti
     env = {**api_env, CRASH_ENV: step}
     if step == "after-intent":  # this one runs without a configured API: the command's own server must die with it
         env.pop("PREFECT_API_URL")
-    proc = subprocess.run(release_cmd(tiny_week, home, "killed"), env=env, capture_output=True, text=True,
-                          timeout=600)
+    # after-charge: killed with a local cluster of one worker alive (started for the partitions' preparation)
+    proc = subprocess.run(release_cmd(tiny_week, home, "killed", workers=1 if step == "after-charge" else 0),
+                          env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     if step == "after-intent":
         deadline = time.monotonic() + 20

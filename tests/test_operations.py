@@ -112,7 +112,7 @@ def test_a_refused_run_leaves_nothing_behind(prefect_harness, tiny_week, tmp_pat
     policy.write_text(Path(__file__).parent.joinpath("..", "transit_release", "defaults", "budget_policy.yaml")
                       .read_text().replace("      epsilon: 8.0\n", "      epsilon: 4.0\n", 1))
     args = ["release", "--trips", str(tiny_week["trips"]), "--stops", str(tiny_week["stops"]), "--home",
-            str(home), "--policy", str(policy), "--workers", "0", *WEEK_FLAGS]
+            str(home), "--policy", str(policy), *WEEK_FLAGS]  # the default: refused with its local cluster alive
     assert main(args) == 3 and "Cannot release 'bus/20160808' without exceeding the budget" in capsys.readouterr().err
     assert not home.exists()  # a new home that was refused is not left behind, nor Prefect's database in it
     Home.at(home).prepare()

@@ -1,5 +1,5 @@
 """Scale-out: the partition dataset, the cluster checks, and the sanitization on Dask
-(a local cluster of 2 workers, and an existing scheduler)."""
+(a local cluster of 2 workers, and an existing scheduler) or without a cluster (workers=0)."""
 
 from __future__ import annotations
 
@@ -221,10 +221,20 @@ def test_two_local_workers_give_the_single_process_release_and_charge_once(prefe
 
 
 @pytest.mark.flow
-def test_no_cluster_gives_the_same_release_in_the_flows_process(prefect_harness, small_week, tmp_path, test_seed):
+def test_no_cluster_gives_the_same_release_in_the_flows_process(prefect_harness, small_week, tmp_path, test_seed,
+                                                                monkeypatch):
     """``workers=0``: no Dask cluster (and no forkserver); the partition steps run in the flow's process and
     publish exactly what the plain library (and so the cluster, above) computes with the same (test) seed."""
+    import distributed
+
+    from flows import scale_out
     from flows.opal_release import opal_release
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("workers=0 started a cluster or a forkserver")
+
+    monkeypatch.setattr(scale_out, "prewarm_workers", refuse)
+    monkeypatch.setattr(distributed, "LocalCluster", refuse)
     from schemas import Stops, validate
     from transit_release.inputs.tables import read_stops, read_trips
 
