@@ -42,9 +42,14 @@ def test_four_releases_at_once_against_a_cap_that_fits_two(api_env, tiny_week, t
     policy.write_text(default_policy_path().read_text().replace("      epsilon: 8.0\n      delta: 1.0e-6\n",
                                                                 "      epsilon: 16.0\n      delta: 1.0e-5\n", 1))
     # a fresh home: the four processes also race to create the MLflow store
+    # stderr to files, not pipes: waiting on one process while another fills an unread pipe would hang them
+    logs = [tmp_path / f"r{i}.err" for i in range(4)]
+    handles = [log.open("w") for log in logs]
     procs = [subprocess.Popen(release_cmd(tiny_week, home, f"r{i}", "--policy", str(policy)), env=api_env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for i in range(4)]
-    outcomes = [(p.wait(timeout=600), p.stderr.read()) for p in procs]
+                              stdout=subprocess.DEVNULL, stderr=h) for i, h in enumerate(handles)]
+    for h in handles:
+        h.close()
+    outcomes = [(p.wait(timeout=600), log.read_text()) for p, log in zip(procs, logs)]
     codes = sorted(c for c, _ in outcomes)
     assert codes == [0, 0, 3, 3], [e[-2000:] for _, e in outcomes]
     for code, err in outcomes:

@@ -111,10 +111,14 @@ def test_one_release_id_never_serves_two_runs(api_env, tiny_week, tmp_path):
     home = tmp_path / "home"
     other = tmp_path / "other.csv"
     pd.read_csv(tiny_week["trips"]).iloc[:-50].to_csv(other, index=False)
-    procs = [subprocess.Popen(release_cmd(w, home, "same"), env=api_env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-             for w in (tiny_week, {"trips": other, "stops": tiny_week["stops"]})]
-    outcomes = sorted((p.wait(timeout=600), p.stderr.read()) for p in procs)
+    # output to files, not pipes: waiting on one process while the other fills an unread pipe would hang both
+    logs = [tmp_path / f"run{i}.err" for i in range(2)]
+    handles = [log.open("w") for log in logs]
+    procs = [subprocess.Popen(release_cmd(w, home, "same"), env=api_env, stdout=subprocess.DEVNULL, stderr=h)
+             for w, h in zip((tiny_week, {"trips": other, "stops": tiny_week["stops"]}), handles)]
+    for h in handles:
+        h.close()
+    outcomes = sorted((p.wait(timeout=600), log.read_text()) for p, log in zip(procs, logs))
     assert [c for c, _ in outcomes] == [0, 2], outcomes
     assert "release 'same' was already charged by another run" in outcomes[1][1]
     ledger = Ledger(home / "ledger.sqlite")
