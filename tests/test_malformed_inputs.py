@@ -136,8 +136,10 @@ def test_renamed_column(base, tmp_path):
 
 
 @pytest.mark.parametrize("value,rows", [("soon", [3, 9, 11]), ("2016-08-08 24:30:00", [5]),
-                                        ("2016-08-08T07:43:00+10:00", [0, 2])],
-                         ids=["text-in-time", "past-24h", "time-zone-suffix"])
+                                        ("2016-08-08T07:43:00+10:00", [0, 2]), ("2016-08-08 07:43:60", [4]),
+                                        ("2016-8-8 7:43", [1, 6]), ("2016-08-08", [7]), ("2016-08-08 07", [8])],
+                         ids=["text-in-time", "past-24h", "time-zone-suffix", "second-60", "unpadded", "date-only",
+                              "hour-only"])
 def test_bad_times(base, tmp_path, value, rows):
     df = base["trips"].copy()
     df.loc[rows, "tap_on_time"] = value
@@ -147,6 +149,19 @@ def test_bad_times(base, tmp_path, value, rows):
                           "trips file trips.csv: 1 problem(s): column 'tap_on_time': not a local time "
                           "YYYY-MM-DD HH:MM[:SS] (text, hour 24 or a time zone offset?): "
                           f"{len(rows)} row(s), first at row(s) {first}")
+    assert value not in str(exc)
+
+
+@pytest.mark.parametrize("value", ["2016-02-30 10:00:00", "2016-09-31 10:00"], ids=["30-february", "31-september"])
+def test_impossible_calendar_dates(base, tmp_path, value):
+    """A day the month does not have is refused, not rolled into the next month (Arrow's strptime formats, used
+    until stop 26, read 2016-02-30 as 1 March)."""
+    df = base["trips"].copy()
+    df.loc[[2, 5], "tap_off_time"] = value
+    f = write_csv(df, tmp_path / "trips.csv")
+    _, exc = expect_error(tmp_path, f, base["stops_path"], SchemaViolationError,
+                          "trips file trips.csv: 1 problem(s): column 'tap_off_time': not a day of the calendar "
+                          "(e.g. 30 February): 2 row(s), first at row(s) 3, 6")
     assert value not in str(exc)
 
 

@@ -319,3 +319,56 @@ def test_a_partition_view_does_not_outlive_its_validation():
     del view
     gc.collect()
     assert alive() is None
+
+
+def test_the_read_ahead_thread_hands_over_errors_and_stops_with_its_consumer():
+    """Batches are read by a thread of their own: its errors are raised in the consumer, as Arrow's were; a
+    consumer that stops early stops it, and the reader's file is closed."""
+    import threading
+
+    closed = []
+
+    def batches():
+        try:
+            for i in range(1000):
+                yield i
+        finally:
+            closed.append(True)
+
+    it = streaming._read_ahead(batches(), depth=2)
+    assert [next(it) for _ in range(3)] == [0, 1, 2]
+    it.close()
+    assert closed == [True]
+    assert not [t for t in threading.enumerate() if t.name == "trips-reader"]
+
+    def failing():
+        yield 1
+        raise ValueError("the reader's own error")
+
+    it = streaming._read_ahead(failing())
+    assert next(it) == 1
+    with pytest.raises(ValueError, match="the reader's own error"):
+        next(it)
+    assert list(streaming._read_ahead(iter(range(5)))) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("value,parsed", [
+    ("2016-08-08 17:51:00", "2016-08-08 17:51:00"), ("2016-08-08 17:51", "2016-08-08 17:51:00"),
+    ("2016-08-08T17:51", "2016-08-08 17:51:00"), ("2016-08-08T17:51:09", "2016-08-08 17:51:09"), ("", None),
+    ("2016-02-30 10:00:00", "text"), ("2016-08-08 23:59:60", "text"), ("2016-8-8 1:02", "text"),
+    ("2016-08-08", "text"), ("2016-08-08 17", "text"), ("2016-08-08 17:51:00.5", "text"),
+    ("2016-08-08T17:51:00Z", "text"), ("2016-08-08 24:00", "text"), (" 2016-08-08 17:51", "text")])
+def test_only_local_times_of_the_calendar_take_the_typed_path(value, parsed):
+    """The typed path reads times as text and casts them with Arrow's strict ISO 8601 parser, lengths 16 or 19
+    only; anything else (``text``) sends the file to the text path, whose checks say where."""
+    import pyarrow as pa
+
+    from transit_release.inputs.tables import TRIP_COLUMN_TYPES, parse_local_times
+
+    table = pa.table({"tap_on_time": pa.array([value or None, "2016-08-08 00:00"], pa.string())})
+    out = parse_local_times(table, TRIP_COLUMN_TYPES)
+    if parsed == "text":
+        assert out is None
+    else:
+        got = out.column("tap_on_time").to_pylist()[0]
+        assert (got is None if parsed is None else str(got) == parsed)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,8 +52,8 @@ from transit_release.config import QualityPolicy
 from transit_release.errors import InputDataError, TransitReleaseError
 from transit_release.inputs import screening
 from transit_release.inputs.screening import MAX_ROWS_NAMED, REASONS, GateFigures, Period
-from transit_release.inputs.tables import (BLOCK_BYTES, TIME_FORMATS, TRIP_COLUMN_TYPES, _explain, _integral,
-                                           file_format, time_text_problems)
+from transit_release.inputs.tables import (BLOCK_BYTES, TRIP_COLUMN_TYPES, _explain, _integral, file_format,
+                                           parse_local_times, text_times, time_text_problems)
 
 #: CSV bytes per batch (about half a million trips): what one contract and screen call gets.
 BATCH_BYTES = 1 << 25
@@ -88,18 +89,83 @@ def _batches(path: Path, text: bool, batch_bytes: int) -> Iterator[pa.RecordBatc
         convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, strings_can_be_null=True,
                                        null_values=[""])
     else:
-        convert = pacsv.ConvertOptions(column_types=TRIP_COLUMN_TYPES, strings_can_be_null=True, null_values=[""],
-                                       timestamp_parsers=TIME_FORMATS)
+        convert = pacsv.ConvertOptions(column_types=text_times(TRIP_COLUMN_TYPES), strings_can_be_null=True,
+                                       null_values=[""])
+
+    def batch(group: list[pa.RecordBatch]) -> pa.Table:
+        table = pa.Table.from_batches(group).combine_chunks()
+        if text:
+            return table
+        typed = parse_local_times(table, TRIP_COLUMN_TYPES)
+        if typed is None:  # a time that is not a local time: the file is read again as text, to say where
+            raise TextNeeded()
+        return typed
+
     with pacsv.open_csv(path, read_options=read, convert_options=convert) as reader:
         group, size = [], 0
         for block in reader:
             group.append(block)
             size += block.nbytes
             if size >= batch_bytes:
-                yield pa.Table.from_batches(group).combine_chunks()
+                yield batch(group)
                 group, size = [], 0
         if group:
-            yield pa.Table.from_batches(group).combine_chunks()
+            yield batch(group)
+
+
+#: Batches read ahead of the one being screened (each about 32 MiB of CSV).
+READ_AHEAD = 2
+
+
+def _read_ahead(batches: Iterator, depth: int = READ_AHEAD) -> Iterator:
+    """``batches``, produced by a thread of its own up to ``depth`` ahead of the consumer: Arrow reads and
+    parses the next batch (without the GIL) while this thread screens the current one. The reader's errors
+    are raised here, as if it ran in this thread; when the consumer stops early, the reader stops at its next
+    batch and its file is closed."""
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for b in batches:
+                if not put((b, None)):
+                    break
+        except BaseException as exc:  # noqa: BLE001 — handed to the consumer, which raises it
+            put((None, exc))
+            return
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+        put((done, None))
+
+    reader = threading.Thread(target=produce, name="trips-reader", daemon=True)
+    reader.start()
+    try:
+        while True:
+            item, exc = q.get()
+            if exc is not None:
+                raise exc
+            if item is done:
+                return
+            yield item
+            del item
+    finally:
+        stop.set()
+        reader.join()
 
 
 def trip_frames(path: str | Path, text: bool = False,
@@ -117,8 +183,9 @@ def trip_frames(path: str | Path, text: bool = False,
     batch_bytes = batch_bytes or BATCH_BYTES  # read when called: a test may make the batches small
     offset = 0
     try:
-        for batch in _batches(path, text, batch_bytes):
+        for batch in _read_ahead(_batches(path, text, batch_bytes)):
             df = batch.to_pandas()
+            del batch
             # columns that arrive as text (a CSV read as text, or a Parquet file that stores them as strings):
             # times must be local times, integers may be written as 200782.0 — as a whole-file read checks them
             time_problems = time_text_problems(df, TRIP_COLUMN_TYPES, offset)
@@ -243,29 +310,30 @@ def _pass(path: Path, text: bool, stops, period, quality, modes, spill, quaranti
     tally = ScreenTally(period, len(modes))
     times, contract = ProblemTally(where, sort_keys=False), ProblemTally(where)
     parts: list[Path] = []
-    for batch_no, (offset, df, time_problems) in enumerate(trip_frames(path, text, batch_bytes)):
-        times.add(time_problems)
-        if times:
-            continue  # as a whole-file read: bad times are reported before anything else
-        frame, problems = validate_batch(df, offset)
-        contract.add(problems)
-        if contract.column_level:
-            contract.raise_if_any()
-        if contract:
-            continue  # keep counting the contract's problems; nothing more is done with the file
-        rs = screening.screen_rows(frame, stops, period, quality, modes)
-        screening.mark_duplicates(frame, rs)  # within the batch; repeats across batches: the partition steps
-        bad = rs.reason > 0
-        code = np.where(bad, -1, rs.mode_code.astype(np.int64) * n_days + rs.day)
-        tally.add(rs, code, offset)
-        if bad.any():
-            q = frame.loc[bad].copy()
-            q.insert(0, "reason", np.array(REASONS, dtype=object)[rs.reason[bad] - 1])
-            q.insert(0, "row", np.flatnonzero(bad) + offset + 1)
-            part = quarantine_parts / f"a{batch_no:06d}.parquet"
-            q.to_parquet(part, index=False)
-            parts.append(part)
-        _spill_batch(spill, batch_no, rs, code, offset, labels)
+    with closing(trip_frames(path, text, batch_bytes)) as frames:  # its reader thread stops with the pass
+        for batch_no, (offset, df, time_problems) in enumerate(frames):
+            times.add(time_problems)
+            if times:
+                continue  # as a whole-file read: bad times are reported before anything else
+            frame, problems = validate_batch(df, offset)
+            contract.add(problems)
+            if contract.column_level:
+                contract.raise_if_any()
+            if contract:
+                continue  # keep counting the contract's problems; nothing more is done with the file
+            rs = screening.screen_rows(frame, stops, period, quality, modes)
+            screening.mark_duplicates(frame, rs)  # within the batch; repeats across batches: the partition steps
+            bad = rs.reason > 0
+            code = np.where(bad, -1, rs.mode_code.astype(np.int64) * n_days + rs.day)
+            tally.add(rs, code, offset)
+            if bad.any():
+                q = frame.loc[bad].copy()
+                q.insert(0, "reason", np.array(REASONS, dtype=object)[rs.reason[bad] - 1])
+                q.insert(0, "row", np.flatnonzero(bad) + offset + 1)
+                part = quarantine_parts / f"a{batch_no:06d}.parquet"
+                q.to_parquet(part, index=False)
+                parts.append(part)
+            _spill_batch(spill, batch_no, rs, code, offset, labels)
     times.raise_if_any()
     if tally.rows == 0 and not contract:
         raise InputDataError(f"{where}: no data rows (header only)")
