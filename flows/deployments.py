@@ -154,6 +154,67 @@ class SchedulerHealth:
               f"{summary}{where}", file=self.out or sys.stderr, flush=True)
 
 
+#: The tables a Prefect server fills when it first starts on an empty database (its schema version and the
+#: block types it registers); a database with anything else is never made a template.
+_TEMPLATE_TABLES = frozenset({"alembic_version", "block_schema", "block_schema_reference", "block_type"})
+
+
+def server_db_template() -> Path:
+    """Where an empty Prefect server database made by the installed versions is kept: the schema of this Prefect,
+    migrated, and its block types; no flow, run, deployment, log or key. A new home's server starts from a copy
+    (about 5 s) instead of running Prefect's migrations (about 11 s)."""
+    from importlib.metadata import version
+
+    from transit_release.home import cache_dir
+
+    names = ("prefect", "sqlalchemy", "alembic", "aiosqlite")
+    return cache_dir() / ("prefect-server-" + "-".join(f"{n}-{version(n)}" for n in names) + "-empty.db")
+
+
+def _seed_server_db(db: Path) -> bool:
+    """Put a copy of the template at ``db`` (a new home's server database); False if there is no template yet."""
+    template = server_db_template()
+    if not template.exists():
+        return False
+    tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
+    try:
+        import shutil
+
+        shutil.copyfile(template, tmp)
+        os.replace(tmp, db)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True
+
+
+def _save_server_db_template(db: Path) -> None:
+    """Keep a snapshot of ``db`` — a server that has just started on a new database, before any run — as the
+    template (SQLite's online backup: consistent while the server runs). Only if it holds nothing but the
+    schema version and the block types; made atomically, so concurrent makers race harmlessly."""
+    import sqlite3
+
+    template = server_db_template()
+    if template.exists() or not db.exists():
+        return
+    template.parent.mkdir(parents=True, exist_ok=True)
+    tmp = template.with_name(f".{template.name}.{os.getpid()}.tmp")
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)) as src:
+            tables = [r[0] for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                                "AND name NOT LIKE 'sqlite_%'")]
+            if "alembic_version" not in tables or any(
+                    src.execute(f'SELECT EXISTS (SELECT 1 FROM "{t}")').fetchone()[0]
+                    for t in tables if t not in _TEMPLATE_TABLES):
+                return
+            with contextlib.closing(sqlite3.connect(tmp)) as dst:
+                src.backup(dst)
+        os.replace(tmp, template)
+    except sqlite3.Error:
+        return  # a template is only a shortcut: the next new home migrates again
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error: Callable[[str], None] | None = None,
                  while_starting: Callable[[str], None] | None = None):
@@ -169,6 +230,9 @@ def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error:
 
     prefect_home = Path(prefect_home)
     prefect_home.mkdir(parents=True, exist_ok=True)
+    db = prefect_home / "prefect.db"  # Prefect's default database, unless the environment names another
+    new_db = not db.exists() and not os.environ.get("PREFECT_API_DATABASE_CONNECTION_URL")
+    seeded = new_db and _seed_server_db(db)
     port = free_port()
     url = f"http://127.0.0.1:{port}/api"
     env = {**os.environ, **TELEMETRY_OFF, "PREFECT_HOME": str(prefect_home), "PREFECT_UI_ENABLED": "false"}
@@ -206,7 +270,9 @@ def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error:
                     break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the local Prefect server did not answer on {url} within {timeout:.0f} s")
-            time.sleep(0.5)
+            time.sleep(0.1)
+        if new_db and not seeded:
+            _save_server_db_template(db)
         yield url
     finally:
         proc.terminate()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prefect import flow, unmapped
 
-from flows.scale_out import dask_cluster, partition_chunks, partition_runner
+from flows.scale_out import dask_cluster, partition_chunks, run_on_partitions
 from flows.tail import publish_staged
 from tasks.budget import charge_budget, check_budget, load_policy, precheck_budget, resolve_release
 from tasks.config import check_scale_out, load_config
@@ -22,7 +22,7 @@ from tasks.summary import summarize, summarize_dry_run
 from tasks.track import anchor_ledger, check_store
 from tasks.validate import validate_release_tables, validate_stops
 from tasks.report import write_report
-from transit_release import partition_store, progress
+from transit_release import partition_store, progress, warmup
 from transit_release.recovery import work_dir
 from transit_release.releases import opal
 from transit_release.version import code_version
@@ -76,6 +76,7 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
     card-level defaults unless ``config`` is given).
     """
     check_scale_out(workers, dask_address)
+    warmup.start()  # later steps' libraries, imported while the input is hashed and read (no GIL there)
     cfg = load_config(config, epsilons, delta, quarantine_limit, unit)
     where = prepare_home(home, ledger, cfg.quality.quarantine_retention_days)
     budget_policy = load_policy(policy)
@@ -99,8 +100,8 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
                 streamed = stream_trips(work, trips, stop_table, period, cfg)  # the card id stays in work.spill
                 early_gate(where, rid, work, trips, streamed, cfg, dry_run)
             staging = str(partition_store.staging_for(work.partitions))
-            prepared = prepare_partitions.with_options(task_runner=partition_runner(cluster))(
-                work, staging, chunks, cfg, index, pair_shards(period))
+            prepared = run_on_partitions(prepare_partitions, cluster, work, staging, chunks, cfg, index,
+                                         pair_shards(period))
             with progress.stage("validating"):
                 figures = screen_verdict(where, rid, work, trips, streamed, prepared, cfg, dry_run)
                 raw_quality = check_raw_quality(where, str(work.path), rid, figures, prepared, partitions, cfg)
@@ -117,8 +118,8 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
             check_store(where)  # MLflow must work before anything is spent
             charged = charge_budget(where, events, budget_policy)
             anchor_ledger(where, rid, "charge")
-            outcomes = sanitize_partitions.with_options(task_runner=partition_runner(cluster))(
-                str(dataset.root), chunks, cfg, str(where.ledger), rid)
+            outcomes = run_on_partitions(sanitize_partitions, cluster, str(dataset.root), chunks, cfg,
+                                         str(where.ledger), rid)
             with progress.stage("checking and publishing"):
                 tables = validate_release_tables(assemble_tables(outcomes, dataset))
                 release_quality = check_release_tables(where, str(work.path), rid, tables, outcomes, dataset, cfg)

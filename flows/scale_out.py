@@ -185,3 +185,16 @@ def partition_runner(cluster: ReleaseCluster) -> TaskRunner:
     if cluster.in_process:
         return ThreadPoolTaskRunner(max_workers=1)
     return DaskTaskRunner(address=cluster.address())
+
+
+def run_on_partitions(subflow, cluster: ReleaseCluster, *args):
+    """Call a partition subflow (its tasks mapped over the partitions) on :func:`partition_runner`, without a
+    heartbeat of its own.
+
+    A subflow runs inside its parent's flow run, in the parent's process, and the parent keeps sending its
+    heartbeat meanwhile, so a crash is still seen. Prefect 3.8 ends every flow run by joining its heartbeat
+    thread, which sleeps in steps of one second: about 1 s of idle waiting per subflow, two per release."""
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        return subflow.with_options(task_runner=partition_runner(cluster))(*args)

@@ -6,7 +6,7 @@ import json
 from datetime import datetime, timezone
 
 from tasks import data_task
-from transit_release import audit, recovery, release_index, report
+from transit_release import audit, recovery, release_index
 from transit_release.accounting.ledger import Ledger, key_from_environment
 from transit_release.home import Home
 
@@ -51,6 +51,7 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
 @data_task(name="write-audit-report")
 def write_audit_report(home: Home, result: dict, caps: dict) -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    from transit_release import report  # matplotlib: imported when a report is drawn
     path = report.write_audit_report(home.reports / f"audit-{stamp}", result, caps)
     (path.parent / release_index.AUDIT_SUMMARY).write_text(json.dumps(release_index.audit_summary(result), indent=1),
                                                            encoding="utf-8")

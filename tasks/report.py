@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from tasks import data_task
-from transit_release import release_index, report
+from transit_release import release_index
 from transit_release.home import Home
 from transit_release.releases import opal
 
@@ -44,6 +44,7 @@ def write_report(home: Home, work: str, manifest: dict, utility: pd.DataFrame,
     out = home.reports / manifest["release_id"]
     out.mkdir(parents=True, exist_ok=True)
     links = {**_links(home, manifest, out), **_keep_validation(work, out)}
+    from transit_release import report  # matplotlib: imported when a report is drawn
     report.write_report(out, manifest, utility, opal.released_vs_true(outcomes), links, quarantine)
     _write_summary(out, {"trip_coverage": float(utility["trip_coverage"].mean())})
     return str(out)
@@ -54,6 +55,7 @@ def write_sequence_report(home: Home, manifest: dict, metrics: dict, quarantine:
     """The internal report of a sequence-like release (utility against the raw records) and its index summary."""
     out = home.reports / manifest["release_id"]
     out.mkdir(parents=True, exist_ok=True)
+    from transit_release import report  # matplotlib: imported when a report is drawn
     report.write_sequence_report(out, manifest, metrics, quarantine, _links(home, manifest, out))
     _write_summary(out, metrics)
     return str(out)

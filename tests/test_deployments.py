@@ -355,3 +355,32 @@ def test_serve_stops_with_a_one_line_error_when_the_scheduler_fails(tmp_path):
     assert "test: scheduled runs refused" in errors[-1]
     assert time.monotonic() - started < 120  # reported when it fails, not after a long wait
     assert "test: scheduled runs refused" in (prefect_home / "server.log").read_text(encoding="utf-8")
+
+
+def test_a_new_homes_server_starts_from_the_empty_database_template(tmp_path, monkeypatch):
+    """The first server on a new database keeps a snapshot of it (schema and block types only) in the cache;
+    the next new home's server starts from a copy instead of running Prefect's migrations, and works."""
+    import sqlite3
+
+    from flows import deployments
+    from transit_release.home import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    seeded = []
+    seed = deployments._seed_server_db
+    monkeypatch.setattr(deployments, "_seed_server_db", lambda db: seeded.append(seed(db)) or seeded[-1])
+    with local_server(tmp_path / "first"):
+        pass
+    template = deployments.server_db_template()
+    assert seeded == [False] and template.exists()
+    with sqlite3.connect(template) as db:
+        filled = {t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                  if db.execute(f'SELECT EXISTS (SELECT 1 FROM "{t}")').fetchone()[0]}
+    assert filled == {"alembic_version", "block_schema", "block_schema_reference", "block_type"}
+    with local_server(tmp_path / "second") as url:
+        made = httpx.post(f"{url}/flows/", json={"name": "template-check"}, timeout=30)
+        assert made.status_code in (200, 201), made.text[:500]
+        assert httpx.post(f"{url}/block_types/filter", json={}, timeout=30).json()
+    assert seeded == [False, True]
+    with sqlite3.connect(template) as db:  # the template itself is never written to
+        assert not db.execute("SELECT EXISTS (SELECT 1 FROM flow)").fetchone()[0]

@@ -209,11 +209,18 @@ def fingerprint(*paths: str | Path, key: bytes) -> str:
     Keyed because the ledger's published head hash chains it (see ``Home.fingerprint_key``).
     """
     h = hmac.new(key, digestmod=hashlib.sha256)
+    buf = bytearray(FINGERPRINT_CHUNK)
+    view = memoryview(buf)
     for p in paths:
         if not Path(p).is_file():
             raise InputDataError(f"input file {p}: not found")
-        with open(p, "rb") as fh:
-            while chunk := fh.read(1 << 22):
-                h.update(chunk)
+        with open(p, "rb", buffering=0) as fh:
+            while n := fh.readinto(buf):
+                h.update(view[:n])
         h.update(b"\x00")
     return h.hexdigest()
+
+
+#: Bytes hashed per call: few, large calls, because the hash runs without the GIL and every call must take it
+#: back (a 4 MiB chunk spent 1.6 s of 2.6 s waiting for it while another thread imported modules).
+FINGERPRINT_CHUNK = 1 << 26
