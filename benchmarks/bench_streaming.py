@@ -12,14 +12,19 @@ code of ``REF`` (a git worktree of it, the same virtual environment), one after 
 ``--workers 0,2`` runs the current code once per number of local workers (0: no cluster, in the flow's
 process; the baseline runs with its default; the month with the last of them). ``--month`` adds the synthetic month (the week repeated four times, about 54 M trips) with the current code,
 and a per-row cost model: seconds and the largest process's memory per million trips, and a year extrapolated.
+``--long-lived-server`` runs every release against one Prefect server the benchmark starts first and
+keeps (as a scheduled deployment runs: ``serve`` or a Prefect server the agency runs), instead of the
+temporary server each command otherwise starts and stops.
 Writes ``<work>/results.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -39,17 +44,19 @@ STEPS = ("stream-trips", "validate-trips-file", "screen-trips", "check-raw-quali
 SUBFLOWS = ("prepare-partitions", "sanitize-partitions")
 
 
-def _timeline(prefect_db: Path) -> dict:
-    """The main flow's and its subflows' durations, and the named steps' (seconds, from Prefect's database)."""
+def _timeline(prefect_db: Path, since: str = "") -> dict:
+    """The main flow's and its subflows' durations, and the named steps' (seconds, from Prefect's database; runs
+    that started after ``since`` only, for a server that outlives the release)."""
     def seconds(expr: str) -> str:
         return f"(julianday({expr}) - julianday('1970-01-01')) * 86400"
 
     out = {}
     with sqlite3.connect(prefect_db) as db:
         for name, total in db.execute(f"SELECT f.name, {seconds('r.total_run_time')} FROM flow_run r "
-                                      "JOIN flow f ON f.id = r.flow_id"):
+                                      "JOIN flow f ON f.id = r.flow_id WHERE r.start_time > ?", (since,)):
             out[f"flow:{name}"] = round(total, 2)
-        for name, total in db.execute(f"SELECT name, {seconds('total_run_time')} FROM task_run"):
+        for name, total in db.execute(f"SELECT name, {seconds('total_run_time')} FROM task_run "
+                                      "WHERE start_time > ?", (since,)):
             base = name.rsplit("-", 1)[0]
             if base in STEPS or base in ("prepare-chunk", "sanitize-chunk"):
                 key = f"task:{base}" + ("(sum)" if base in ("prepare-chunk", "sanitize-chunk") else "")
@@ -58,17 +65,21 @@ def _timeline(prefect_db: Path) -> dict:
 
 
 def release(label: str, src: Path, trips: Path, stops: Path, period: tuple[str, str], home: Path,
-            unit: str, workers: int | None = None) -> dict:
+            unit: str, workers: int | None = None, server: tuple[str, Path] | None = None) -> dict:
     """One ``transit-release release`` with the code at ``src``: wall time, per-process peaks, steps."""
     import shutil
 
     shutil.rmtree(home, ignore_errors=True)
-    exe = Path(sys.executable).parent / "transit-release"
-    cmd = [str(exe), "release", "--trips", str(trips), "--stops", str(stops), "--home", str(home),
-           "--release-id", f"bench-{label}-{unit}", "--unit", unit, "--period-start", period[0],
+    # the command as ``python -m`` (the module's own entry point: an older commit has no ``cli.run``)
+    cmd = [sys.executable, "-m", "transit_release.cli", "release", "--trips", str(trips), "--stops", str(stops),
+           "--home", str(home), "--release-id", f"bench-{label}-{unit}", "--unit", unit, "--period-start", period[0],
            "--period-end", period[1], *(["--workers", str(workers)] if workers is not None else [])]
     env = {**os.environ, "PREFECT_LOGGING_LEVEL": "WARNING", "PYTHONPATH": str(src),
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    since = ""
+    if server:  # the long-lived server: its API for the command, its database for the steps
+        env["PREFECT_API_URL"] = server[0]
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
     home.parent.mkdir(parents=True, exist_ok=True)
     log = home.parent / f"{label}-{unit}.log"
     t = time.perf_counter()
@@ -82,9 +93,10 @@ def release(label: str, src: Path, trips: Path, stops: Path, period: tuple[str, 
     for role, kib in peaks.values():
         by_role.setdefault(role, []).append(round(kib / 2**20, 2))
     result = {"code": label, "unit": unit, "workers": workers, "wall_s": round(wall, 1),
+              "prefect_server": "long-lived" if server else "temporary (started and stopped by the command)",
               "peak_rss_gib": {r: sorted(v, reverse=True) for r, v in sorted(by_role.items())},
               "largest_process_gib": max(max(v) for v in by_role.values()),
-              "steps_s": _timeline(home / ".prefect" / "prefect.db")}
+              "steps_s": _timeline(server[1] if server else home / ".prefect" / "prefect.db", since)}
     print(json.dumps(result), flush=True)
     shutil.rmtree(home, ignore_errors=True)  # the next run starts from a fresh home, as this one did
     return result
@@ -98,9 +110,23 @@ def main() -> None:
     ap.add_argument("--month", action="store_true", help="also the four-week month with the current code")
     ap.add_argument("--workers", default=None,
                     help="numbers of local workers for the current code, e.g. 0,2 (default: the command's default)")
+    ap.add_argument("--long-lived-server", action="store_true",
+                    help="run every release against one Prefect server started first (as a deployment does)")
     args = ap.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-streaming-"))
     work.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        server = None
+        if args.long_lived_server:
+            from flows.deployments import local_server
+
+            shutil.rmtree(work / "server", ignore_errors=True)
+            url = stack.enter_context(local_server(work / "server"))
+            server = (url, work / "server" / "prefect.db")
+        _runs(args, work, server)
+
+
+def _runs(args, work: Path, server) -> None:
     from transit_release.synth.opal_week import week_period, weeks_period, write_synthetic_week, write_synthetic_weeks
 
     week = work / "week"
@@ -119,7 +145,7 @@ def main() -> None:
     for unit in args.units.split(","):
         for label, src, workers in codes:
             results["runs"].append(release(label, src, week / "trips.csv", week / "stops.csv", week_period(),
-                                           work / "homes" / f"{label}-{unit}", unit, workers))
+                                           work / "homes" / f"{label}-{unit}", unit, workers, server))
     if args.month:
         month = work / "month"
         if not (month / "trips.csv").exists():
@@ -128,7 +154,7 @@ def main() -> None:
         for unit in args.units.split(","):
             label, _, workers = codes[-1]
             run = release(f"{label}-month", ROOT, month / "trips.csv", month / "stops.csv", weeks_period(4),
-                          work / "homes" / f"month-{unit}", unit, workers)
+                          work / "homes" / f"month-{unit}", unit, workers, server)
             results["runs"].append(run)
             wk = next(r for r in results["runs"] if r["code"] == label and r["unit"] == unit)
             results[f"month_over_week_{unit}"] = round(run["wall_s"] / wk["wall_s"], 2)
