@@ -176,7 +176,9 @@ def _seed_server_db(db: Path) -> bool:
     template = server_db_template()
     if not template.exists():
         return False
-    tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
+    import uuid
+
+    tmp = db.with_name(f".{db.name}.{uuid.uuid4().hex}.tmp")
     try:
         import shutil
 
@@ -196,20 +198,22 @@ def _save_server_db_template(db: Path) -> None:
     template = server_db_template()
     if template.exists() or not db.exists():
         return
+    import uuid
+
     template.parent.mkdir(parents=True, exist_ok=True)
-    tmp = template.with_name(f".{template.name}.{os.getpid()}.tmp")
+    tmp = template.with_name(f".{template.name}.{uuid.uuid4().hex}.tmp")
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)) as src:
-            tables = [r[0] for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)) as src, \
+                contextlib.closing(sqlite3.connect(tmp)) as dst:
+            src.backup(dst)  # one consistent snapshot; what it holds is checked on the copy itself
+            tables = [r[0] for r in dst.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
                                                 "AND name NOT LIKE 'sqlite_%'")]
             if "alembic_version" not in tables or any(
-                    src.execute(f'SELECT EXISTS (SELECT 1 FROM "{t}")').fetchone()[0]
+                    dst.execute(f'SELECT EXISTS (SELECT 1 FROM "{t}")').fetchone()[0]
                     for t in tables if t not in _TEMPLATE_TABLES):
                 return
-            with contextlib.closing(sqlite3.connect(tmp)) as dst:
-                src.backup(dst)
         os.replace(tmp, template)
-    except sqlite3.Error:
+    except (sqlite3.Error, OSError):
         return  # a template is only a shortcut: the next new home migrates again
     finally:
         tmp.unlink(missing_ok=True)
@@ -231,7 +235,8 @@ def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error:
     prefect_home = Path(prefect_home)
     prefect_home.mkdir(parents=True, exist_ok=True)
     db = prefect_home / "prefect.db"  # Prefect's default database, unless the environment names another
-    new_db = not db.exists() and not os.environ.get("PREFECT_API_DATABASE_CONNECTION_URL")
+    new_db = not db.exists() and not any(os.environ.get(f"PREFECT_{k}_DATABASE_CONNECTION_URL")
+                                         for k in ("API", "SERVER"))
     seeded = new_db and _seed_server_db(db)
     port = free_port()
     url = f"http://127.0.0.1:{port}/api"

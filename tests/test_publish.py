@@ -179,3 +179,22 @@ def test_released_keys_outside_the_input_are_counted_in_plain_code():
               "location": pd.DataFrame({"mode": ["bus", "train"], "loc": ["2000", "Central"], "count": [40, 40]})}
     assert _keys_outside(tables, {"07:00", "03:00"}, {"bus": {"2000"}, "train": {"Central"}}) == 0
     assert _keys_outside(tables, {"07:00"}, {"bus": {"2000"}, "train": set()}) == 2
+
+
+def test_neutralising_keeps_every_column_kind():
+    """Text columns by distinct value, object and categorical columns cell by cell (unhashable cells too):
+    every formula-like cell gets its quote, and the result is what the cell-by-cell rule gives."""
+    import pandas as pd
+
+    from transit_release.publish import neutralise_cell, neutralise_frame
+
+    df = pd.DataFrame({"s": pd.array(["=1", "ok", None, "=1"], dtype="string"),
+                       "c": pd.Series(["=1", "ok", "ok", "+x"], dtype="category"),
+                       "o": pd.Series(["@x", ["=y"], None, 3], dtype=object), "n": [1, 2, 3, 4]})
+    out = neutralise_frame(df)
+    assert out["s"].tolist()[:2] == ["'=1", "ok"] and out["s"].tolist()[3] == "'=1"
+    assert out["c"].tolist() == ["'=1", "ok", "ok", "'+x"]
+    assert out["o"].tolist()[0] == "'@x" and out["o"].tolist()[1] == ["=y"] and out["o"].tolist()[3] == 3
+    assert out["n"].tolist() == [1, 2, 3, 4]
+    assert out["s"].dtype == df["s"].dtype
+    assert neutralise_cell("-1") == "-1"

@@ -357,10 +357,11 @@ def test_the_read_ahead_thread_hands_over_errors_and_stops_with_its_consumer():
     ("2016-08-08T17:51", "2016-08-08 17:51:00"), ("2016-08-08T17:51:09", "2016-08-08 17:51:09"), ("", None),
     ("2016-02-30 10:00:00", "text"), ("2016-08-08 23:59:60", "text"), ("2016-8-8 1:02", "text"),
     ("2016-08-08", "text"), ("2016-08-08 17", "text"), ("2016-08-08 17:51:00.5", "text"),
-    ("2016-08-08T17:51:00Z", "text"), ("2016-08-08 24:00", "text"), (" 2016-08-08 17:51", "text")])
+    ("2016-08-08T17:51:00Z", "text"), ("2016-08-08 24:00", "text"), (" 2016-08-08 17:51 ", "2016-08-08 17:51:00")])
 def test_only_local_times_of_the_calendar_take_the_typed_path(value, parsed):
     """The typed path reads times as text and casts them with Arrow's strict ISO 8601 parser, lengths 16 or 19
-    only; anything else (``text``) sends the file to the text path, whose checks say where."""
+    only (after blanks around it, which the text path allows too); anything else (``text``) sends the file to
+    the text path, whose checks say where."""
     import pyarrow as pa
 
     from transit_release.inputs.tables import TRIP_COLUMN_TYPES, parse_local_times

@@ -778,17 +778,16 @@ def main(argv: list[str] | None = None) -> int:
 def run() -> None:
     """The ``transit-release`` command: :func:`main`, then a quick exit.
 
-    Once the command has returned — its output printed, its files closed and committed — the exit handlers run
-    (Prefect's, MLflow's and logging's: logs sent, handlers flushed) and the process ends without the
+    Once the command has returned — its output printed, its files closed and committed — the interpreter's exit
+    steps run in its order (non-daemon threads joined and Prefect's event and log queues drained, then the exit
+    handlers: MLflow's, logging's) and the process ends without the
     interpreter's own teardown, which frees the modules of Prefect, MLflow, Great Expectations and pandas one
     object at a time: about 2 s after every release, for nothing. A command that raises ends the usual way."""
     import atexit
     import threading
 
     code = main()
-    for thread in threading.enumerate():  # none today; a non-daemon thread would keep a normal exit waiting
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    threading._shutdown()  # as the interpreter's exit: joins non-daemon threads, drains Prefect's event queues
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -55,12 +55,17 @@ def neutralise_cell(text: str) -> str:
 
 
 def neutralise_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """Every text column of ``df`` with :func:`neutralise_cell` applied (numbers untouched). Each distinct value is
-    looked at once (a table of a million rows has a few thousand: modes, taps, time bins, locations)."""
+    """Every text column of ``df`` with :func:`neutralise_cell` applied (numbers untouched). In a column of text
+    dtype each distinct value is looked at once (a table of a million rows has a few thousand: modes, taps, time
+    bins, locations)."""
     out = df.copy()
     for col in out.columns:
         values = out[col]
         if not (pd.api.types.is_object_dtype(values) or pd.api.types.is_string_dtype(values)):
+            continue
+        if pd.api.types.is_object_dtype(values) or isinstance(values.dtype, pd.CategoricalDtype):
+            # cell by cell: any object (unhashable ones too) and categories, with pandas' own result type
+            out[col] = values.map(lambda v: neutralise_cell(v) if isinstance(v, str) else v)
             continue
         changed = {v: neutralise_cell(v) for v in values.dropna().unique() if isinstance(v, str)}
         changed = {v: n for v, n in changed.items() if n != v}

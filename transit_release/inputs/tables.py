@@ -74,10 +74,15 @@ def parse_local_times(table: pa.Table, column_types: dict[str, pa.DataType]) -> 
         col = table.column(name)
         if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
             continue
-        n = pc.utf8_length(col)
-        local = pc.or_(pc.equal(n, LOCAL_TIME_LENGTHS[0]), pc.equal(n, LOCAL_TIME_LENGTHS[1]))
-        if not pc.all(pc.or_kleene(pc.is_null(col), local)).as_py():
-            return None
+        def local_form(c) -> bool:
+            n = pc.utf8_length(c)
+            local = pc.or_(pc.equal(n, LOCAL_TIME_LENGTHS[0]), pc.equal(n, LOCAL_TIME_LENGTHS[1]))
+            return pc.all(pc.or_kleene(pc.is_null(c), local)).as_py()
+
+        if not local_form(col):
+            col = pc.utf8_trim_whitespace(col)  # blanks around a time are allowed, as on the text path
+            if not local_form(col):
+                return None
         try:
             parsed = pc.cast(col, typ)
         except pa.ArrowInvalid:
