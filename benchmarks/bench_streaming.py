@@ -67,8 +67,6 @@ def _timeline(prefect_db: Path, since: str = "") -> dict:
 def release(label: str, src: Path, trips: Path, stops: Path, period: tuple[str, str], home: Path,
             unit: str, workers: int | None = None, server: tuple[str, Path] | None = None) -> dict:
     """One ``transit-release release`` with the code at ``src``: wall time, per-process peaks, steps."""
-    import shutil
-
     shutil.rmtree(home, ignore_errors=True)
     # the command as ``python -m`` (the module's own entry point: an older commit has no ``cli.run``)
     cmd = [sys.executable, "-m", "transit_release.cli", "release", "--trips", str(trips), "--stops", str(stops),

@@ -26,12 +26,15 @@ import contextlib
 import contextvars
 import os
 import re
+import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -176,12 +179,8 @@ def _seed_server_db(db: Path) -> bool:
     template = server_db_template()
     if not template.exists():
         return False
-    import uuid
-
     tmp = db.with_name(f".{db.name}.{uuid.uuid4().hex}.tmp")
     try:
-        import shutil
-
         shutil.copyfile(template, tmp)
         os.replace(tmp, db)
     finally:
@@ -193,13 +192,9 @@ def _save_server_db_template(db: Path) -> None:
     """Keep a snapshot of ``db`` — a server that has just started on a new database, before any run — as the
     template (SQLite's online backup: consistent while the server runs). Only if it holds nothing but the
     schema version and the block types; made atomically, so concurrent makers race harmlessly."""
-    import sqlite3
-
     template = server_db_template()
     if template.exists() or not db.exists():
         return
-    import uuid
-
     template.parent.mkdir(parents=True, exist_ok=True)
     tmp = template.with_name(f".{template.name}.{uuid.uuid4().hex}.tmp")
     try:

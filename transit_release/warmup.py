@@ -18,7 +18,7 @@ import threading
 
 #: What the Opal release imports after its input pass: the validations' and Data Docs' library (and the
 #: partition steps', without a cluster), the tracking store's, and the report's figures.
-RELEASE_MODULES = ("great_expectations", "schemas.expectations", "mlflow", "mlflow.tracking",
+RELEASE_MODULES = ("great_expectations", "schemas.expectations", "mlflow.tracking",
                    "mlflow.store.tracking.sqlalchemy_store", "transit_release.report")
 
 

@@ -53,9 +53,18 @@ def text_times(column_types: dict[str, pa.DataType]) -> dict[str, pa.DataType]:
     """The column types a CSV is read with: the times as text, parsed afterwards by :func:`parse_local_times`.
 
     Not Arrow's CSV ``timestamp_parsers``: those strptime formats are lenient (``2016-02-30`` is read as
-    1 March, second 60 as the next minute, unpadded fields and leading spaces pass) and take about twice as
+    1 March, second 60 as the next minute, unpadded fields pass) and take about twice as
     long as the ISO 8601 cast used instead."""
     return {n: (pa.string() if pa.types.is_timestamp(t) else t) for n, t in column_types.items()}
+
+
+def _local_lengths(col) -> bool:
+    """Is every present value of the text column as long as a local time?"""
+    import pyarrow.compute as pc
+
+    n = pc.utf8_length(col)
+    local = pc.or_(pc.equal(n, LOCAL_TIME_LENGTHS[0]), pc.equal(n, LOCAL_TIME_LENGTHS[1]))
+    return pc.all(pc.or_kleene(pc.is_null(col), local)).as_py()
 
 
 def parse_local_times(table: pa.Table, column_types: dict[str, pa.DataType]) -> pa.Table | None:
@@ -74,14 +83,9 @@ def parse_local_times(table: pa.Table, column_types: dict[str, pa.DataType]) -> 
         col = table.column(name)
         if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
             continue
-        def local_form(c) -> bool:
-            n = pc.utf8_length(c)
-            local = pc.or_(pc.equal(n, LOCAL_TIME_LENGTHS[0]), pc.equal(n, LOCAL_TIME_LENGTHS[1]))
-            return pc.all(pc.or_kleene(pc.is_null(c), local)).as_py()
-
-        if not local_form(col):
+        if not _local_lengths(col):
             col = pc.utf8_trim_whitespace(col)  # blanks around a time are allowed, as on the text path
-            if not local_form(col):
+            if not _local_lengths(col):
                 return None
         try:
             parsed = pc.cast(col, typ)
