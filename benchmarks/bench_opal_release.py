@@ -228,7 +228,7 @@ def stages(trips: Path, stops: Path, work: Path) -> tuple[dict, object, list]:
     # the release's own path: the streaming pass (contract and screen batch by batch), then each partition's step
     # (duplicates, its pandera contract and GE suite, encoding) one after the other in this process
     from schemas.validation import check
-    from tasks.stream import _check_clean
+    from tasks.stream import _clean_aggregates, check_partitions
     from schemas import EncodedPartition
     from transit_release.inputs import streaming
 
@@ -236,11 +236,11 @@ def stages(trips: Path, stops: Path, work: Path) -> tuple[dict, object, list]:
                                      work / "spill", work / "quarantine-parts", partial(check, TripsFile))
     index = preprocessing.build_location_index(s_df, cfg.modes)
     (work / "pairs").mkdir(exist_ok=True)
-    _, out["partition_steps_s"] = timed(lambda: [streaming.prepare_partition(
+    _, out["partition_steps_s"] = timed(lambda: check_partitions([streaming.prepare_partition(
         work / "spill", work / "staged", work / "quarantine-parts", work / "pairs", m, d, cfg.modes.index(m), index,
-        cfg.bin_minutes, None, NoiseSource(), partial(_check_clean, f"{m}/{d}", d, cfg.quality),
+        cfg.bin_minutes, None, NoiseSource(), partial(_clean_aggregates, f"{m}/{d}", d),
         lambda enc: validate(EncodedPartition, __import__("pandas").DataFrame(enc), "encoded"), len(period.days))
-        for m, d in streaming.partition_labels(period, cfg.modes)])
+        for m, d in streaming.partition_labels(period, cfg.modes)], cfg.quality))
     out["quarantined"] = screened.quarantined_rows
     enc, out["encode_s"] = timed(preprocessing.encode_trips, clean,
                                  preprocessing.build_location_index(s_df, cfg.modes), cfg.bin_minutes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from prefect import flow, unmapped
+from prefect.utilities.annotations import quote
 
 from flows.scale_out import dask_cluster, partition_chunks, run_on_partitions
 from flows.tail import publish_staged
@@ -100,8 +101,9 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
                 streamed = stream_trips(work, trips, stop_table, period, cfg)  # the card id stays in work.spill
                 early_gate(where, rid, work, trips, streamed, cfg, dry_run)
             staging = str(partition_store.staging_for(work.partitions))
-            prepared = run_on_partitions(prepare_partitions, cluster, work, staging, chunks, cfg, index,
-                                         pair_shards(period))
+            # per-partition results are passed on quoted: Prefect would walk every one's fields at every task
+            prepared = quote(run_on_partitions(prepare_partitions, cluster, work, staging, chunks, cfg, index,
+                                               pair_shards(period)))
             with progress.stage("validating"):
                 figures = screen_verdict(where, rid, work, trips, streamed, prepared, cfg, dry_run)
                 raw_quality = check_raw_quality(where, str(work.path), rid, figures, prepared, partitions, cfg)
@@ -118,8 +120,8 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
             check_store(where)  # MLflow must work before anything is spent
             charged = charge_budget(where, events, budget_policy)
             anchor_ledger(where, rid, "charge")
-            outcomes = run_on_partitions(sanitize_partitions, cluster, str(dataset.root), chunks, cfg,
-                                         str(where.ledger), rid)
+            outcomes = quote(run_on_partitions(sanitize_partitions, cluster, str(dataset.root), chunks, cfg,
+                                               str(where.ledger), rid))
             with progress.stage("checking and publishing"):
                 tables = validate_release_tables(assemble_tables(outcomes, dataset))
                 release_quality = check_release_tables(where, str(work.path), rid, tables, outcomes, dataset, cfg)

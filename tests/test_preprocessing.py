@@ -49,6 +49,31 @@ def test_encoding_drops_the_card_and_maps_stops(stops):
     assert f["part"].tolist() == [0, 0, 1, 0]
 
 
+def test_dense_and_binary_search_lookups_agree(monkeypatch):
+    """Stop ids in a narrow range are looked up by array index, in a wide one by binary search: same codes,
+    including ids below, between and above the table's, the wrong mode, and absent tap-offs."""
+    import transit_release.preprocessing as pre
+
+    rng = np.random.default_rng(3)
+    ids = np.sort(rng.choice(np.arange(100_000, 100_400), 150, replace=False))
+    table = pd.DataFrame({"stop_id": ids, "mode": rng.choice(["bus", "train"], ids.size),
+                          "name": [f"s{i % 17}" for i in range(ids.size)],
+                          "postcode": pd.array([None if i % 5 == 0 else 2000 + i % 7 for i in range(ids.size)],
+                                               dtype="Int64")})
+    stop = rng.integers(99_990, 100_410, 5000)
+    present = rng.random(5000) < 0.9
+    mode = rng.integers(0, 2, 5000).astype(np.int8)
+    index = build_location_index(table, ("bus", "train"))
+    assert index.dense is not None
+    dense = pre._lookup(index, stop, present, mode)
+    monkeypatch.setattr(pre, "DENSE_SPAN", 10)
+    wide = build_location_index(table, ("bus", "train"))
+    assert wide.dense is None
+    searched = pre._lookup(wide, stop, present, mode)
+    assert (dense >= 0).sum() > 500 and (dense == -1).sum() > 1000
+    np.testing.assert_array_equal(dense, searched)
+
+
 def test_histograms_equal_a_groupby(small_week):
     from transit_release.inputs.tables import read_stops, read_trips
 

