@@ -83,7 +83,9 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
     budget_policy = load_policy(policy)
     stop_table = validate_stops(ingest_stops(stops), stops)
     period = declared_period(trips, period_start, period_end, dry_run)
-    fingerprint = fingerprint_inputs(where, [trips, stops])
+    # hashed in a thread of its own (no GIL) while the trips are read: a new release id needs it only when its
+    # spends are planned; an existing one waits for it here, to compare with the earlier spends
+    fingerprint = fingerprint_inputs.submit(where, [trips, stops])
     target = resolve_release(where, release_id or opal.release_id_for(period.start, period.end),
                              same_release(cfg, fingerprint))
     if target.already_published:

@@ -13,10 +13,16 @@ from transit_release.partition_store import PartitionDataset
 from transit_release.releases import opal
 
 
-def same_release(config: ReleaseConfig, fingerprint: str) -> Callable[[list], bool]:
-    """Do earlier spends describe this very release (same input, same budgets)?"""
-    wanted = {(name, b.epsilon, b.delta, fingerprint) for name, b in config.budgets.items()}
-    return lambda earlier: wanted <= {(e.component, e.epsilon, e.delta, e.input_fingerprint) for e in earlier}
+def same_release(config: ReleaseConfig, fingerprint) -> Callable[[list], bool]:
+    """Do earlier spends describe this very release (same input, same budgets)? ``fingerprint`` is the input's, or
+    a future of it (Prefect's): it is waited for only when there are earlier spends to compare with."""
+
+    def same(earlier: list) -> bool:
+        fp = fingerprint.result() if hasattr(fingerprint, "result") else fingerprint
+        wanted = {(name, b.epsilon, b.delta, fp) for name, b in config.budgets.items()}
+        return wanted <= {(e.component, e.epsilon, e.delta, e.input_fingerprint) for e in earlier}
+
+    return same
 
 
 @data_task(name="plan-spends")

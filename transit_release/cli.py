@@ -33,12 +33,14 @@ import logging
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
 from transit_release.errors import BudgetError, ConfigError, InputDataError, TransitReleaseError
 from transit_release.home import UMASK, Home, check_release_id
 from transit_release.telemetry import telemetry_off
+from transit_release.warmup import RELEASE_MODULES
 
 EXIT_INPUT = 2
 EXIT_BUDGET = 3
@@ -360,13 +362,18 @@ def _quiet_logging(verbose: bool) -> None:
 
 
 @contextmanager
-def _prefect(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewarm_workers: bool = False):
+def _prefect(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewarm_workers: bool = False,
+             checks: Callable[[], None] | None = None, warm: tuple[str, ...] = ()):
     """The Prefect API for this command: the configured one (``PREFECT_API_URL``, or the settings of a process that
     already runs Prefect) if any, else a loopback server that dies with us. Prefect is not imported before the
-    choice is made: its settings are read once, when it is imported. While that server starts (seconds), the
-    ``preload`` modules are imported and, with ``prewarm_workers``, the forkserver of the local Dask workers
-    starts importing their libraries."""
-    home.prepare()  # Prefect makes its home (<home>/.prefect) as soon as it is imported
+    choice is made: its settings are read once, when it is imported.
+
+    ``checks()`` is the invocation's own checks (files, headers, period, configuration): with a configured API
+    they run first; with a loopback server they run while it starts (seconds), and a refusal stops the server
+    at once (it has done nothing but import; the home's new entries are removed by :func:`main`). After them,
+    while the server goes on starting, the ``preload`` modules are imported and, with ``prewarm_workers``, the
+    forkserver of the local Dask workers starts importing their libraries; then the ``warm`` modules, one after
+    the other until the server answers (the flow imports the others later, see :mod:`transit_release.warmup`)."""
     configured = os.environ.get("PREFECT_API_URL")
     if not configured and "prefect" in sys.modules:
         from prefect.settings import get_current_settings
@@ -380,18 +387,28 @@ def _prefect(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewarm_w
             start()
 
     if configured:
+        if checks is not None:
+            checks()
+        home.prepare()  # Prefect makes its home (<home>/.prefect) as soon as it is imported
         start_forkserver()
         _quiet_logging(verbose)
         yield
         return
     from flows.deployments import local_server
 
-    def while_starting(url: str) -> None:  # the modules of the command's flow are imported meanwhile
+    def while_starting(url: str) -> None:  # the command's checks, then the modules of its flow, meanwhile
+        if checks is not None:
+            checks()
         os.environ["PREFECT_API_URL"] = url  # before Prefect is imported, and for the flows' own processes
         start_forkserver()
         for module in preload:
             importlib.import_module(module)
+        for module in warm:
+            if _answers(url):
+                break
+            importlib.import_module(module)
 
+    home.prepare()
     with local_server(home.prefect_home, while_starting=while_starting) as url:
         os.environ["PREFECT_API_URL"] = url
         from prefect.logging.handlers import APILogHandler
@@ -406,6 +423,15 @@ def _prefect(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewarm_w
                     APILogHandler().flush()  # send the run's last logs (a refusal's too) before the server stops
         finally:
             os.environ.pop("PREFECT_API_URL", None)
+
+
+def _answers(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def _check_release_args(args, trips: str, stops: str, home: Home) -> None:
@@ -433,9 +459,9 @@ def _check_release_args(args, trips: str, stops: str, home: Home) -> None:
 
 
 def _release(args, trips: str, stops: str, home: Home) -> int:
-    _check_release_args(args, trips, stops, home)
-    with _prefect(home, args.verbose, preload=("flows.opal_release", "great_expectations"),
-                  prewarm_workers=not args.dask_address and args.workers != 0):
+    with _prefect(home, args.verbose, preload=("flows.opal_release",), warm=RELEASE_MODULES,
+                  prewarm_workers=not args.dask_address and args.workers != 0,
+                  checks=lambda: _check_release_args(args, trips, stops, home)):
         from flows.opal_release import opal_release
 
         summary = opal_release(trips=str(Path(trips).resolve()), stops=str(Path(stops).resolve()),

@@ -40,7 +40,8 @@ def _scatter(points: dict[str, tuple[np.ndarray, np.ndarray]], thresholds: dict[
         ax.set_title(f"j={m.j} {m.name}", fontsize=10)
         ax.set_xlabel("true count")
         ax.set_ylabel("released count")
-    fig.tight_layout()
+    # fixed margins for this fixed grid and fixed labels (tight_layout draws the whole figure once more: 0.35 s)
+    fig.subplots_adjust(left=0.06, right=0.985, bottom=0.07, top=0.96, wspace=0.22, hspace=0.3)
     fig.savefig(path, dpi=80)
     plt.close(fig)
 
