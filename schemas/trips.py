@@ -104,12 +104,21 @@ class PartitionTrips(pa.DataFrameModel):
     """A partition's clean trips as the streaming pass spills them (integers; times in nanoseconds, a missing
     tap-off as the int64 minimum and stop -1), after its duplicates: one row = one trip of one card."""
 
-    row: Series[np.int64] = pa.Field(ge=0, unique=True)
+    row: Series[np.int64] = pa.Field(ge=0)
     card: Series[np.int64] = pa.Field(ge=0)
     on_ns: Series[np.int64] = pa.Field(gt=_NAT)
     on_stop: Series[np.int64] = pa.Field(ge=0)
     off_ns: Series[np.int64] = pa.Field()
     off_stop: Series[np.int64] = pa.Field(ge=-1)
+
+    @pa.check("row", error="row numbers not in file order (each row once)")
+    def row_in_file_order(cls, row: Series[np.int64]) -> Series[bool]:
+        """Stronger than unique, and a tenth of its cost (a comparison with the previous row, not a hash table):
+        the pass spills a partition's rows in file order."""
+        v = row.to_numpy()
+        ok = np.ones(v.size, dtype=bool)
+        ok[1:] = v[1:] > v[:-1]
+        return pd.Series(ok, index=row.index)
 
     @pa.dataframe_check(error="tap-off time and stop must be both present or both missing")
     def tap_off_complete(cls, df: pd.DataFrame) -> Series[bool]:
