@@ -114,7 +114,7 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
                     quarantine = {**quarantine, "bounding": bound_partitions_per_card(
                         work, staging, period, cfg, prepared)}  # internal figures, never public
                 dataset = commit_partitions(work, staging, prepared, index, cfg)
-                events = plan_spends(rid, period, cfg, fingerprint, code_version())
+                events = plan_spends(rid, period, cfg, fingerprint.result(), code_version())  # raises its error
             if dry_run:
                 return summarize_dry_run(rid, period, period_start is not None, events,
                                          check_budget(where, events, budget_policy), quarantine)

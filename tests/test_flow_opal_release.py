@@ -180,6 +180,26 @@ def test_same_id_from_other_input_is_refused_and_spends_nothing(released, small_
     assert {p: d for p, d in all_bytes(home.root / "private" / "test-releases")} == files_before
 
 
+def test_a_failed_fingerprint_stops_the_release_with_its_own_error(prefect_harness, tiny_week, tmp_path,
+                                                                     monkeypatch):
+    """The input is hashed while it is read: when hashing fails, the run stops with that error before the spends
+    are planned (not with a later one about a missing plan), and nothing is charged or published."""
+    from flows.opal_release import opal_release
+    from transit_release.errors import InputDataError
+    from transit_release.inputs import tables
+
+    def unreadable(*paths, key):
+        raise InputDataError("input file trips.csv: cannot be read (test)")
+
+    monkeypatch.setattr(tables, "fingerprint", unreadable)
+    home = tmp_path / "home"
+    with pytest.raises(InputDataError, match=r"cannot be read \(test\)"):
+        opal_release(trips=str(tiny_week["trips"]), stops=str(tiny_week["stops"]), home=str(home), workers=0,
+                     **WEEK)
+    assert not any((home / "releases").iterdir())
+    assert not Ledger(home / "ledger.sqlite").entries()
+
+
 def test_bad_input_publishes_and_spends_nothing(prefect_harness, small_week, tmp_path):
     from flows.opal_release import opal_release
 

@@ -69,6 +69,24 @@ def test_a_missing_period_a_line_less_file_and_an_unusable_home_are_refused_at_o
     assert "NO-PREFECT" in res.stdout
 
 
+def test_a_refused_invocation_leaves_an_existing_home_as_it_was(small_week, tmp_path):
+    """The command's temporary Prefect server starts while the invocation is checked; a refusal stops it and
+    removes what it made, also in a home whose ledger holds spends (where nothing else may be removed)."""
+    from tests.test_accounting import partition_events
+
+    home = tmp_path / "home"
+    Ledger(home / "ledger.sqlite").charge(partition_events("r1", mode="ferry"))
+    before = sorted(p.relative_to(home) for p in home.rglob("*"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    res = subprocess.run([sys.executable, "-c", CHECK_WITHOUT_PREFECT, "release", "--trips",
+                          str(tmp_path / "missing.csv"), "--stops", str(small_week["stops"]), "--home", str(home),
+                          *WEEK_FLAGS], capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 2 and "NO-PREFECT" in res.stdout, res.stderr
+    assert res.stderr.strip().startswith("transit-release: error: trips file") and "not found" in res.stderr
+    after = [p.relative_to(home) for p in home.rglob("*") if not p.name.endswith(("-wal", "-shm"))]
+    assert sorted(after) == before  # (SQLite's own side files of the ledger, which the refusal read, aside)
+
+
 def test_budget_shows_spent_and_remaining_per_cap_without_prefect(tmp_path):
     from tests.test_accounting import partition_events
 

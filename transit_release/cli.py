@@ -16,8 +16,8 @@
     transit-release serve       [--home DIR] [--deployments prefect.yaml]
 
 What can be checked without Prefect (arguments, files, headers, periods,
-configuration, policy, the home) is checked first, so a bad invocation is
-refused at once. Flows run on a Prefect server on loopback that the command
+configuration, policy, the home) is checked first (a release's while its
+temporary Prefect server starts), so a bad invocation is refused at once. Flows run on a Prefect server on loopback that the command
 starts and that dies with it (or the one ``PREFECT_API_URL`` names), with all
 state under ``--home`` (default: the current directory). An expected failure
 prints one line and exits 2 (bad input or configuration), 3 (budget) or 4
@@ -396,9 +396,14 @@ def _prefect(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewarm_w
         return
     from flows.deployments import local_server
 
+    checked = False
+
     def while_starting(url: str) -> None:  # the command's checks, then the modules of its flow, meanwhile
+        nonlocal checked
         if checks is not None:
             checks()
+        checked = True
+        home.prepare()  # only once the invocation has passed its checks
         os.environ["PREFECT_API_URL"] = url  # before Prefect is imported, and for the flows' own processes
         start_forkserver()
         for module in preload:
@@ -408,21 +413,26 @@ def _prefect(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewarm_w
                 break
             importlib.import_module(module)
 
-    home.prepare()
-    with local_server(home.prefect_home, while_starting=while_starting) as url:
-        os.environ["PREFECT_API_URL"] = url
-        from prefect.logging.handlers import APILogHandler
-        from prefect.settings import PREFECT_API_URL, temporary_settings
+    server_home_existed = home.prefect_home.exists()
+    try:
+        with local_server(home.prefect_home, while_starting=while_starting) as url:
+            os.environ["PREFECT_API_URL"] = url
+            from prefect.logging.handlers import APILogHandler
+            from prefect.settings import PREFECT_API_URL, temporary_settings
 
-        try:
-            with temporary_settings(updates={PREFECT_API_URL: url}):
-                _quiet_logging(verbose)
-                try:
-                    yield
-                finally:
-                    APILogHandler().flush()  # send the run's last logs (a refusal's too) before the server stops
-        finally:
-            os.environ.pop("PREFECT_API_URL", None)
+            try:
+                with temporary_settings(updates={PREFECT_API_URL: url}):
+                    _quiet_logging(verbose)
+                    try:
+                        yield
+                    finally:
+                        APILogHandler().flush()  # the run's last logs (a refusal's too) before the server stops
+            finally:
+                os.environ.pop("PREFECT_API_URL", None)
+    except BaseException:
+        if not checked and not server_home_existed:  # refused by its checks: the server it started only started
+            shutil.rmtree(home.prefect_home, ignore_errors=True)
+        raise
 
 
 def _answers(url: str) -> bool:

@@ -2,8 +2,9 @@
 
 A bad invocation — a missing or unreadable file, a wrong header, a missing or
 malformed period, a broken configuration or budget policy, an unusable home —
-is refused in about a second with one clear line, instead of after the
-Prefect server has started. The flows run the same checks again (a scheduled
+is refused in about a second with one clear line, without Prefect (the command's
+temporary Prefect server is started meanwhile, in a process of its own, and
+stopped at once by a refusal). The flows run the same checks again (a scheduled
 run has no command line), so nothing here is the only line of defence.
 """
 
