@@ -174,12 +174,12 @@ def validate_partitions(aggregates: dict[str, dict], quality) -> dict[str, dict]
         failed = {row[PARTITION_LABEL] for row in res.get("unexpected_index_list") or []}
         if not r.success and not failed:  # a failure GE could not place on a row fails every partition
             failed = set(labels)
-        for row in _rows([r]):
-            for label in labels:
-                bad = label in failed
-                out[label]["expectations"].append({**row, "success": not bad, "unexpected_count": int(bad),
-                                                   "unexpected_percent": 100.0 * bad, "element_count": 1})
-                out[label]["success"] = out[label]["success"] and not bad
+        (row,) = _rows([r])
+        for label in labels:
+            bad = label in failed
+            out[label]["expectations"].append({**row, "success": not bad, "unexpected_count": int(bad),
+                                               "unexpected_percent": 100.0 * bad, "element_count": 1})
+            out[label]["success"] = out[label]["success"] and not bad
     return out
 
 

@@ -17,8 +17,9 @@
 
 What can be checked without Prefect (arguments, files, headers, periods,
 configuration, policy, the home) is checked first (a release's while its
-temporary Prefect server starts), so a bad invocation is refused at once. Flows run on a Prefect server on loopback that the command
-starts and that dies with it (or the one ``PREFECT_API_URL`` names), with all
+temporary Prefect server starts), so a bad invocation is refused at once.
+Flows run on a Prefect server on loopback that the command starts and that
+dies with it (or the one ``PREFECT_API_URL`` names), with all
 state under ``--home`` (default: the current directory). An expected failure
 prints one line and exits 2 (bad input or configuration), 3 (budget) or 4
 (audit failed); ``--verbose`` shows Prefect's logs and tracebacks.
@@ -370,7 +371,8 @@ def _prefect(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewarm_w
 
     ``checks()`` is the invocation's own checks (files, headers, period, configuration): with a configured API
     they run first; with a loopback server they run while it starts (seconds), and a refusal stops the server
-    at once (it has done nothing but import; the home's new entries are removed by :func:`main`). After them,
+    at once (it has done nothing but start) and removes its new folder; the home is prepared only once they
+    have passed (what else a refusal created is removed by :func:`main`). After them,
     while the server goes on starting, the ``preload`` modules are imported and, with ``prewarm_workers``, the
     forkserver of the local Dask workers starts importing their libraries; then the ``warm`` modules, one after
     the other until the server answers (the flow imports the others later, see :mod:`transit_release.warmup`)."""

@@ -548,9 +548,9 @@ def prepare_partition(spill: Path, staging: Path, quarantine_parts: Path, pairs:
                       check_clean, check_encoded, shards: int = 1) -> PreparedPartition:
     """The partition step: duplicates to the quarantine, the clean rows' checks (``check_clean(rows)`` raises if
     the rows break their contract; what it returns is kept as the partition's ``checks``: the flow's tasks
-    return aggregates there, which the partitions' suite then replaces by its results), the per-partition bound (``max_rows``,
-    card level; its pairs saved in ``shards`` card shards), the encoding and its check (``check_encoded(encoded)``),
-    the partition's file; then the spill of the partition is removed."""
+    return aggregates there, which the partitions' suite then replaces by its results), the per-partition
+    bound (``max_rows``, card level; its pairs saved in ``shards`` card shards), the encoding and its check
+    (``check_encoded(encoded)``), the partition's file; then the spill of the partition is removed."""
     from transit_release import partition_store
 
     for stale in (pairs_path(pairs, mode, date), _offsets(pairs_path(pairs, mode, date))):
