@@ -52,8 +52,11 @@ def stream_trips(work: WorkDir, path: str, stops: pd.DataFrame, period: screenin
 
 def _clean_aggregates(label: str, date: str, rows: dict) -> dict:
     """A partition's clean rows: their pandera contract, then the aggregates its suite validates (counts and
-    extremes; they stay on the worker: :func:`check_partitions` replaces them by the suite's results)."""
-    validate(PartitionTrips, pd.DataFrame(rows), f"clean trips of partition {label}")
+    extremes; they stay on the worker: :func:`check_partitions` replaces them by the suite's results).
+
+    The frames given to pandera are views of the arrays (``copy=False``; pandas' copy-on-write keeps the arrays
+    as they are): copying them cost 0.3 s over the full-size week's partitions."""
+    validate(PartitionTrips, pd.DataFrame(rows, copy=False), f"clean trips of partition {label}")
     return expectations.partition_aggregates(rows, date)
 
 
@@ -88,7 +91,8 @@ def _prepare(work: WorkDir, staging: str, mode: str, date: str, config: ReleaseC
         load_location_index(index_path),
         config.bin_minutes, bounds, NoiseSource.from_environment(),
         partial(_clean_aggregates, label, date),
-        lambda enc: validate(EncodedPartition, pd.DataFrame(enc), f"encoded trips of partition {label}"), shards)
+        lambda enc: validate(EncodedPartition, pd.DataFrame(enc, copy=False), f"encoded trips of partition {label}"),
+        shards)
     return dataclasses.replace(prepared, process=f"{socket.gethostname()}/{os.getpid()}")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pyarrow.dataset as pads
-import pyarrow.parquet as pq
+import pyarrow.feather as feather
 import pytest
 
 from tests.conftest import WEEK, WEEK_PERIOD
@@ -39,8 +39,8 @@ def test_dataset_round_trip_equals_the_in_memory_histograms(encoded, tmp_path):
         for name, h in expected.histograms.items():
             np.testing.assert_array_equal(got.histograms[name].keys, h.keys)
             np.testing.assert_array_equal(got.histograms[name].counts, h.counts)
-    # a standard hive-partitioned Parquet dataset: any reader sees the whole period, no identifier
-    whole = pads.dataset(ds.root, partitioning="hive").to_table()
+    # a standard hive-partitioned Arrow dataset: any reader sees the whole period, no identifier
+    whole = pads.dataset(ds.root, format="feather", partitioning="hive").to_table()
     assert whole.num_rows == len(encoded.frame)
     assert set(whole.column_names) == {"on_bin", "off_bin", "on_loc", "off_loc", "kept", "mode", "date"}
     assert sorted(p.name for p in (tmp_path / "rid").iterdir()) == ["partitions"]  # no staging left behind
@@ -52,7 +52,7 @@ def test_rewriting_replaces_the_dataset_whole_and_removal_cleans_up(encoded, tmp
     (root / "stale.parquet").write_bytes(b"left by a failed attempt")
     ds = write_dataset(encoded, root)
     assert not (root / "stale.parquet").exists()
-    assert len(list(root.rglob("*.parquet"))) == len(ds.partitions)
+    assert len(list(root.rglob("*.arrow"))) == len(ds.partitions)
     remove_dataset(root)
     assert not (tmp_path / "rid").exists()
 
@@ -67,7 +67,7 @@ def test_a_damaged_partition_file_is_refused_by_name(encoded, tmp_path):
     with pytest.raises(PartitionStoreError, match=f"partition {second.partition}: cannot read .*FileNotFound"):
         read_partition(ds, second)
     path = ds.root / third.relative_path
-    pq.write_table(pq.read_table(path).slice(0, 10), path)
+    feather.write_feather(feather.read_table(path).slice(0, 10), path)
     with pytest.raises(PartitionStoreError) as info:
         read_partition(ds, third)
     assert str(info.value) == (f"partition {third.partition}: {path} does not hold the rows that were written "

@@ -92,9 +92,9 @@ def streamed(trips_path, stops, cfg, seed, card: bool, work: Path):
     for p in prepared:
         if p.entry is None:
             continue
-        import pyarrow.parquet as pq
+        import pyarrow.feather as feather
 
-        t = pq.read_table(staging / p.entry.relative_path).to_pandas()
+        t = feather.read_table(staging / p.entry.relative_path).to_pandas()
         if (p.mode, p.date) in dropped:
             t["kept"] &= ~t["pair"].isin(dropped[(p.mode, p.date)])
         parts[(p.mode, p.date)] = t.drop(columns=[c for c in ("pair",) if c in t.columns])
