@@ -44,6 +44,7 @@ import yaml
 
 from transit_release.errors import ConfigError, TransitReleaseError
 from transit_release.telemetry import OFF as TELEMETRY_OFF
+from transit_release.subprocesses import die_with_parent
 
 PROJECT = Path(__file__).resolve().parent.parent
 DEFAULT_FILE = PROJECT / "prefect.yaml"
@@ -91,19 +92,6 @@ def runner_deployments(path: str | Path = DEFAULT_FILE) -> list:
         out.append(flow.to_deployment(name=d["name"], description=d.get("description"), tags=d.get("tags"),
                                       parameters=d.get("parameters") or {}, schedules=schedules))
     return out
-
-
-def die_with_parent() -> None:
-    """In a child process (``preexec_fn``): be killed when the parent dies, even by SIGKILL (Linux), so that a killed
-    command never leaves its Prefect server running. SIGKILL, not SIGTERM: the server's graceful shutdown can wait
-    on connections of the dead parent for a long time; its state is an SQLite database, which a kill leaves
-    consistent."""
-    import ctypes
-
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except OSError:
-        pass  # not Linux: the server is still stopped when the command ends normally
 
 
 def free_port() -> int:

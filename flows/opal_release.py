@@ -22,7 +22,7 @@ from tasks.stream import (bound_partitions_per_card, commit_partitions, declared
 from tasks.summary import summarize, summarize_dry_run
 from tasks.track import anchor_ledger, check_store
 from tasks.validate import validate_release_tables, validate_stops
-from tasks.report import write_report
+from tasks.report import draw_report_figures, write_report
 from transit_release import partition_store, progress, warmup
 from transit_release.recovery import work_dir
 from transit_release.releases import opal
@@ -92,6 +92,7 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
         return summarize(where, load_manifest(where, target.release_id), "already published: nothing drawn or spent")
     rid = target.release_id
     partitions = opal.partitions_of(period, cfg)
+    report_figures = None
     with work_dir(where, rid) as work, dask_cluster(dask_address, workers) as cluster:
         try:
             workers_used = cluster.local_workers
@@ -125,17 +126,22 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
             outcomes = quote(run_on_partitions(sanitize_partitions, cluster, str(dataset.root), chunks, cfg,
                                                str(where.ledger), rid))
             with progress.stage("checking and publishing"):
-                tables = validate_release_tables(assemble_tables(outcomes, dataset))
-                release_quality = check_release_tables(where, str(work.path), rid, tables, outcomes, dataset, cfg)
                 utility = evaluate_utility(outcomes)
                 sanitizers = describe_sanitizers(outcomes, dask_address, workers, prepared)
                 manifest = build_manifest(rid, period, cfg, sanitizers["noise_source"], code_version())
+                # the report's figures, drawn in a process of their own while the release is checked and staged
+                report_figures = draw_report_figures.submit(where, manifest, utility, outcomes)
+                tables = validate_release_tables(assemble_tables(outcomes, dataset))
+                release_quality = check_release_tables(where, str(work.path), rid, tables, outcomes, dataset, cfg)
                 staged = stage_release(where, rid, tables, {}, manifest, opal.render_datacard, charged)
-                report = write_report(where, str(work.path), staged.manifest, utility, outcomes, quarantine)
+                report = write_report(where, str(work.path), staged.manifest, utility, quarantine,
+                                      report_figures.result())
                 record = tracking_record(staged.manifest, utility, quarantine,
                                          {"raw": raw_quality, "release": release_quality}, sanitizers)
                 run_id = publish_staged(where, staged, charged, record, report)
         except BaseException:
+            if report_figures is not None:
+                report_figures.wait()  # its process writes into the report's folder, which is removed next
             discard_run(where, rid, keep_reports=False)
             raise
     return summarize(where, staged.manifest, "published", run_id, f"{report}/report.html", quarantine)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from tasks import data_task
-from transit_release import release_index
+from transit_release import release_index, report_process
 from transit_release.home import Home
 from transit_release.releases import opal
 
@@ -37,15 +37,27 @@ def _write_summary(out: Path, summary: dict) -> None:
     (out / release_index.SUMMARY).write_text(json.dumps(summary, indent=1, sort_keys=True), encoding="utf-8")
 
 
-@data_task(name="write-report")
-def write_report(home: Home, work: str, manifest: dict, utility: pd.DataFrame,
-                 outcomes: list[opal.PartitionOutcome], quarantine: dict) -> str:
-    """The Opal release's internal report (true next to released counts) and its index summary."""
+@data_task(name="draw-report-figures")
+def draw_report_figures(home: Home, manifest: dict, utility: pd.DataFrame,
+                        outcomes: list[opal.PartitionOutcome]) -> str:
+    """The Opal release's report figures (true next to released counts), drawn in a process of their own
+    (:mod:`transit_release.report_process`) while the flow goes on; the report's folder."""
     out = home.reports / manifest["release_id"]
     out.mkdir(parents=True, exist_ok=True)
+    report_process.draw(out, manifest["privacy"], utility, opal.released_vs_true(outcomes))
+    return str(out)
+
+
+@data_task(name="write-report")
+def write_report(home: Home, work: str, manifest: dict, utility: pd.DataFrame, quarantine: dict,
+                 figures: str) -> str:
+    """The Opal release's internal report around its figures (drawn in ``figures``, the report's folder), and
+    its index summary."""
+    out = Path(figures)
     links = {**_links(home, manifest, out), **_keep_validation(work, out)}
-    from transit_release import report  # matplotlib: imported when a report is drawn
-    report.write_report(out, manifest, utility, opal.released_vs_true(outcomes), links, quarantine)
+    from transit_release import report
+
+    report.write_report(out, manifest, utility, links=links, quarantine=quarantine, figures_drawn=True)
     _write_summary(out, {"trip_coverage": float(utility["trip_coverage"].mean())})
     return str(out)
 

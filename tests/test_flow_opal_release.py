@@ -215,3 +215,34 @@ def test_bad_input_publishes_and_spends_nothing(prefect_harness, small_week, tmp
     assert "hovercraft" not in str(info.value)
     assert not any((home / "releases").iterdir())
     assert not Ledger(home / "ledger.sqlite").entries()
+
+
+def test_a_release_that_fails_while_its_figures_are_drawn_waits_for_them_and_keeps_no_report(
+        prefect_harness, tiny_week, tmp_path, monkeypatch):
+    """The report's figures are drawn in a process of their own while the release is checked and staged: a run
+    that fails meanwhile waits for that process (it writes into the report's folder) before removing the
+    folder, so that nothing it writes outlives the run."""
+    import time
+
+    from flows.opal_release import opal_release
+    from transit_release import publish, report_process
+
+    real, drawn = report_process.draw, {}
+
+    def slow(*a, **k):
+        time.sleep(1.5)  # still drawing when staging fails
+        real(*a, **k)
+        drawn["at"] = time.monotonic()
+
+    def refused(*a, **k):
+        raise ReleaseExistsError("staging refused (test)")
+
+    monkeypatch.setattr(report_process, "draw", slow)
+    monkeypatch.setattr(publish, "stage_release", refused)
+    home = tmp_path / "home"
+    with pytest.raises(ReleaseExistsError, match=r"staging refused \(test\)"):
+        opal_release(trips=str(tiny_week["trips"]), stops=str(tiny_week["stops"]), home=str(home), workers=0,
+                     **WEEK)
+    assert "at" in drawn  # the drawing had finished when the run ended
+    assert not [p for p in (home / "release_reports").rglob("*") if p.is_file()]
+    assert not any((home / "releases").iterdir())

@@ -205,7 +205,7 @@ def test_the_audit_chart_draws_every_mode_and_the_cap(tmp_path, monkeypatch):
         panels["axes"] = axes
         return fig, axes
 
-    monkeypatch.setattr(report.plt, "subplots", spy)
+    monkeypatch.setattr(plt, "subplots", spy)  # the pyplot the report draws with (imported when it draws)
     tl = pd.DataFrame({"recorded_at": pd.to_datetime(["2026-01-01"] * 4), "mode": ["bus", "ferry", "lightrail", "train"],
                        "partition": ["b", "f", "l", "t"], "cumulative_epsilon": [8.0] * 4})
     report._cumulative_chart(tl, "trip", 8.0, tmp_path / "c.png")

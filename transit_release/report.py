@@ -2,6 +2,10 @@
 
 Internal: it shows true counts next to released ones, so it lives outside
 ``releases/`` and is never published.
+
+The Opal release draws its figures (:func:`draw_figures`) in a process of its own while the flow checks and
+stages the release (:mod:`transit_release.report_process`), then writes the page (:func:`write_report` with
+``figures_drawn``); matplotlib is imported only by what draws.
 """
 
 from __future__ import annotations
@@ -9,16 +13,23 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.collections import PolyCollection  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+from transit_release.config import MARGINALS
 
-from transit_release.config import MARGINALS  # noqa: E402
+#: The Opal report's figures (and, at the card level, ``card_level_curve.png``).
+FIGURES = ("released_vs_true.png", "coverage.png", "budget.png")
+
+
+def _pyplot():
+    """matplotlib's pyplot on the Agg backend, imported on first use (half a second)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}
 table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
@@ -27,6 +38,7 @@ th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}img{max-widt
 
 
 def _scatter(points: dict[str, tuple[np.ndarray, np.ndarray]], thresholds: dict[str, int], path: Path) -> None:
+    plt = _pyplot()
     fig, axes = plt.subplots(2, 3, figsize=(13, 8))
     for ax, m in zip(axes.ravel(), MARGINALS):
         true, rel = points.get(m.name, (np.zeros(0), np.zeros(0)))
@@ -54,6 +66,10 @@ def _bars(df: pd.DataFrame, title: str, ylabel: str, path: Path, stacked: bool =
     Each column's bars are one collection and the margins are computed, not laid out: pandas' bar plot adds
     each bar as an artist of its own (its data limits updated bar by bar) and ``tight_layout`` draws the figure
     once more; with the week's 28 partitions × 6 marginals that was 0.48 s per figure, this is 0.22 s."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.patches import Patch
+
+    plt = _pyplot()
     n, k = df.shape
     fig, ax = plt.subplots(figsize=(13, 4.5))
     x = np.arange(n, dtype=float)
@@ -122,6 +138,7 @@ def _curve_plot(manifest: dict, utility: pd.DataFrame, path: Path) -> bool:
     released = utility["points_released"].sum()
     mre = float((utility["mean_rel_error"].fillna(0) * utility["points_released"]).sum() / released) if released else 0
     coverage = float(utility["trip_coverage"].mean())
+    plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for ax, col, value, label in ((axes[0], "trip_coverage", coverage, "trips covered"),
                                   (axes[1], "mre", mre, "mean relative error of released cells")):
@@ -147,23 +164,32 @@ def _quarantine_html(q: dict | None) -> str:
             + (f"<table><tr><th>reason</th><th>rows</th></tr>{rows}</table>" if rows else ""))
 
 
-def write_report(out_dir: Path, manifest: dict, utility: pd.DataFrame,
-                 points: dict[str, tuple[np.ndarray, np.ndarray]], links: dict[str, str] | None = None,
-                 quarantine: dict | None = None) -> Path:
-    """Render the report. ``utility`` has one row per (partition, marginal)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    thresholds = {k: v["threshold"] for k, v in manifest["privacy"]["marginals"].items()}
+def draw_figures(out_dir: Path, privacy: dict, utility: pd.DataFrame,
+                 points: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+    """The Opal report's figures (:data:`FIGURES`, and the card-level curve) in ``out_dir``, which exists.
+    ``privacy`` is the manifest's section of that name."""
+    thresholds = {k: v["threshold"] for k, v in privacy["marginals"].items()}
     _scatter(points, thresholds, out_dir / "released_vs_true.png")
     coverage = utility.pivot(index="partition", columns="marginal", values="trip_coverage")[[m.name for m in MARGINALS]]
     _bars(coverage, "Share of trips on released points, per partition", "trip coverage", out_dir / "coverage.png")
     budget = utility.pivot(index="partition", columns="marginal", values="epsilon")[[m.name for m in MARGINALS]]
     _bars(budget, "Privacy budget ε per partition (stacked over the six marginals)", "ε",
           out_dir / "budget.png", stacked=True)
+    _curve_plot({"privacy": privacy}, utility, out_dir / "card_level_curve.png")
 
+
+def write_report(out_dir: Path, manifest: dict, utility: pd.DataFrame,
+                 points: dict[str, tuple[np.ndarray, np.ndarray]] | None = None, links: dict[str, str] | None = None,
+                 quarantine: dict | None = None, figures_drawn: bool = False) -> Path:
+    """Render the report. ``utility`` has one row per (partition, marginal). The figures are drawn from
+    ``points`` here unless ``figures_drawn`` (by :func:`draw_figures`, in ``out_dir``)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not figures_drawn:
+        draw_figures(out_dir, manifest["privacy"], utility, points)
     curve_html = ('<h2>Utility against privacy</h2><p class="note">This release on the curves measured on the '
                   'full-size synthetic week (benchmarks/experiment_card_level.py), against all trips before '
                   'bounding.</p><img src="card_level_curve.png" alt="utility against privacy">'
-                  if _curve_plot(manifest, utility, out_dir / "card_level_curve.png") else "")
+                  if manifest["privacy"].get("unit_of_privacy") == "card" else "")
     per_marginal = utility.groupby("marginal", sort=False).agg(
         points=("points", "sum"), released=("points_released", "sum"),
         kept_share=("kept_point_share", "mean"), trip_coverage=("trip_coverage", "mean"),
@@ -205,6 +231,7 @@ released distributions.</p>
 
 def _cumulative_chart(tl: pd.DataFrame, unit: str, cap: float | None, path: Path) -> None:
     """One panel per mode (lines of equal height would hide one another), each with the cap."""
+    plt = _pyplot()
     modes = sorted(tl["mode"].unique())
     fig, axes = plt.subplots(1, len(modes), figsize=(min(4 * len(modes), 16), 3.6), sharey=True, squeeze=False)
     top = max(float(tl["cumulative_epsilon"].max()), cap or 0.0) * 1.1 or 1.0
@@ -239,6 +266,7 @@ def write_audit_report(out_dir: Path, result: dict, caps: dict[str, float] | Non
             heat = pd.DataFrame(loss["per_partition_marginal"]).T.fillna(0.0).sort_index()
             known = [m.name for m in MARGINALS if m.name in heat.columns]
             heat = heat[known + sorted(set(heat.columns) - set(known))]
+            plt = _pyplot()
             fig, ax = plt.subplots(figsize=(9, max(3.0, 0.22 * len(heat) + 1.5)))
             im = ax.imshow(heat.to_numpy(), aspect="auto", cmap="viridis")
             ax.set_xticks(range(heat.shape[1]), heat.columns, rotation=30, ha="right", fontsize=8)
@@ -300,6 +328,7 @@ def write_sequence_report(out_dir: Path, manifest: dict, metrics: dict, quaranti
     errors = {k.rsplit(".", 1)[-1]: v for k, v in metrics.items() if k.startswith("count_query.relative_error.")}
     img = ""
     if errors:
+        plt = _pyplot()
         fig, ax = plt.subplots(figsize=(7, 3.5))
         ax.bar(list(errors), [100 * v for v in errors.values()])
         ax.set_ylabel("mean relative error (%)")

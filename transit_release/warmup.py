@@ -2,8 +2,8 @@
 hash and read the input.
 
 Hashing (``hashlib``) and Arrow's CSV reader run without the GIL, so on a 2-core machine the other core is
-idle for those seconds; Great Expectations, MLflow and the report's plotting take about 4 s to import, which
-the flow would otherwise pay when it first validates, tracks and draws. Imports only: nothing here reads a
+idle for those seconds; Great Expectations and MLflow take about 4 s to import, which the flow would otherwise
+pay when it first validates and tracks. Imports only: nothing here reads a
 file of the release, opens a store or touches data, so a run that is refused later leaves nothing behind
 that it would not have left anyway. A module the flow needs before the thread has imported it is simply
 imported by the flow (Python's import lock makes the two wait for each other, not import twice).
@@ -17,9 +17,10 @@ import sys
 import threading
 
 #: What the Opal release imports after its input pass: the validations' and Data Docs' library (and the
-#: partition steps', without a cluster), the tracking store's, and the report's figures.
+#: partition steps', without a cluster) and the tracking store's. (The report's figures are drawn in a process
+#: of their own: matplotlib is not imported here.)
 RELEASE_MODULES = ("great_expectations", "schemas.expectations", "mlflow.tracking",
-                   "mlflow.store.tracking.sqlalchemy_store", "transit_release.report")
+                   "mlflow.store.tracking.sqlalchemy_store")
 
 
 def start(modules: tuple[str, ...] = RELEASE_MODULES) -> threading.Thread:
