@@ -85,9 +85,9 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
     period = declared_period(trips, period_start, period_end, dry_run)
     # hashed in a thread of its own (no GIL) while the trips are read: a new release id needs it only when its
     # spends are planned; an existing one waits for it here, to compare with the earlier spends
-    fingerprint = fingerprint_inputs.submit(where, [trips, stops])
-    target = resolve_release(where, release_id or opal.release_id_for(period.start, period.end),
-                             same_release(cfg, fingerprint))
+    wanted = release_id or opal.release_id_for(period.start, period.end)
+    fingerprint = fingerprint_inputs.submit(where, [trips, stops], wanted)
+    target = resolve_release(where, wanted, same_release(cfg, fingerprint))
     if target.already_published:
         return summarize(where, load_manifest(where, target.release_id), "already published: nothing drawn or spent")
     rid = target.release_id
@@ -142,6 +142,8 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
         except BaseException:
             if report_figures is not None:
                 report_figures.wait()  # its process writes into the report's folder, which is removed next
-            discard_run(where, rid, keep_reports=False)
+            # a run that drew nothing made no report folder: one there is another run's (e.g. of the same id, which
+            # this one lost to when charging), and stays
+            discard_run(where, rid, keep_reports=report_figures is None)
             raise
     return summarize(where, staged.manifest, "published", run_id, f"{report}/report.html", quarantine)

@@ -48,9 +48,9 @@ def sequence_release(epsilon: float, height: int | None = None, input: str | Non
     universe = stop_universe(stop_table, mode, stops) if trips else load_universe(locations, taxonomy)
     budget, tax = sequence_budget(mechanism, universe, epsilon, height, variant, fanout, lmax, nmax)
     inputs = [p for p in (input, locations, taxonomy, trips, stops) if p]
-    fingerprint = fingerprint_inputs(where, inputs)
-    target = resolve_release(where, release_id or sequences.default_release_id(mechanism, period),
-                             sequences.same_release(budget, fingerprint))
+    wanted = release_id or sequences.default_release_id(mechanism, period)
+    fingerprint = fingerprint_inputs(where, inputs, wanted)
+    target = resolve_release(where, wanted, sequences.same_release(budget, fingerprint))
     if target.already_published:
         return summarize(where, load_manifest(where, target.release_id), "already published: nothing drawn or spent")
     rid = target.release_id

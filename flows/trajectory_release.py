@@ -49,9 +49,10 @@ def trajectory_release(epsilon: float, height: int, input: str | None = None, pe
                                    stop_universe(stop_table, mode, stops) if trips else None)
     setup = safepath_setup(universe, epsilon, height, location_fanout, location_taxonomy_height, time_fanout,
                            time_taxonomy_height, thresholds)
-    fingerprint = fingerprint_inputs(where, [p for p in (input, locations, location_taxonomy, trips, stops) if p])
-    target = resolve_release(where, release_id or trajectories.default_release_id(period),
-                             same_release(setup, fingerprint))
+    wanted = release_id or trajectories.default_release_id(period)
+    fingerprint = fingerprint_inputs(where, [p for p in (input, locations, location_taxonomy, trips, stops) if p],
+                                     wanted)
+    target = resolve_release(where, wanted, same_release(setup, fingerprint))
     if target.already_published:
         return summarize(where, load_manifest(where, target.release_id), "already published: nothing drawn or spent")
     rid = target.release_id

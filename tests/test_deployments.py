@@ -59,9 +59,11 @@ def test_the_environment_helper_sets_every_variable_prefect_yaml_names(tmp_path)
 
 
 def _deployments(url: str) -> dict[str, dict]:
+    # deployments first: a deployment's flow exists before it does, so none can be missing from the flows read
+    # after (read before, a flow registered in between was, while serve was still registering them)
+    deployments = httpx.post(f"{url}/deployments/filter", json={}).json()
     flows = {f["id"]: f["name"] for f in httpx.post(f"{url}/flows/filter", json={}).json()}
-    return {d["name"]: {**d, "flow_name": flows[d["flow_id"]]}
-            for d in httpx.post(f"{url}/deployments/filter", json={}).json()}
+    return {d["name"]: {**d, "flow_name": flows[d["flow_id"]]} for d in deployments}
 
 
 def _wait_for_run(url: str, run_id: str, timeout: float) -> dict:

@@ -212,12 +212,34 @@ def read_stops(path: str | Path) -> pd.DataFrame:
     return read_table(path, STOP_COLUMN_TYPES, "stops")
 
 
-def fingerprint(*paths: str | Path, key: bytes) -> str:
-    """HMAC-SHA-256, keyed by the home's secret, over the input files' bytes (internal: ledger only).
+#: The scheme of the fingerprints recorded now, named in each (``blake2b:<hex>``). A fingerprint without a
+#: scheme is HMAC-SHA-256, what the ledger recorded before (until 2026-11): see :func:`legacy_fingerprint`.
+FINGERPRINT_SCHEME = "blake2b"
 
-    Keyed because the ledger's published head hash chains it (see ``Home.fingerprint_key``).
+
+def fingerprint(*paths: str | Path, key: bytes) -> str:
+    """Keyed BLAKE2b-256 (the home's secret as BLAKE2's own key) over the input files' bytes, as
+    ``blake2b:<hex>`` (internal: ledger only).
+
+    Keyed because the ledger's published head hash chains it (see ``Home.fingerprint_key``). BLAKE2b, not
+    HMAC-SHA-256: on this project's 2-core machine (no SHA extensions) it hashes 640 MB/s against 380, and the
+    hash of the full-size week (894 MiB) runs beside the pass over the same file, competing for the same cores
+    (the pass took 6.4 s with SHA-256, 5.5 s with BLAKE2b, 5.3 s without any hash).
     """
-    h = hmac.new(key, digestmod=hashlib.sha256)
+    return f"{FINGERPRINT_SCHEME}:{_digest(hashlib.blake2b(key=key, digest_size=32), paths)}"
+
+
+def legacy_fingerprint(*paths: str | Path, key: bytes) -> str:
+    """HMAC-SHA-256 (hex, no scheme), keyed by the home's secret: the fingerprints recorded before the scheme was
+    named. Computed only for a release whose earlier spends carry one (a run resumed after an upgrade)."""
+    return _digest(hmac.new(key, digestmod=hashlib.sha256), paths)
+
+
+def is_legacy_fingerprint(value: str) -> bool:
+    return ":" not in value
+
+
+def _digest(h, paths) -> str:
     buf = bytearray(FINGERPRINT_CHUNK)
     view = memoryview(buf)
     for p in paths:
