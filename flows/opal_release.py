@@ -70,8 +70,9 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
     Nothing is charged before every input check has passed; nothing is visible
     under ``releases/`` before the final commit; a refused or failed run removes
     what it created (the quarantine excepted). The partitions are sanitized on a
-    local Dask cluster of ``workers`` processes (default 2; 0: no cluster, in
-    the flow's own process), or on the Dask scheduler at ``dask_address``. ``dry_run`` validates everything, reports the
+    local Dask cluster of ``workers`` processes (default: 2 on a machine with at
+    least 4 cores, else 0; 0: no cluster, in the flow's own process), or on the
+    Dask scheduler at ``dask_address``. ``dry_run`` validates everything, reports the
     spends and the policy's verdict, and stops before anything is charged or written.
     ``unit`` is ``trip`` (the paper's, the default) or ``card`` (each card's contribution bounded first; the
     card-level defaults unless ``config`` is given).

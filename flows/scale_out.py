@@ -37,7 +37,7 @@ from prefect.context import FlowRunContext
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from prefect_dask import DaskTaskRunner
 
-from transit_release.cluster import DEFAULT_LOCAL_WORKERS, IN_PROCESS
+from transit_release.cluster import IN_PROCESS, local_workers
 from transit_release.home import cache_dir
 
 
@@ -112,7 +112,7 @@ class ReleaseCluster:
 
     def __init__(self, dask_address: str | None, workers: int | None):
         self._given = dask_address
-        self._workers = DEFAULT_LOCAL_WORKERS if workers is None else workers
+        self._workers = local_workers(workers)
         self._cluster = self._client = None
         if not dask_address and not self.in_process:
             prewarm_workers()  # the forkserver imports while the flow validates and streams the input

@@ -19,8 +19,8 @@ def weekly_opal_release(trips_pattern: str, stops: str, home: str = ".", config:
     """Publish the previous full week (Monday–Sunday) before the scheduled time, or the week of ``week_of``.
 
     ``trips_pattern`` names the week's file, e.g. ``data/trips-{start}.csv``; ``dask_address`` or
-    ``workers`` choose where the partitions are sanitized (default: a local Dask cluster of 2 workers; 0: none,
-    in the flow's process).
+    ``workers`` choose where the partitions are sanitized (default: a local Dask cluster of 2 workers on a machine
+    with at least 4 cores, else none; 0: none, in the flow's process).
     """
     period = period_to_publish("weekly", timezone, week_of)
     trips = locate_input(trips_pattern, period)

@@ -54,7 +54,7 @@ def describe_sanitizers(outcomes: list[opal.PartitionOutcome], dask_address: str
                         workers: int | None, prepared: list | None = None) -> dict:
     """Where the noise was drawn: the noise source the sanitizers reported (never a seed), the runner and
     how many distinct processes sanitized (and prepared the partitions) (for the manifest and the MLflow run)."""
-    local = cluster.DEFAULT_LOCAL_WORKERS if workers is None else workers
+    local = cluster.local_workers(workers)
     out = {"noise_source": opal.noise_kind(outcomes),
            "runner": f"dask-scheduler {dask_address}" if dask_address else
                      "in-process" if local == cluster.IN_PROCESS else f"local-dask {local} workers",

@@ -332,3 +332,14 @@ def test_card_level_streamed_on_two_workers_equals_the_in_memory_path(prefect_ha
     enc = encode_trips(clean, build_location_index(stops, MODES), cfg.bin_minutes, kept)
     assert_published_equals_library(home, rid, enc, cfg, test_seed)
     assert summary["quarantine"]["bounding"] == counts  # the internal figures agree too
+
+
+def test_the_default_is_a_local_cluster_only_on_a_machine_with_spare_cores(monkeypatch):
+    """Without ``--workers``: 2 local workers with at least 4 usable cores; none (in the flow's process) on fewer,
+    where workers would only compete with the flow and Prefect's server for the same cores. Asked for, as asked."""
+    from transit_release import cluster
+
+    for cores, expected in ((1, 0), (2, 0), (3, 0), (4, 2), (64, 2)):
+        monkeypatch.setattr(cluster, "usable_cores", lambda cores=cores: cores)
+        assert cluster.local_workers(None) == expected
+        assert cluster.local_workers(0) == 0 and cluster.local_workers(3) == 3

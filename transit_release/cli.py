@@ -38,6 +38,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
+from transit_release.cluster import IN_PROCESS, local_workers
 from transit_release.errors import BudgetError, ConfigError, InputDataError, TransitReleaseError
 from transit_release.home import UMASK, Home, check_release_id
 from transit_release.telemetry import telemetry_off
@@ -128,7 +129,8 @@ def _parser() -> argparse.ArgumentParser:
         where = r.add_mutually_exclusive_group()
         where.add_argument("--workers", type=int,
                            help="prepare and sanitize the partitions on a local Dask cluster of N worker processes "
-                                "(default 2); 0: no cluster, one partition after the other in this process")
+                                "(default: 2 on a machine with at least 4 cores, else 0); 0: no cluster, one "
+                                "partition after the other in this process")
         where.add_argument("--dask-address", metavar="ADDR",
                            help="sanitize on an existing Dask scheduler, e.g. tcp://10.0.0.5:8786 (its workers "
                                 "need this project installed, the home directory at the same path and "
@@ -472,7 +474,7 @@ def _check_release_args(args, trips: str, stops: str, home: Home) -> None:
 
 def _release(args, trips: str, stops: str, home: Home) -> int:
     with _prefect(home, args.verbose, preload=("flows.opal_release",), warm=RELEASE_MODULES,
-                  prewarm_workers=not args.dask_address and args.workers != 0,
+                  prewarm_workers=not args.dask_address and local_workers(args.workers) != IN_PROCESS,
                   checks=lambda: _check_release_args(args, trips, stops, home)):
         from flows.opal_release import opal_release
 
