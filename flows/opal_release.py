@@ -141,10 +141,12 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
                                          {"raw": raw_quality, "release": release_quality}, sanitizers)
                 run_id = publish_staged(where, staged, charged, record, report)
         except BaseException:
-            if report_figures is not None:
-                report_figures.wait()  # its process writes into the report's folder, which is removed next
-            # a run that drew nothing made no report folder: one there is another run's (e.g. of the same id, which
-            # this one lost to when charging), and stays
-            discard_run(where, rid, keep_reports=report_figures is None)
+            try:
+                if report_figures is not None:
+                    report_figures.wait()  # its process writes into the report's folder, which is removed next
+            finally:  # also when the wait is interrupted
+                # a run that drew nothing made no report folder: one there is another run's (e.g. of the same
+                # id, which this one lost to when charging), and stays
+                discard_run(where, rid, keep_reports=report_figures is None)
             raise
     return summarize(where, staged.manifest, "published", run_id, f"{report}/report.html", quarantine)

@@ -25,8 +25,8 @@ def fingerprint_inputs(home: Home, paths: list[str], release_id: str) -> str:
     """The home-keyed fingerprint of the input files (recorded in the ledger, never published).
 
     In the scheme of the release's earlier spends: a release whose spends were recorded with the earlier
-    HMAC-SHA-256 fingerprints (a run resumed, or re-published, after an upgrade) is fingerprinted that way, so
-    that the same input is recognised and its new spends match its old ones."""
+    HMAC-SHA-256 fingerprints (re-published, or dry-run, after an upgrade) is fingerprinted that way, so that
+    the same input is still recognised as the same release (nothing drawn or spent)."""
     key = home.fingerprint_key()
     earlier = [e.event().input_fingerprint for e in Ledger(home.ledger).spends(release_id)]
     if earlier and all(io.is_legacy_fingerprint(f) for f in earlier):

@@ -44,3 +44,17 @@ def test_a_missing_folder_is_not_created(tmp_path):
     with pytest.raises(ReportFiguresError, match="FileNotFoundError"):
         report_process.draw(tmp_path / "gone", privacy, utility, points)
     assert not (tmp_path / "gone").exists()
+
+
+def test_the_child_does_not_import_from_the_working_directory(tmp_path, monkeypatch):
+    """It is given true counts: a module planted where the command is run (often the data's folder) is not
+    imported in its place."""
+    planted = tmp_path / "cwd"
+    planted.mkdir()
+    (planted / "pandas.py").write_text("raise SystemExit('planted module imported')\n")
+    monkeypatch.chdir(planted)
+    out = tmp_path / "out"
+    out.mkdir()
+    privacy, utility, points = _job()
+    report_process.draw(out, privacy, utility, points)
+    assert sorted(p.name for p in out.iterdir()) == sorted(FIGURES)

@@ -7,14 +7,16 @@ waits for it, so the Prefect task that calls it can run in a thread beside the f
 draws from its standard input (a pickle: nothing is written to disk but the figures) and writes the figures
 into a folder that exists; it dies with its parent.
 
-What the child prints on failure is the exception's type, never its message: the figures' data are true
-counts, and a plotting library's message may quote a value.
+What the child prints on failure is the exception's type, never its message, and its standard error is
+discarded: the figures' data are true counts, and a plotting library's message or warning may quote a value.
+It runs with ``-P`` (the working directory is not on its module path) and dies with its parent.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -36,30 +38,43 @@ def draw(out_dir: Path, privacy: dict, utility: pd.DataFrame, points: dict[str, 
     ``out_dir`` must exist."""
     job = pickle.dumps({"out_dir": str(out_dir), "privacy": privacy, "utility": utility, "points": points},
                        protocol=pickle.HIGHEST_PROTOCOL)
+    # -P: not the working directory first on the module path (a stray pandas.py there would get the counts);
+    # no preexec_fn (unsafe in a threaded parent: the child may hang before it runs): the child arranges to die
+    # with its parent itself
     try:
-        done = subprocess.run([sys.executable, "-m", "transit_release.report_process"], input=job,
-                              capture_output=True, timeout=timeout_s, preexec_fn=die_with_parent,
+        done = subprocess.run([sys.executable, "-P", "-m", "transit_release.report_process", str(os.getpid())],
+                              input=job, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=timeout_s,
                               env={**os.environ, "MPLBACKEND": "Agg"})
     except subprocess.TimeoutExpired:
         raise ReportFiguresError(f"the release report's figures were not drawn within {timeout_s:.0f} s") from None
     if done.returncode != 0:
-        what = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise ReportFiguresError("the release report's figures could not be drawn: "
-                                 f"{what[-1] if what else f'exit code {done.returncode}'} in the drawing process")
+        name = done.stdout.decode("ascii", "replace").strip()
+        what = name if done.returncode == 1 and _TYPE_NAME.match(name) else (
+            f"exit code {done.returncode}" if done.returncode > 0 else f"signal {-done.returncode}")
+        raise ReportFiguresError(f"the release report's figures could not be drawn: {what} in the drawing process")
 
 
-def main() -> int:
-    """The child: read the job from standard input, draw, exit 0; on failure print the exception's type only."""
+#: What the child may report of a failure: an exception's type name, nothing else.
+_TYPE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,79}$")
+
+
+def main(parent: int) -> int:
+    """The child: read the job from standard input, draw, exit 0; on failure print the exception's type only (to
+    standard output, which the parent reads; its standard error goes nowhere: a library's warning may quote a
+    value)."""
+    die_with_parent()
+    if os.getppid() != parent:  # the parent died before the line above took effect
+        return 1
     try:
         job = pickle.loads(sys.stdin.buffer.read())
         from transit_release.report import draw_figures
 
         draw_figures(Path(job["out_dir"]), job["privacy"], job["utility"], job["points"])
     except BaseException as exc:  # noqa: BLE001 — reported by type only (see the module's docstring)
-        print(type(exc).__name__, file=sys.stderr)
+        print(type(exc).__name__, flush=True)
         return 1
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(int(sys.argv[1])))
