@@ -85,10 +85,11 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
     stop_table = validate_stops(ingest_stops(stops), stops)
     period = declared_period(trips, period_start, period_end, dry_run)
     # hashed in a thread of its own (no GIL) while the trips are read: a new release id needs it only when its
-    # spends are planned; an existing one waits for it here, to compare with the earlier spends
+    # spends are planned; an existing one waits for it here, to compare with the earlier spends (quoted: Prefect
+    # would wait for a future given as a task's parameter)
     wanted = release_id or opal.release_id_for(period.start, period.end)
-    fingerprint = fingerprint_inputs.submit(where, [trips, stops], wanted)
-    target = resolve_release(where, wanted, same_release(cfg, fingerprint))
+    fingerprint = fingerprint_inputs.submit(where, [trips, stops])
+    target = resolve_release(where, wanted, same_release(cfg, fingerprint), quote(fingerprint), [trips, stops])
     if target.already_published:
         return summarize(where, load_manifest(where, target.release_id), "already published: nothing drawn or spent")
     rid = target.release_id

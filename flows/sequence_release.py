@@ -49,8 +49,8 @@ def sequence_release(epsilon: float, height: int | None = None, input: str | Non
     budget, tax = sequence_budget(mechanism, universe, epsilon, height, variant, fanout, lmax, nmax)
     inputs = [p for p in (input, locations, taxonomy, trips, stops) if p]
     wanted = release_id or sequences.default_release_id(mechanism, period)
-    fingerprint = fingerprint_inputs(where, inputs, wanted)
-    target = resolve_release(where, wanted, sequences.same_release(budget, fingerprint))
+    fingerprint = fingerprint_inputs(where, inputs)
+    target = resolve_release(where, wanted, sequences.same_release(budget, fingerprint), fingerprint, inputs)
     if target.already_published:
         return summarize(where, load_manifest(where, target.release_id), "already published: nothing drawn or spent")
     rid = target.release_id

@@ -44,8 +44,9 @@ def set_release(epsilon: float, input: str | None = None, locations: str | None 
     universe = stop_locations(stop_table, modes, stops) if trips else load_universe(locations, None)
     budget = set_budget(universe, epsilon, fanout)
     wanted = release_id or sets.default_release_id(period)
-    fingerprint = fingerprint_inputs(where, [p for p in (input, locations, trips, stops) if p], wanted)
-    target = resolve_release(where, wanted, same_spend("diffpart", epsilon, fingerprint))
+    inputs = [p for p in (input, locations, trips, stops) if p]
+    fingerprint = fingerprint_inputs(where, inputs)
+    target = resolve_release(where, wanted, same_spend("diffpart", epsilon, fingerprint), fingerprint, inputs)
     if target.already_published:
         return summarize(where, load_manifest(where, target.release_id), "already published: nothing drawn or spent")
     rid = target.release_id

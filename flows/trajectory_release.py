@@ -50,9 +50,9 @@ def trajectory_release(epsilon: float, height: int, input: str | None = None, pe
     setup = safepath_setup(universe, epsilon, height, location_fanout, location_taxonomy_height, time_fanout,
                            time_taxonomy_height, thresholds)
     wanted = release_id or trajectories.default_release_id(period)
-    fingerprint = fingerprint_inputs(where, [p for p in (input, locations, location_taxonomy, trips, stops) if p],
-                                     wanted)
-    target = resolve_release(where, wanted, same_release(setup, fingerprint))
+    inputs = [p for p in (input, locations, location_taxonomy, trips, stops) if p]
+    fingerprint = fingerprint_inputs(where, inputs)
+    target = resolve_release(where, wanted, same_release(setup, fingerprint), fingerprint, inputs)
     if target.already_published:
         return summarize(where, load_manifest(where, target.release_id), "already published: nothing drawn or spent")
     rid = target.release_id

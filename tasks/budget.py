@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tasks import data_task
 from transit_release.faults import crash_point
 from transit_release.accounting.ledger import Ledger, refuse_second_charge
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
 from transit_release.home import Home, check_release_id
+from transit_release.inputs import tables as io
 from transit_release.errors import LedgerIntegrityError
 from transit_release.publish import MANIFEST, already_published
 
@@ -21,16 +22,38 @@ class ReleaseTarget:
 
 
 @data_task(name="resolve-release")
-def resolve_release(home: Home, release_id: str, same: Callable[[list], bool]) -> ReleaseTarget:
+def resolve_release(home: Home, release_id: str, same: Callable[[list], bool], fingerprint=None,
+                    inputs: list[str] | None = None) -> ReleaseTarget:
     """Check the id; detect an identical earlier publication before anything is written.
 
     Re-publishing an already published release id from the same input and parameters draws no
     noise and spends nothing; any other reuse of an id is refused, so no earlier release, report or
-    record is touched. ``same(earlier_events)`` says whether the earlier spends match this run.
+    record is touched. ``same(earlier_events)`` says whether the earlier spends match this run; given this
+    run's ``fingerprint`` (or its future) and its ``inputs``, spends recorded with the earlier fingerprints are
+    recognised too (:func:`recognising_earlier_fingerprints`).
     """
     release_id = check_release_id(release_id)
+    if fingerprint is not None and inputs:
+        same = recognising_earlier_fingerprints(same, fingerprint, inputs, home.fingerprint_key)
     return ReleaseTarget(release_id, already_published(Ledger(home.ledger), home.release_dir(release_id),
                                                        release_id, same))
+
+
+def recognising_earlier_fingerprints(same: Callable[[list], bool], fingerprint, inputs: list[str],
+                                     key: Callable[[], bytes]) -> Callable[[list], bool]:
+    """``same`` for earlier spends of which some carry an HMAC-SHA-256 fingerprint (recorded before fingerprints
+    named their scheme): those equal to the earlier fingerprint of ``inputs`` are compared as carrying this run's
+    ``fingerprint``. The earlier fingerprint is computed only when there are such spends (a release published
+    before the upgrade, published again)."""
+
+    def check(earlier: list) -> bool:
+        if any(io.is_legacy_fingerprint(e.input_fingerprint) for e in earlier):
+            old = io.legacy_fingerprint(*inputs, key=key())
+            current = fingerprint.result() if hasattr(fingerprint, "result") else fingerprint
+            earlier = [replace(e, input_fingerprint=current) if e.input_fingerprint == old else e for e in earlier]
+        return same(earlier)
+
+    return check
 
 
 def same_spend(component: str, epsilon: float, fingerprint: str) -> Callable[[list], bool]:

@@ -278,33 +278,39 @@ def test_the_input_fingerprint_on_the_ledger_is_keyed_by_the_home(tmp_path):
     assert len(first.fingerprint_key()) == 32 and first.fingerprint_key() != second.fingerprint_key()
 
 
-def test_a_release_recorded_with_the_earlier_fingerprints_is_fingerprinted_as_it_was(tmp_path):
+def test_spends_recorded_with_the_earlier_fingerprints_are_still_recognised(tmp_path):
     """Fingerprints name their scheme (keyed BLAKE2b) since 2026-11; the spends recorded before carry an
-    HMAC-SHA-256 without one. A release whose spends are of that kind (a run resumed, or re-published, after the
-    upgrade) gets the earlier fingerprint of its input, so that the same input is still recognised; any other
-    release, the current one. Both stay keyed by the home."""
+    HMAC-SHA-256 without one. Publishing such a release again from the same input is recognised (nothing drawn
+    or spent), from another input it is not; both schemes stay keyed by the home."""
     import hashlib
     import hmac
 
-    from tasks.ingest import fingerprint_inputs
+    from tasks.budget import recognising_earlier_fingerprints
     from transit_release.accounting.events import StabilityHistogramEvent
-    from transit_release.accounting.ledger import Ledger
     from transit_release.inputs.tables import fingerprint, legacy_fingerprint
 
-    data = tmp_path / "trips.csv"
+    data, other = tmp_path / "trips.csv", tmp_path / "other.csv"
     data.write_bytes(b"card_id,mode\n1,bus\n")
+    other.write_bytes(b"card_id,mode\n2,bus\n")
     home = Home.at(tmp_path / "home").prepare()
     key = home.fingerprint_key()
     old = legacy_fingerprint(data, key=key)
     assert old == hmac.new(key, data.read_bytes() + b"\x00", hashlib.sha256).hexdigest()
     current = fingerprint(data, key=key)
     assert current == "blake2b:" + hashlib.blake2b(data.read_bytes() + b"\x00", key=key, digest_size=32).hexdigest()
-    Ledger(home.ledger).charge([StabilityHistogramEvent(
+    earlier = [StabilityHistogramEvent(
         release_id="before", mode="bus", date="20160808", marginal="tap_on_time", epsilon=1.0, delta=1e-7,
         threshold=34, noise_scale="2", sensitivity=1, unit_of_privacy="trip", neighbouring="replace-one",
-        input_fingerprint=old, code_version="0.1.0")])
-    assert fingerprint_inputs.fn(home, [str(data)], "before") == old
-    assert fingerprint_inputs.fn(home, [str(data)], "after") == current
+        input_fingerprint=old, code_version="0.1.0")]
+
+    def same_as(fp):
+        return lambda events: all(e.input_fingerprint == fp for e in events)
+
+    assert not same_as(current)(earlier)  # compared as they are, the schemes differ
+    assert recognising_earlier_fingerprints(same_as(current), current, [str(data)], home.fingerprint_key)(earlier)
+    elsewhere = fingerprint(other, key=key)
+    assert not recognising_earlier_fingerprints(same_as(elsewhere), elsewhere, [str(other)],
+                                                home.fingerprint_key)(earlier)
 
 
 def test_the_test_seed_is_refused_by_a_home_that_holds_public_releases(tmp_path, monkeypatch):
