@@ -66,6 +66,7 @@ def sequence_release(epsilon: float, height: int | None = None, input: str | Non
                                  data.quarantine_counts)
     precheck_budget(where, [event], budget_policy)
     check_store(where)  # MLflow must work before anything is spent
+    charged = None
     try:
         charged = charge_budget(where, [event], budget_policy)
         anchor_ledger(where, rid, "charge")
@@ -83,6 +84,7 @@ def sequence_release(epsilon: float, height: int | None = None, input: str | Non
             run_id = publish_staged(where, staged, charged, tracking_record(staged.manifest, metrics,
                                                                             data.quarantine_counts), report)
     except BaseException:
-        discard_run(where, rid, keep_reports=False)
+        # refused at its charge, a run wrote no report: a folder there is another run's (of the same id)
+        discard_run(where, rid, keep_reports=charged is None)
         raise
     return {**summarize(where, staged.manifest, "published", run_id, f"{report}/report.html"), "metrics": metrics}

@@ -63,6 +63,7 @@ def set_release(epsilon: float, input: str | None = None, locations: str | None 
         return summarize_dry_run(rid, period, True, [event], check_budget(where, [event], budget_policy), quarantine)
     precheck_budget(where, [event], budget_policy)
     check_store(where)  # MLflow must work before anything is spent
+    charged = None
     try:
         charged = charge_budget(where, [event], budget_policy)
         anchor_ledger(where, rid, "charge")
@@ -78,6 +79,7 @@ def set_release(epsilon: float, input: str | None = None, locations: str | None 
             run_id = publish_staged(where, staged, charged, tracking_record(staged.manifest, metrics, quarantine),
                                     report)
     except BaseException:
-        discard_run(where, rid, keep_reports=False)
+        # refused at its charge, a run wrote no report: a folder there is another run's (of the same id)
+        discard_run(where, rid, keep_reports=charged is None)
         raise
     return {**summarize(where, staged.manifest, "published", run_id, f"{report}/report.html"), "metrics": metrics}

@@ -37,7 +37,8 @@ def prepare_home(home: str, ledger: str | None, quarantine_retention_days: float
 @data_task(name="discard-failed-run")
 def discard_run(home: Home, release_id: str, keep_reports: bool) -> list[str]:
     """After a refusal or failure: remove what this run created under ``release_reports/<id>/`` (unless the id
-    is published or another run holds it); its working directory goes with the run itself."""
+    is published, or ``keep_reports``: the flows pass it when the run wrote nothing there — refused at its
+    charge, the folder is another run's of the same id); its working directory goes with the run itself."""
     from transit_release.accounting.ledger import Ledger
 
     out = home.reports / release_id

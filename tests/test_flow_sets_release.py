@@ -194,3 +194,27 @@ def test_the_monthly_scheduled_flow_publishes_the_month_of_its_input(prefect_har
         monthly_set_release(input_pattern=str(inbox / "sets-{year}-{month}.txt"), epsilon=1.0,
                             locations=str(metro / "locations.txt"), home=str(home), month_of="2026-02-03")
     assert len(Ledger(home / "ledger.sqlite").spends()) == 1
+
+
+def test_a_run_refused_at_its_charge_leaves_another_runs_report_alone(prefect_harness, metro, tmp_path, capsys,
+                                                                      monkeypatch):
+    """Two runs of one id: the one that charged first owns the id and writes its report; the other, refused at
+    its charge, removes nothing of it (it removed release_reports/<id> as a folder of its own). The other run
+    charges between this one's precheck and its charge (simulated: no precheck)."""
+    import flows.sets_release as flow_module
+    from transit_release.accounting.events import StabilityHistogramEvent
+    from transit_release.home import Home
+
+    monkeypatch.setattr(flow_module, "precheck_budget", lambda *a, **k: None)
+
+    home = Home.at(tmp_path / "home").prepare()
+    Ledger(home.ledger).charge([StabilityHistogramEvent(  # the other run's charge, not yet published
+        release_id=RID, mode="bus", date="20260101", marginal="tap_on_time", epsilon=1.0, delta=1e-7,
+        threshold=34, noise_scale="2", sensitivity=1, unit_of_privacy="trip", neighbouring="replace-one",
+        input_fingerprint="blake2b:" + "0" * 64, code_version="0")])
+    theirs = home.reports / RID / "report.html"
+    theirs.parent.mkdir(parents=True)
+    theirs.write_text("the other run's report")
+    assert main(_args(metro, home.root, "--epsilon", "1")) != 0
+    assert "was already charged by another run" in capsys.readouterr().err
+    assert theirs.read_text() == "the other run's report"
