@@ -90,7 +90,7 @@ def _bars(df: pd.DataFrame, title: str, ylabel: str, path: Path, stacked: bool =
         ax.add_collection(PolyCollection(np.stack([np.stack(c, axis=1) for c in corners], axis=1),
                                          facecolors=colour, edgecolors="none"))
         handles.append(Patch(facecolor=colour, label=str(name)))
-    top = float(base.max()) if stacked else float(np.nan_to_num(df.to_numpy(dtype=float)).max(initial=0.0))
+    top = float(base.max(initial=0.0)) if stacked else float(np.nan_to_num(df.to_numpy(dtype=float)).max(initial=0.0))
     ax.set_xlim(-0.5, n - 0.5)
     ax.set_ylim(0, (top or 1.0) * 1.05)
     labels = [str(i) for i in df.index]
