@@ -213,8 +213,6 @@ def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error:
     Its output goes to ``<prefect_home>/server.log``; ``on_scheduler_error`` is called (from a reader
     thread) with a one-line summary of each failed scheduler loop.
     """
-    import httpx
-
     prefect_home = Path(prefect_home)
     prefect_home.mkdir(parents=True, exist_ok=True)
     db = prefect_home / "prefect.db"  # Prefect's default database, unless the environment names another
@@ -253,9 +251,8 @@ def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error:
                 reader.join(timeout=5)
                 raise RuntimeError(f"the local Prefect server exited (code {proc.returncode}): "
                                    f"{''.join(tail)[-2000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
+            if server_answers(url, timeout=2):
+                break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the local Prefect server did not answer on {url} within {timeout:.0f} s")
             time.sleep(0.1)
@@ -269,6 +266,16 @@ def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error:
         except subprocess.TimeoutExpired:
             proc.kill()
         reader.join(timeout=5)
+
+
+def server_answers(url: str, timeout: float = 1.0) -> bool:
+    """Does the Prefect API at ``url`` answer its health check (within ``timeout`` seconds)?"""
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/health", timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def upcoming_scheduled_runs(client, flow_name: str, deployment_name: str) -> list:

@@ -398,7 +398,7 @@ def _prefect(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewarm_w
         _quiet_logging(verbose)
         yield
         return
-    from flows.deployments import local_server
+    from flows.deployments import local_server, server_answers
 
     checked = False
 
@@ -413,7 +413,7 @@ def _prefect(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewarm_w
         for module in preload:
             importlib.import_module(module)
         for module in warm:
-            if _answers(url):
+            if server_answers(url):
                 break
             importlib.import_module(module)
 
@@ -437,15 +437,6 @@ def _prefect(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewarm_w
         if not checked and not server_home_existed:  # refused by its checks: the server it started only started
             shutil.rmtree(home.prefect_home, ignore_errors=True)
         raise
-
-
-def _answers(url: str) -> bool:
-    import httpx
-
-    try:
-        return httpx.get(f"{url}/health", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def _check_release_args(args, trips: str, stops: str, home: Home) -> None:
