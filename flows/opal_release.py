@@ -26,6 +26,7 @@ from tasks.report import draw_report_figures, write_report
 from transit_release import partition_store, progress, warmup
 from transit_release.recovery import work_dir
 from transit_release.releases import opal
+from transit_release.config import population_named
 from transit_release.version import code_version
 
 
@@ -64,7 +65,8 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
                  home: str = ".", config: str | None = None, epsilons: list[float] | None = None,
                  delta: float | None = None, release_id: str | None = None, policy: str | None = None,
                  ledger: str | None = None, quarantine_limit: float | None = None, dask_address: str | None = None,
-                 workers: int | None = None, dry_run: bool = False, unit: str | None = None) -> dict:
+                 workers: int | None = None, dry_run: bool = False, unit: str | None = None,
+                 population: str | None = None) -> dict:
     """Publish an (ε, δ)-DP Opal-style release of one declared period's trips.
 
     Nothing is charged before every input check has passed; nothing is visible
@@ -74,10 +76,12 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
     least 4 cores, else 0; 0: no cluster, in the flow's own process), or on the
     Dask scheduler at ``dask_address``. ``dry_run`` validates everything, reports the
     spends and the policy's verdict, and stops before anything is charged or written.
-    ``unit`` is ``trip`` (the paper's, the default) or ``card`` (each card's contribution bounded first; the
-    card-level defaults unless ``config`` is given).
+    ``unit`` is ``card`` (each card's contribution bounded first, the default; the card-level defaults unless
+    ``config`` is given) or ``trip`` (the paper's). ``population`` names the people the release is about
+    (default: the home's one population).
     """
     check_scale_out(workers, dask_address)
+    population = population_named(population)  # a malformed name is refused before anything else
     warmup.start()  # later steps' libraries, imported while the input is hashed and read (no GIL there)
     cfg = load_config(config, epsilons, delta, quarantine_limit, unit)
     where = prepare_home(home, ledger, cfg.quality.quarantine_retention_days)
@@ -87,9 +91,10 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
     # hashed in a thread of its own (no GIL) while the trips are read: a new release id needs it only when its
     # spends are planned; an existing one waits for it here, to compare with the earlier spends (quoted: Prefect
     # would wait for a future given as a task's parameter)
-    wanted = release_id or opal.release_id_for(period.start, period.end)
+    wanted = release_id or opal.release_id_for(period.start, period.end, cfg.unit_of_privacy)
     fingerprint = fingerprint_inputs.submit(where, [trips, stops])
-    target = resolve_release(where, wanted, same_release(cfg, fingerprint), quote(fingerprint), [trips, stops])
+    target = resolve_release(where, wanted, same_release(cfg, fingerprint), quote(fingerprint), [trips, stops],
+                             [] if release_id else opal.earlier_release_ids(period.start, period.end))
     if target.already_published:
         return summarize(where, load_manifest(where, target.release_id), "already published: nothing drawn or spent")
     rid = target.release_id
@@ -117,7 +122,8 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
                     quarantine = {**quarantine, "bounding": bound_partitions_per_card(
                         work, staging, period, cfg, prepared)}  # internal figures, never public
                 dataset = commit_partitions(work, staging, prepared, index, cfg)
-                events = plan_spends(rid, period, cfg, fingerprint.result(), code_version())  # raises its error
+                events = plan_spends(rid, period, cfg, fingerprint.result(), code_version(),
+                                     population)  # raises its error
             if dry_run:
                 return summarize_dry_run(rid, period, period_start is not None, events,
                                          check_budget(where, events, budget_policy), quarantine)

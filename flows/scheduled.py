@@ -1,4 +1,8 @@
-"""The flows the schedules run: each picks its period, finds its input, then runs the release flow."""
+"""The flows the schedules run: each picks its period, finds its input, then runs the release flow.
+
+``population`` names the people a release is about (default: the home's one population); releases of one home
+about genuinely different people (another city's riders) name theirs, so that each person's loss composes only the
+releases about them."""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from tasks.schedule import locate_input, period_to_publish
 def weekly_opal_release(trips_pattern: str, stops: str, home: str = ".", config: str | None = None,
                         policy: str | None = None, timezone: str = "Australia/Sydney",
                         week_of: str | None = None, dask_address: str | None = None,
-                        workers: int | None = None) -> dict:
+                        workers: int | None = None, population: str | None = None) -> dict:
     """Publish the previous full week (Monday–Sunday) before the scheduled time, or the week of ``week_of``.
 
     ``trips_pattern`` names the week's file, e.g. ``data/trips-{start}.csv``; ``dask_address`` or
@@ -25,7 +29,8 @@ def weekly_opal_release(trips_pattern: str, stops: str, home: str = ".", config:
     period = period_to_publish("weekly", timezone, week_of)
     trips = locate_input(trips_pattern, period)
     return opal_release(trips=trips, stops=stops, home=home, config=config, policy=policy,
-                        period_start=period[0], period_end=period[1], dask_address=dask_address, workers=workers)
+                        period_start=period[0], period_end=period[1], dask_address=dask_address, workers=workers,
+                        population=population)
 
 
 @flow(name="monthly-sequence-release")
@@ -34,7 +39,7 @@ def monthly_sequence_release(input_pattern: str, epsilon: float, height: int | N
                              locations: str | None = None, fanout: int | None = None, home: str = ".",
                              policy: str | None = None, timezone: str = "America/Montreal",
                              month_of: str | None = None, mechanism: str = "prefix-tree", lmax: int | None = None,
-                             nmax: int | None = None) -> dict:
+                             nmax: int | None = None, population: str | None = None) -> dict:
     """Publish the previous calendar month's passenger sequences (``input_pattern`` e.g. ``seq-{year}-{month}.txt``)
     over the public universe of ``taxonomy`` and/or ``locations``; the month is the declared period.
 
@@ -47,7 +52,7 @@ def monthly_sequence_release(input_pattern: str, epsilon: float, height: int | N
            else dict(height=height, variant=variant, fanout=fanout))
     return sequence_release(input=path, epsilon=epsilon, period_start=period[0], period_end=period[1],
                             locations=locations, taxonomy=taxonomy, home=home, policy=policy, mechanism=mechanism,
-                            **own)
+                            population=population, **own)
 
 
 @flow(name="weekly-trajectory-release")
@@ -55,7 +60,7 @@ def weekly_trajectory_release(input_pattern: str, epsilon: float, height: int, l
                               locations: str | None = None, location_fanout: int | None = None,
                               time_fanout: int | None = None, thresholds: str = "paper", home: str = ".",
                               policy: str | None = None, timezone: str = "America/Montreal",
-                              week_of: str | None = None) -> dict:
+                              week_of: str | None = None, population: str | None = None) -> dict:
     """Publish the previous full week's (Monday–Sunday) passenger trajectories (``input_pattern`` e.g.
     ``traj-{start}.txt``, hours of that week) over the public universe of ``location_taxonomy`` and/or
     ``locations``; the week is the declared period (a trajectory release covers one week: hours of the week)."""
@@ -64,16 +69,16 @@ def weekly_trajectory_release(input_pattern: str, epsilon: float, height: int, l
     return trajectory_release(input=path, epsilon=epsilon, height=height, period_start=period[0],
                               period_end=period[1], locations=locations, location_taxonomy=location_taxonomy,
                               location_fanout=location_fanout, time_fanout=time_fanout, thresholds=thresholds,
-                              home=home, policy=policy)
+                              home=home, policy=policy, population=population)
 
 
 @flow(name="monthly-set-release")
 def monthly_set_release(input_pattern: str, epsilon: float, locations: str, fanout: int = 10, home: str = ".",
                         policy: str | None = None, timezone: str = "America/Montreal",
-                        month_of: str | None = None) -> dict:
+                        month_of: str | None = None, population: str | None = None) -> dict:
     """Publish the previous calendar month's station sets (``input_pattern`` e.g. ``sets-{year}-{month}.txt``) over
     the public universe of the ``locations`` file; the month is the declared period."""
     period = period_to_publish("monthly", timezone, month_of)
     path = locate_input(input_pattern, period)
     return set_release(input=path, locations=locations, epsilon=epsilon, fanout=fanout, period_start=period[0],
-                       period_end=period[1], home=home, policy=policy)
+                       period_end=period[1], home=home, policy=policy, population=population)

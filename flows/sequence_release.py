@@ -20,6 +20,7 @@ from tasks.summary import summarize, summarize_dry_run
 from tasks.track import anchor_ledger, check_store
 from transit_release import progress
 from transit_release.releases import sequences
+from transit_release.config import population_named
 from transit_release.version import code_version
 
 
@@ -31,7 +32,7 @@ def sequence_release(epsilon: float, height: int | None = None, input: str | Non
                      release_id: str | None = None, policy: str | None = None, ledger: str | None = None,
                      quarantine_limit: float = 0.01, queries: int = 40_000, top_k: list[int] | None = None,
                      dry_run: bool = False, mechanism: str = "prefix-tree", lmax: int | None = None,
-                     nmax: int | None = None) -> dict:
+                     nmax: int | None = None, population: str | None = None) -> dict:
     """Publish an ε-DP release of the passenger sequences of a declared period (one spend).
 
     ``mechanism``: ``prefix-tree`` (``height``, ``variant`` default hybrid, ``fanout``) or ``ngram``
@@ -41,6 +42,7 @@ def sequence_release(epsilon: float, height: int | None = None, input: str | Non
     computed from the universe before the data is read is public: the taxonomy, the budget split,
     the thresholds and the size check.
     """
+    population = population_named(population)  # a malformed name is refused before anything else
     where = prepare_home(home, ledger)
     budget_policy = load_policy(policy)
     period = declared_period(period_start, period_end)
@@ -60,7 +62,7 @@ def sequence_release(epsilon: float, height: int | None = None, input: str | Non
             data = sequences_from_taps(clean, stop_table, mode)
         else:
             data = read_sequences(input, universe, quarantine_limit)
-    event = plan_sequence_spend(rid, period, budget, fingerprint, code_version())
+    event = plan_sequence_spend(rid, period, budget, fingerprint, code_version(), population)
     if dry_run:
         return summarize_dry_run(rid, period, True, [event], check_budget(where, [event], budget_policy),
                                  data.quarantine_counts)

@@ -19,6 +19,7 @@ from tasks.track import anchor_ledger, check_store
 from tasks.validate import validate_stops
 from transit_release import progress
 from transit_release.releases import sets
+from transit_release.config import population_named
 from transit_release.version import code_version
 
 
@@ -28,7 +29,7 @@ def set_release(epsilon: float, input: str | None = None, locations: str | None 
                 trips: str | None = None, stops: str | None = None, mode: str | None = None, home: str = ".",
                 release_id: str | None = None, policy: str | None = None, ledger: str | None = None,
                 quarantine_limit: float = 0.01, queries: int = sets.DEFAULT_QUERIES, top_k: list[int] | None = None,
-                dry_run: bool = False) -> dict:
+                dry_run: bool = False, population: str | None = None) -> dict:
     """Publish an ε-DP release of the passengers' station sets of a declared period (one spend: DiffPart).
 
     Input: a one-set-a-line file over the public universe of a ``locations`` file, or tap data (``trips``
@@ -36,6 +37,7 @@ def set_release(epsilon: float, input: str | None = None, locations: str | None 
     of every mode, as universe). Everything computed from the universe before the data is read is public:
     the taxonomy, C1 and C2, the noise scales and the size check.
     """
+    population = population_named(population)  # a malformed name is refused before anything else
     where = prepare_home(home, ledger)
     budget_policy = load_policy(policy)
     period = declared_period(period_start, period_end)
@@ -58,7 +60,7 @@ def set_release(epsilon: float, input: str | None = None, locations: str | None 
         else:
             data = read_sets(input, universe, quarantine_limit)
             quarantine = data.quarantine_counts
-    event = plan_set_spend(rid, period, budget, fingerprint, code_version())
+    event = plan_set_spend(rid, period, budget, fingerprint, code_version(), population)
     if dry_run:
         return summarize_dry_run(rid, period, True, [event], check_budget(where, [event], budget_policy), quarantine)
     precheck_budget(where, [event], budget_policy)

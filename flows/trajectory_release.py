@@ -21,6 +21,7 @@ from tasks.validate import validate_stops
 from transit_release import progress
 from transit_release.mechanisms.safepath import DEFAULT_RULE
 from transit_release.releases import trajectories
+from transit_release.config import population_named
 from transit_release.version import code_version
 
 
@@ -33,7 +34,7 @@ def trajectory_release(epsilon: float, height: int, input: str | None = None, pe
                        trips: str | None = None, stops: str | None = None, mode: str = "train", home: str = ".",
                        release_id: str | None = None, policy: str | None = None, ledger: str | None = None,
                        quarantine_limit: float = 0.01, queries: int = 40_000, top_k: list[int] | None = None,
-                       dry_run: bool = False) -> dict:
+                       dry_run: bool = False, population: str | None = None) -> dict:
     """Publish an ε-DP release of the passenger trajectories of one declared week (one spend: the whole tree).
 
     Input: a ``station@hour`` one-a-line file over a public universe (``locations`` and/or
@@ -41,6 +42,7 @@ def trajectory_release(epsilon: float, height: int, input: str | None = None, pe
     week, the stop table's ``mode`` stations as universe). Everything computed before the data is read
     is public: both taxonomies, the budget split, the thresholds, the ε_ng guard and the size check.
     """
+    population = population_named(population)  # a malformed name is refused before anything else
     where = prepare_home(home, ledger)
     budget_policy = load_policy(policy)
     period = check_trajectory_period(declared_period(period_start, period_end))
@@ -62,7 +64,7 @@ def trajectory_release(epsilon: float, height: int, input: str | None = None, pe
             data = trajectories_from_taps(clean, stop_table, period, mode)
         else:
             data = read_trajectories(input, universe, quarantine_limit)
-    event = plan_trajectory_spend(rid, period, setup, fingerprint, code_version())
+    event = plan_trajectory_spend(rid, period, setup, fingerprint, code_version(), population)
     if dry_run:
         return summarize_dry_run(rid, period, True, [event], check_budget(where, [event], budget_policy),
                                  data.quarantine_counts)

@@ -23,20 +23,25 @@ class ReleaseTarget:
 
 @data_task(name="resolve-release")
 def resolve_release(home: Home, release_id: str, same: Callable[[list], bool], fingerprint=None,
-                    inputs: list[str] | None = None) -> ReleaseTarget:
+                    inputs: list[str] | None = None, earlier_ids: list[str] = ()) -> ReleaseTarget:
     """Check the id; detect an identical earlier publication before anything is written.
 
     Re-publishing an already published release id from the same input and parameters draws no
     noise and spends nothing; any other reuse of an id is refused, so no earlier release, report or
     record is touched. ``same(earlier_events)`` says whether the earlier spends match this run; given this
     run's ``fingerprint`` (or its future) and its ``inputs``, spends recorded with the earlier fingerprints are
-    recognised too (:func:`recognising_earlier_fingerprints`).
+    recognised too (:func:`recognising_earlier_fingerprints`). ``earlier_ids``: the default ids an earlier version
+    gave the same release; one published from the same input and parameters is this release, already published.
     """
     release_id = check_release_id(release_id)
     if fingerprint is not None and inputs:
         same = recognising_earlier_fingerprints(same, fingerprint, inputs, home.fingerprint_key)
-    return ReleaseTarget(release_id, already_published(Ledger(home.ledger), home.release_dir(release_id),
-                                                       release_id, same))
+    ledger = Ledger(home.ledger)
+    for old in earlier_ids:
+        spends = ledger.spends(old) if old in ledger.published() else []
+        if spends and home.release_dir(old).exists() and same([e.event() for e in spends]):
+            return ReleaseTarget(old, True)
+    return ReleaseTarget(release_id, already_published(ledger, home.release_dir(release_id), release_id, same))
 
 
 def recognising_earlier_fingerprints(same: Callable[[list], bool], fingerprint, inputs: list[str],

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from tasks import data_task
 from transit_release.cluster import check_workers_setting
-from transit_release.config import ReleaseConfig, load_release_config
+from transit_release.config import ReleaseConfig, load_release_config, release_unit
 
 
 @data_task(name="load-release-config")
 def load_config(path: str | None, epsilons: list[float] | None, delta: float | None,
                 quarantine_limit: float | None = None, unit: str | None = None) -> ReleaseConfig:
-    return load_release_config(path, unit).with_overrides(epsilons=epsilons, delta=delta,
+    return load_release_config(path, release_unit(path, unit)).with_overrides(epsilons=epsilons, delta=delta,
                                                           quarantine_limit=quarantine_limit)
 
 

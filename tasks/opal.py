@@ -19,16 +19,17 @@ def same_release(config: ReleaseConfig, fingerprint) -> Callable[[list], bool]:
 
     def same(earlier: list) -> bool:
         fp = fingerprint.result() if hasattr(fingerprint, "result") else fingerprint
-        wanted = {(name, b.epsilon, b.delta, fp) for name, b in config.budgets.items()}
-        return wanted <= {(e.component, e.epsilon, e.delta, e.input_fingerprint) for e in earlier}
+        wanted = {(name, b.epsilon, b.delta, config.unit_of_privacy, fp) for name, b in config.budgets.items()}
+        return wanted <= {(e.component, e.epsilon, e.delta, e.unit_of_privacy, e.input_fingerprint) for e in earlier}
 
     return same
 
 
 @data_task(name="plan-spends")
-def plan_spends(release_id: str, period, config: ReleaseConfig, fingerprint: str, code_version: str) -> list:
+def plan_spends(release_id: str, period, config: ReleaseConfig, fingerprint: str, code_version: str,
+                population: str) -> list:
     """Describe every mechanism run as an event (one per partition of the declared period and marginal)."""
-    return opal.plan_spends(period, config, release_id, fingerprint, code_version)
+    return opal.plan_spends(period, config, release_id, fingerprint, code_version, population)
 
 
 @data_task(name="assemble-release-tables")

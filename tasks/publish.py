@@ -11,7 +11,8 @@ from tasks import data_task
 from transit_release.faults import crash_point
 from transit_release import publish
 from transit_release.accounting.accountant import cumulative_for
-from transit_release.accounting.ledger import Ledger
+from transit_release.accounting.ledger import SPEND, Ledger
+from transit_release.accounting.person import person_loss
 from transit_release.home import Home
 
 
@@ -20,15 +21,22 @@ def stage_release(home: Home, release_id: str, tables: dict[str, pd.DataFrame], 
                   manifest: dict, render_datacard: Callable[[dict], str], charged: list) -> publish.StagedRelease:
     """Write every public file into a hidden staging directory.
 
-    The manifest gets the ledger's head (a public commitment to the history so far) and where the
-    release's unit of privacy stands at publication (every recorded spend of it, this release's
-    included). Releases made with the test-only seed are staged under ``private/test-releases/``.
+    The manifest gets the ledger's head (a public commitment to the history so far), where a person of the
+    release's population stands at publication (every spend of that population on the ledger up to that head,
+    every kind of release, this one included: what ``transit-release audit`` states for the same ledger) and
+    where the release's own unit of privacy stands. Releases made with the test-only seed are staged under
+    ``private/test-releases/``.
     """
     ledger = Ledger(home.ledger)
     these = [e.event() for e in charged]
-    recorded = [e.event() for e in ledger.spends()]
-    manifest = {**manifest, "ledger_head": {**ledger.head().to_dict(), "keyed": ledger.keyed()},
-                "privacy": {**manifest["privacy"], "cumulative_at_publication": cumulative_for(recorded, these)}}
+    entries = ledger.entries()  # one read: the head and the figures describe the same ledger
+    recorded = [e.event() for e in entries if e.entry_type == SPEND]
+    head = {"seq": entries[-1].seq, "hash": entries[-1].hash}
+    population = these[0].population
+    manifest = {**manifest, "ledger_head": {**head, "keyed": ledger.keyed()},
+                "privacy": {**manifest["privacy"], "population": population,
+                            "person_at_publication": person_loss(recorded, population).to_dict(),
+                            "cumulative_at_publication": cumulative_for(recorded, these)}}
     card = render_datacard(manifest)
     if manifest["noise_source"] == "test-seed":
         card = ("> **TEST SEED: NOT PRIVATE.** This release's noise came from the test-only seed and can be "

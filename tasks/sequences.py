@@ -76,8 +76,8 @@ def sequence_budget(mechanism: str, universe: universes.LocationUniverse, epsilo
 
 @data_task(name="plan-sequence-spend")
 def plan_sequence_spend(release_id: str, period: Period, budget: sequences.Budget, fingerprint: str,
-                        code_version: str):
-    return sequences.plan_spend(release_id, period, budget, fingerprint, code_version)
+                        code_version: str, population: str):
+    return sequences.plan_spend(release_id, period, budget, fingerprint, code_version, population)
 
 
 @data_task(name="sanitize-sequences")

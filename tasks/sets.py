@@ -43,8 +43,9 @@ def sets_from_taps(trips, stops, period: Period, universe: universes.LocationUni
 
 
 @data_task(name="plan-set-spend")
-def plan_set_spend(release_id: str, period: Period, budget: DiffPartBudget, fingerprint: str, code_version: str):
-    return sets.plan_spend(release_id, period, budget, fingerprint, code_version)
+def plan_set_spend(release_id: str, period: Period, budget: DiffPartBudget, fingerprint: str, code_version: str,
+                   population: str):
+    return sets.plan_spend(release_id, period, budget, fingerprint, code_version, population)
 
 
 @data_task(name="sanitize-sets")

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tasks import data_task
+from transit_release import audit
 from transit_release.accounting.ledger import Ledger
 from transit_release.home import Home, cache_dir
 from transit_release.publish import rows_released
@@ -293,7 +294,13 @@ def track_audit(home: Home, result: dict, report_path: str) -> str:
                "releases_charged_not_published": len(result["charged_not_published"]),
                "discrepancies": len(result["discrepancies"])}
     params = {}
-    for unit, loss in result["loss"].items():
+    for population, person in result["loss"].get(audit.PERSON, {}).items():
+        metrics[f"person.{population}.epsilon"] = person["basic"]["epsilon"]
+        metrics[f"person.{population}.delta"] = person["basic"]["delta"]
+        metrics[f"person.{population}.bounded"] = float(person["bounded"])
+        if person["pld"]:
+            metrics[f"person.{population}.pld_epsilon"] = person["pld"]["epsilon"]
+    for unit, loss in audit.unit_losses(result["loss"]).items():
         metrics[f"{unit}.epsilon"] = loss["basic"]["epsilon"]
         metrics[f"{unit}.delta"] = loss["basic"]["delta"]
         if loss.get("advanced"):

@@ -74,8 +74,8 @@ def trajectories_from_taps(trips, stops, period: Period, mode: str) -> Trajector
 
 @data_task(name="plan-trajectory-spend")
 def plan_trajectory_spend(release_id: str, period: Period, setup: SafePathSetup, fingerprint: str,
-                          code_version: str):
-    return trajectories.plan_spend(release_id, period, setup, fingerprint, code_version)
+                          code_version: str, population: str):
+    return trajectories.plan_spend(release_id, period, setup, fingerprint, code_version, population)
 
 
 @data_task(name="sanitize-trajectories")

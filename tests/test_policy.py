@@ -27,8 +27,8 @@ def policy(eps=8.0, delta=1e-6, period="all-time", modes=None, extra=()):
 
 
 def test_default_policy_caps_a_partition_at_one_opal_release():
-    p = load_budget_policy()
-    assert p.caps[0].epsilon == 8.0 and p.caps[0].delta == 1e-6 and p.caps[0].period == "all-time"
+    cap = {c.name: c for c in load_budget_policy().caps}["trip-partition"]
+    assert cap.epsilon == 8.0 and cap.delta == 1e-6 and cap.period == "all-time"
 
 
 def test_a_release_that_fits_is_charged(tmp_path):
@@ -90,7 +90,7 @@ TRIP_CAP = "{name: t, unit_of_privacy: trip, per: partition, epsilon: 8, delta: 
 
 
 @pytest.mark.parametrize("text,message", [
-    ("policy:\n  cap:\n    - " + TRIP_CAP, r"'policy:' must hold exactly 'caps:'; unknown keys \['cap'\]"),
+    ("policy:\n  cap:\n    - " + TRIP_CAP, r"'policy:' must hold 'caps:' \(and optionally 'allow_unbounded_person_loss:'\); unknown keys \['cap'\]"),
     ("policy:\n  caps: []", "'caps:' must be a non-empty list"),
     ("policy:\n  caps: 5", "'caps:' must be a non-empty list"),
     ("policy:\n  caps:\n    - " + TRIP_CAP + "\n  extra: 1", r"unknown keys \['extra'\]"),
@@ -139,8 +139,8 @@ def test_a_spend_no_cap_covers_is_refused(tmp_path):
     assert Ledger(tmp_path / "l.sqlite").entries() == []
 
 
-def test_the_default_policy_caps_every_unit():
-    assert {c.unit_of_privacy for c in load_budget_policy().caps} == set(UNITS)
+def test_the_default_policy_caps_every_unit_and_the_person():
+    assert {c.unit_of_privacy for c in load_budget_policy().caps} == set(UNITS) | {"person"}
 
 
 def _charge(args):

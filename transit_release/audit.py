@@ -18,13 +18,14 @@ from pathlib import Path
 
 from transit_release.accounting.accountant import ADVANCED_COMPOSITION, compose
 from transit_release.accounting.ledger import PUBLISHED, SPEND, LedgerEntry
+from transit_release.accounting.person import DEFAULT_PLD_DELTA, person_losses
 from transit_release.errors import LedgerIntegrityError
 from transit_release.home import Home
 from transit_release.publish import MANIFEST, sha256_file, verify_release
 
 DEFAULT_DELTA_PRIME = 1e-7
-#: The δ at which the audit states the privacy-loss-distribution figure (the thresholds' δ is added beside it).
-DEFAULT_PLD_DELTA = 1e-7
+#: The key of ``loss`` that holds a person's loss per population (every other key is a unit of privacy).
+PERSON = "person"
 
 
 @dataclass(frozen=True)
@@ -332,16 +333,23 @@ def year_projection(card_events: list, pld_delta: float, releases: int = YEAR_OF
             "pld": {"epsilon": loss.pld_epsilon, "delta": loss.pld_total_delta}}
 
 
+def unit_losses(loss: dict) -> dict:
+    """The per-unit figures of an audit's ``loss`` (everything but the person's)."""
+    return {unit: x for unit, x in loss.items() if unit != PERSON}
+
+
 def cumulative_loss(entries: list[LedgerEntry], delta_prime: float = DEFAULT_DELTA_PRIME,
                     pld_delta: float = DEFAULT_PLD_DELTA) -> dict:
-    """All-time loss per unit of privacy: overall (basic; PLD where the unit's spends allow it; advanced composition
-    only where tighter than basic), per mode, per partition or period, per component, over time.
+    """All-time loss: first ``person``, one passenger of each population across every kind of release
+    (:func:`transit_release.accounting.person.person_losses`: basic and PLD, unbounded where trip-level releases
+    are counted), then per unit of privacy: overall (basic; PLD where the unit's spends allow it; advanced
+    composition only where tighter than basic), per mode, per partition or period, per component, over time.
 
     A larger ε beside a valid smaller one would only mislead a reader, so a bound worse than basic composition is
     not reported."""
     spends = [e for e in entries if e.entry_type == SPEND]
     events = [(e, e.event()) for e in spends]
-    out = {}
+    out = {PERSON: {p: x.to_dict() for p, x in person_losses((ev for _, ev in events), pld_delta).items()}}
     for (unit, relation), report in compose(ev for _, ev in events).items():
         adv_all = report.advanced_overall(delta_prime)
         basic = report.overall

@@ -89,8 +89,14 @@ def _add_record_inputs(p: argparse.ArgumentParser, record: str, records: str, in
     p.add_argument("--locations", help="the public location universe: one location id per line")
 
 
+_POPULATION_HELP = ("the population the release is about (default: the home's one population; name another only for "
+                    "genuinely different people, e.g. another city's riders): a passenger's loss adds up over every "
+                    "release of their population")
+
+
 def _add_release_options(p: argparse.ArgumentParser, default_id: str) -> None:
     p.add_argument("--release-id", help=f"default: {default_id}")
+    p.add_argument("--population", help=_POPULATION_HELP)
     p.add_argument("--policy", help="budget policy YAML")
     p.add_argument("--quarantine-limit", type=float, default=0.01)
     p.add_argument("--queries", type=int, default=40_000, help="count queries of the utility workload")
@@ -113,13 +119,15 @@ def _parser() -> argparse.ArgumentParser:
                             ("demo", "synthesise a week at scale 0.1 and release it with the defaults")):
         r = sub.add_parser(name, help=help_text)
         _add_home(r)
-        r.add_argument("--unit", choices=("trip", "card"),
-                       help="unit of privacy: trip (the Opal paper's; default, comparable with the Opal files) or "
-                            "card (each card's contribution bounded first; recommended for publication)")
+        r.add_argument("--unit", choices=("card", "trip"),
+                       help="unit of privacy: card (default: each card's contribution bounded first, so a "
+                            "passenger's loss is bounded) or trip (the Opal paper's, to compare with the Opal files: "
+                            "it leaves a passenger's loss unbounded, which the default budget policy refuses)")
+        r.add_argument("--population", help=_POPULATION_HELP)
         r.add_argument("--config", help="release config YAML (default: the built-in defaults of --unit)")
         r.add_argument("--epsilons", type=_floats, help="ε_1..ε_6 overriding the config, e.g. 1,1,1,1,2,2")
         r.add_argument("--delta", type=float, help="δ_j for every marginal, overriding the config")
-        r.add_argument("--release-id", help="default: opal-<first date>-<last date>")
+        r.add_argument("--release-id", help="default: opal-<unit>-<first date>-<last date>")
         r.add_argument("--policy", help="budget policy YAML (default: the built-in policy)")
         r.add_argument("--quarantine-limit", type=float,
                        help="largest share of quarantined rows that still allows a release (default 0.01)")
@@ -199,6 +207,7 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--period-start", required=True, help="first day the sets cover, YYYY-MM-DD (public)")
     st.add_argument("--period-end", required=True, help="last day the sets cover, YYYY-MM-DD")
     st.add_argument("--release-id", help="default: sets-diffpart-<start>-<end>")
+    st.add_argument("--population", help=_POPULATION_HELP)
     st.add_argument("--policy", help="budget policy YAML")
     st.add_argument("--quarantine-limit", type=float, default=0.01)
     st.add_argument("--queries", type=int, default=50_000, help="count queries of the utility workload")
@@ -292,7 +301,24 @@ def _print_audit(result: dict) -> None:
     if result.get("card_unbounded_periods"):
         print("  per card: unbounded over " + ", ".join(result["card_unbounded_periods"]) + " (trip-level releases put "
               "no bound on a card's trips)")
-    for unit, loss in result["loss"].items():
+    from transit_release.audit import PERSON, unit_losses
+
+    for population, person in result["loss"].get(PERSON, {}).items():
+        print(f"Cumulative privacy loss of one passenger of population '{population}' ({person['releases']} "
+              "release(s), every kind):")
+        for u in person["unbounded_by"]:
+            print(f"  UNBOUNDED: trip-level release {u['release_id']} covers {u['period']} (it bounds a trip, not a "
+                  "passenger)")
+        where = "  for a passenger with no trip in those periods: " if person["unbounded_by"] else "  "
+        line = f"{where}basic composition: ε={person['basic']['epsilon']:.4g}, δ={person['basic']['delta']:.3g}"
+        if person["pld"]:
+            line += f"; PLD: ε={person['pld']['epsilon']:.4g} at δ={person['pld']['delta']:.3g}"
+        print(line)
+        for kind, share in person["per_kind"].items():
+            basic = share["basic"]
+            print(f"  {kind}: {len(share['releases'])} release(s), "
+                  + ("unbounded" if basic is None else f"ε={basic['epsilon']:.4g}, δ={basic['delta']:.3g}"))
+    for unit, loss in unit_losses(result["loss"]).items():
         print(f"Cumulative privacy loss per {unit} ({loss['neighbouring']}):")
         line = f"  basic composition: ε={loss['basic']['epsilon']:g}, δ={loss['basic']['delta']:.3g}"
         if loss.get("pld"):
@@ -324,7 +350,8 @@ def _budget(args, home: Home) -> int:
         print(json.dumps([{"cap": s.cap.name, "unit_of_privacy": s.cap.unit_of_privacy, "per": s.cap.per,
                            "period": s.cap.period, "scope": s.scope, "used_epsilon": s.used.epsilon,
                            "used_delta": s.used.delta, "remaining_epsilon": s.remaining.epsilon,
-                           "remaining_delta": s.remaining.delta} for s in status], indent=1))
+                           "remaining_delta": s.remaining.delta, **({"note": s.note} if s.note else {})}
+                          for s in status], indent=1))
         return 0
     print(f"Privacy budget of {home.root} ({len(entries)} ledger entries)")
     for cap in policy.caps:
@@ -348,7 +375,7 @@ def _budget(args, home: Home) -> int:
                       f"(remaining ε={w.remaining.epsilon:g})")
         for s in sorted(mine, key=lambda s: s.scope):
             print(f"  {s.scope}: used ε={s.used.epsilon:g}, δ={s.used.delta:.3g}; remaining ε={s.remaining.epsilon:g}, "
-                  f"δ={s.remaining.delta:.3g}")
+                  f"δ={s.remaining.delta:.3g}" + (f" ({s.note})" if s.note else ""))
     return 0
 
 
@@ -444,7 +471,7 @@ def _check_release_args(args, trips: str, stops: str, home: Home) -> None:
     from transit_release import preflight
     from transit_release.accounting.policy import load_budget_policy
     from transit_release.cluster import check_workers_setting
-    from transit_release.config import load_release_config
+    from transit_release.config import load_release_config, population_named, release_unit
     from transit_release.inputs.screening import PERIOD_REQUIRED, parse_period
 
     check_workers_setting(args.workers, args.dask_address)
@@ -457,7 +484,8 @@ def _check_release_args(args, trips: str, stops: str, home: Home) -> None:
         parse_period(args.period_start, args.period_end)
     if args.release_id is not None:
         check_release_id(args.release_id)
-    load_release_config(args.config, args.unit).with_overrides(epsilons=args.epsilons, delta=args.delta,
+    population_named(args.population)
+    load_release_config(args.config, release_unit(args.config, args.unit)).with_overrides(epsilons=args.epsilons, delta=args.delta,
                                                                quarantine_limit=args.quarantine_limit)
     load_budget_policy(args.policy)
     preflight.check_trip_inputs(trips, stops)
@@ -474,19 +502,23 @@ def _release(args, trips: str, stops: str, home: Home) -> int:
                                config=args.config, epsilons=args.epsilons, delta=args.delta,
                                release_id=args.release_id, policy=args.policy, ledger=args.ledger,
                                quarantine_limit=args.quarantine_limit, dask_address=args.dask_address,
-                               workers=args.workers, dry_run=args.dry_run, unit=args.unit)
+                               workers=args.workers, dry_run=args.dry_run, unit=args.unit,
+                               population=args.population)
     _print_summary(summary)
     return 0
 
 
 def _check_passenger_release_args(args) -> None:
-    """What every passenger-level kind checks first, without Prefect: the declared period, the id, the policy."""
+    """What every passenger-level kind checks first, without Prefect: the declared period, the id, the population,
+    the policy."""
     from transit_release.accounting.policy import load_budget_policy
+    from transit_release.config import population_named
     from transit_release.inputs.screening import parse_period
 
     parse_period(args.period_start, args.period_end)
     if args.release_id is not None:
         check_release_id(args.release_id)
+    population_named(args.population)
     load_budget_policy(args.policy)
 
 
@@ -535,7 +567,8 @@ def _sequences(args, home: Home) -> int:
             period_start=args.period_start, period_end=args.period_end, variant=args.variant,
             locations=resolve(args.locations), taxonomy=resolve(args.taxonomy), fanout=args.fanout,
             home=str(home.root), release_id=args.release_id, policy=args.policy, ledger=args.ledger,
-            quarantine_limit=args.quarantine_limit, queries=args.queries, dry_run=args.dry_run)
+            quarantine_limit=args.quarantine_limit, queries=args.queries, dry_run=args.dry_run,
+            population=args.population)
     _print_summary(result)
     return 0
 
@@ -572,7 +605,8 @@ def _trajectories(args, home: Home) -> int:
             location_fanout=args.location_fanout, location_taxonomy_height=args.location_taxonomy_height,
             time_fanout=args.time_fanout, time_taxonomy_height=args.time_taxonomy_height, thresholds=args.thresholds,
             home=str(home.root), release_id=args.release_id, policy=args.policy, ledger=args.ledger,
-            quarantine_limit=args.quarantine_limit, queries=args.queries, dry_run=args.dry_run)
+            quarantine_limit=args.quarantine_limit, queries=args.queries, dry_run=args.dry_run,
+            population=args.population)
     _print_summary(result)
     return 0
 
@@ -606,7 +640,8 @@ def _sets(args, home: Home) -> int:
             stops=resolve(args.stops), mode=args.mode, epsilon=args.epsilon, fanout=args.fanout,
             period_start=args.period_start, period_end=args.period_end, home=str(home.root),
             release_id=args.release_id, policy=args.policy, ledger=args.ledger,
-            quarantine_limit=args.quarantine_limit, queries=args.queries, dry_run=args.dry_run)
+            quarantine_limit=args.quarantine_limit, queries=args.queries, dry_run=args.dry_run,
+            population=args.population)
     _print_summary(result)
     return 0
 

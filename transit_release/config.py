@@ -328,6 +328,29 @@ def read_yaml(path: Path, what: str):
         raise ConfigError(f"{what} {path}: not valid YAML ({exc.__class__.__name__})") from None
 
 
+#: The unit of privacy of an Opal release when neither ``--unit`` nor ``--config`` names one: the card, so that a
+#: passenger's loss is bounded (a trip-level release is one flag away, to compare with the published Opal files).
+DEFAULT_RELEASE_UNIT = "card"
+
+
+def release_unit(config_path: str | Path | None, unit: str | None) -> str | None:
+    """The unit an Opal release asks :func:`load_release_config` for: ``unit`` if given, else the config file's own
+    (None), else :data:`DEFAULT_RELEASE_UNIT`."""
+    return unit or (None if config_path is not None else DEFAULT_RELEASE_UNIT)
+
+
+def population_named(name: str | None) -> str:
+    """The population a release names (``--population``), or the default one; a malformed name is refused."""
+    from transit_release.accounting.events import DEFAULT_POPULATION, InvalidEventError, check_population
+
+    if name is None:
+        return DEFAULT_POPULATION
+    try:
+        return check_population(name)
+    except InvalidEventError as exc:
+        raise ConfigError(f"--population: {exc}") from None
+
+
 def default_config_path(unit: str = "trip") -> Path:
     """The built-in defaults: the paper's (trip) or the card level's (chosen in ``benchmarks/experiment_card_level.py``)."""
     if unit not in UNITS:

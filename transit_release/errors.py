@@ -80,6 +80,11 @@ class UncappedSpendError(BudgetError):
     """A spend that no cap of the budget policy covers: refused, never allowed by default."""
 
 
+class UnboundedPersonLossError(BudgetError):
+    """A trip-level release (or one after it) under a cap on a person's loss, which a trip-level release leaves
+    unbounded, and the policy does not allow that (``allow_unbounded_person_loss``)."""
+
+
 class NoiseParameterError(ConfigError, ValueError):
     """A privacy parameter (ε, or the noise scale it implies) is outside what the exact samplers can honour.
 

@@ -104,6 +104,12 @@ def exact_fraction(x: float | int | Fraction, name: str = "value") -> Fraction:
     f = float(x)
     if not math.isfinite(f):
         raise NoiseParameterError(f"{name} must be a finite number. Found {f}.")
+    return _decimal_fraction(f)
+
+
+@lru_cache(maxsize=4096)
+def _decimal_fraction(f: float) -> Fraction:
+    """``Fraction(repr(f))``, remembered: the accountant reads the same few ε and δ off thousands of spends."""
     return Fraction(repr(f))
 
 

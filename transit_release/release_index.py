@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from transit_release import publish
+from transit_release.audit import PERSON, unit_losses
 
 INDEX = "index.html"
 SUMMARY = "summary.json"
@@ -118,9 +119,12 @@ def audit_summary(result: dict) -> dict:
     return {"ok": bool(result["ok"]), "entries": result["entries"],
             "releases_published": len(result["releases_published"]),
             "discrepancies": len(result["discrepancies"]),
+            "person": {p: {"bounded": x["bounded"], "epsilon": x["basic"]["epsilon"], "delta": x["basic"]["delta"],
+                           "pld_epsilon": (x.get("pld") or {}).get("epsilon")}
+                       for p, x in result["loss"].get(PERSON, {}).items()},
             "loss": {unit: {"epsilon": loss["basic"]["epsilon"], "delta": loss["basic"]["delta"],
                             "pld_epsilon": (loss.get("pld") or {}).get("epsilon")}
-                     for unit, loss in result["loss"].items()}}
+                     for unit, loss in unit_losses(result["loss"]).items()}}
 
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}
@@ -141,7 +145,13 @@ def render_index(rows: list[ReleaseRow], audit: tuple[str, dict] | None) -> str:
     else:
         name, s = audit
         status = '<b class="ok">PASSED</b>' if s["ok"] else '<b class="bad">FAILED</b>'
-        losses = "".join(f"<li>per {html.escape(u)}: ε = {x['epsilon']:g}, δ = {x['delta']:.3g}"
+        people = "".join(f"<li>one passenger of population {html.escape(p)}: "
+                         + (f"ε = {x['epsilon']:.4g}, δ = {x['delta']:.3g}" if x["bounded"] else
+                            "<b>unbounded</b> (trip-level releases)")
+                         + (f" (privacy-loss distributions: ε = {x['pld_epsilon']:.4g})"
+                            if x["bounded"] and x.get("pld_epsilon") else "") + "</li>"
+                         for p, x in s.get("person", {}).items())
+        losses = people + "".join(f"<li>per {html.escape(u)}: ε = {x['epsilon']:g}, δ = {x['delta']:.3g}"
                          + (f" (privacy-loss distributions: ε = {x['pld_epsilon']:.4g})" if x.get("pld_epsilon")
                             else "") + "</li>" for u, x in s["loss"].items())
         audit_html = (f'<p id="latest-audit">{status} — {html.escape(name)}: {s["entries"]} ledger entries, '

@@ -254,9 +254,11 @@ def _cumulative_chart(tl: pd.DataFrame, unit: str, cap: float | None, path: Path
 
 def write_audit_report(out_dir: Path, result: dict, caps: dict[str, float] | None = None) -> Path:
     """``audit.html``: integrity findings, threat model, cumulative loss per unit, mode and scope, with plots."""
+    from transit_release.audit import PERSON, unit_losses
+
     out_dir.mkdir(parents=True, exist_ok=True)
-    sections = []
-    for unit, loss in result["loss"].items():
+    sections = [_person_section(p, x) for p, x in result["loss"].get(PERSON, {}).items()]
+    for unit, loss in unit_losses(result["loss"]).items():
         tl = pd.DataFrame(loss["timeline"])
         img_time = img_heat = ""
         if not tl.empty:
@@ -318,6 +320,29 @@ def write_audit_report(out_dir: Path, result: dict, caps: dict[str, float] | Non
     path = out_dir / "audit.html"
     path.write_text(body, encoding="utf-8")
     return path
+
+
+def _person_section(population: str, person: dict) -> str:
+    """The audit page's first figures: one passenger of ``population`` across every kind of release."""
+    basic, pld = person["basic"], person["pld"]
+    figures = (f"<b>ε = {basic['epsilon']:.4g}, δ = {basic['delta']:.3g}</b> by basic composition"
+               + (f", <b>ε = {pld['epsilon']:.4g} at δ = {pld['delta']:.3g}</b> by privacy-loss distributions"
+                  if pld else ""))
+    if person["bounded"]:
+        head = f"<p>One passenger's loss over every release of the population: {figures}.</p>"
+    else:
+        trips = ", ".join(f"<code>{html.escape(u['release_id'])}</code> ({html.escape(u['period'])})"
+                          for u in person["unbounded_by"])
+        head = (f"<p><b class=\"bad\">Unbounded</b>: the trip-level release(s) {trips} bound a trip, not a "
+                f"passenger. For a passenger with no trip in those periods, the other releases add up to {figures}."
+                "</p>")
+    rows = "".join(f"<tr><td>{html.escape(kind)}</td><td>{len(share['releases'])}</td><td>"
+                   + ("unbounded" if share["basic"] is None else
+                      f"{share['basic']['epsilon']:.4g}</td><td>{share['basic']['delta']:.3g}") + "</td></tr>"
+                   for kind, share in person["per_kind"].items())
+    return (f"<h2>One passenger of population {html.escape(population)} ({person['releases']} release(s), every "
+            f"kind)</h2>{head}<table><tr><th>kind of release</th><th>releases</th><th>ε (basic)</th>"
+            f"<th>δ (basic)</th></tr>{rows}</table>")
 
 
 def write_sequence_report(out_dir: Path, manifest: dict, metrics: dict, quarantine: dict,

@@ -201,7 +201,7 @@ def library_opal_manifest(trips: pd.DataFrame, period_start: str | None, period_
 
     period = release_period.fn(trips, period_start, period_end)
     config = load_release_config(None)
-    return opal.build_manifest(opal.release_id_for(period.start, period.end), period, config, "os-entropy",
+    return opal.build_manifest(opal.release_id_for(period.start, period.end, config.unit_of_privacy), period, config, "os-entropy",
                                code_version(), CREATED)
 
 

@@ -179,22 +179,27 @@ def compose(events: Iterable) -> dict[tuple[str, str], AccountingReport]:
     return {key: _compose_unit(key, evs) for key, evs in sorted(grouped.items())}
 
 
-def _bounded_releases(events: list) -> list[tuple[Scope, PrivacyLoss]]:
-    """Card-level spends, one loss per release: its ``P`` most expensive partitions, summed; every release touches
-    every cell of the unit (a card is in all of them)."""
+def bounded_release_losses(events: list) -> list[tuple[str, PrivacyLoss]]:
+    """Card-level spends, one loss per release (in ledger order): its ``P`` most expensive partitions, each
+    partition's spends summed (what the release can cost one card)."""
     by_release: dict[str, dict[str, PrivacyLoss]] = defaultdict(lambda: defaultdict(PrivacyLoss))
     bound: dict[str, int] = {}
-    label: dict[str, str] = {}
     for e in events:
         by_release[e.release_id][e.partition] = by_release[e.release_id][e.partition] + PrivacyLoss.of(e.epsilon,
                                                                                                       e.delta)
         bound[e.release_id] = min(bound.get(e.release_id, e.max_partitions), e.max_partitions)
-        label[e.release_id] = f"{e.release_period} ({e.release_id})"
     out = []
     for rid, parts in by_release.items():
         top = sorted(parts.values(), key=lambda x: (x.epsilon_exact, x.delta_exact), reverse=True)[:bound[rid]]
-        out.append((Scope(None, label[rid], ""), total(top)))
+        out.append((rid, total(top)))
     return out
+
+
+def _bounded_releases(events: list) -> list[tuple[Scope, PrivacyLoss]]:
+    """Card-level spends, one loss per release; every release touches every cell of the unit (a card is in all of
+    them)."""
+    label = {e.release_id: f"{e.release_period} ({e.release_id})" for e in events}
+    return [(Scope(None, label[rid], ""), loss) for rid, loss in bounded_release_losses(events)]
 
 
 def _compose_unit(key: tuple[str, str], events: list) -> AccountingReport:

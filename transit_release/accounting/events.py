@@ -9,6 +9,12 @@ Every event refuses, at construction, an ε or δ that is negative, not finite
 or absent, a δ of 1 or more, and empty identifiers: a spend that "gives back"
 budget cannot be described, let alone recorded (the ledger refuses it again
 at the database level).
+
+Every event names the **population** of people it is about
+(:data:`DEFAULT_POPULATION` unless a release names another): the accountant
+composes, per person, every spend of one population. Records written before
+events named a population read as the default one, which is what they meant:
+every release of a home was about the same people.
 """
 
 from __future__ import annotations
@@ -16,11 +22,28 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import date
 from typing import Any, ClassVar
 
 _PERIOD = re.compile(r"(\d{4}-\d{2}-\d{2})\.\.(\d{4}-\d{2}-\d{2})")
+#: The population every release of a home is about unless it names another (the conservative reading: the same
+#: people may be in every release).
+DEFAULT_POPULATION = "default"
+_POPULATION = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+
+
+def check_population(name) -> str:
+    """A population's name: lower-case letters, digits, ``.``, ``_`` or ``-``, at most 64 characters."""
+    if not isinstance(name, str) or not _POPULATION.fullmatch(name):
+        raise InvalidEventError(f"population must be lower-case letters, digits, '.', '_' or '-' (at most 64, "
+                                f"starting with a letter or digit). Found {name!r}.")
+    return name
+
+
+def population_field():
+    """The ``population`` field every event ends with (keyword-only, so it follows the fields of subclasses)."""
+    return field(default=DEFAULT_POPULATION, kw_only=True)
 
 
 class InvalidEventError(ValueError):
@@ -70,6 +93,10 @@ class _Serialisable:
         for name in ("release_id", "unit_of_privacy", "neighbouring"):
             if not getattr(self, name):
                 raise InvalidEventError(f"{self.kind} event: {name} must not be empty")
+        try:
+            check_population(self.population)
+        except InvalidEventError as exc:
+            raise InvalidEventError(f"{self.kind} event: {exc}") from None
 
     def to_dict(self) -> dict[str, Any]:
         """Flat JSON-ready mapping, ``kind`` first."""
@@ -133,6 +160,7 @@ class StabilityHistogramEvent(_Serialisable):
     neighbouring: str
     input_fingerprint: str
     code_version: str
+    population: str = population_field()
 
     @property
     def partition(self) -> str:
@@ -177,6 +205,7 @@ class CardStabilityHistogramEvent(_Serialisable):
     neighbouring: str
     input_fingerprint: str
     code_version: str
+    population: str = population_field()
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -226,6 +255,7 @@ class PrefixTreeEvent(_Serialisable):
     neighbouring: str
     input_fingerprint: str
     code_version: str
+    population: str = population_field()
 
     @property
     def partition(self) -> str:
@@ -279,6 +309,7 @@ class SafePathEvent(_PeriodScoped):
     neighbouring: str
     input_fingerprint: str
     code_version: str
+    population: str = population_field()
 
     @property
     def component(self) -> str:
@@ -358,6 +389,7 @@ class NGramEvent(_PeriodScoped):
     neighbouring: str
     input_fingerprint: str
     code_version: str
+    population: str = population_field()
 
     @property
     def component(self) -> str:
@@ -396,6 +428,7 @@ class DiffPartEvent(_PeriodScoped):
     neighbouring: str
     input_fingerprint: str
     code_version: str
+    population: str = population_field()
 
     @property
     def component(self) -> str:
@@ -403,7 +436,8 @@ class DiffPartEvent(_PeriodScoped):
 
 
 def event_from_dict(data: dict[str, Any]):
-    """Inverse of ``to_dict``; unknown kinds or fields are an error, not ignored."""
+    """Inverse of ``to_dict``; unknown kinds or fields are an error, not ignored. A record without ``population``
+    (written before events named one) is about the default population."""
     data = dict(data)
     kind = data.pop("kind", None)
     if kind not in EVENT_TYPES:
@@ -411,7 +445,7 @@ def event_from_dict(data: dict[str, Any]):
     cls = EVENT_TYPES[kind]
     names = {f.name for f in fields(cls)}
     extra = set(data) - names
-    missing = names - set(data)
+    missing = names - set(data) - {"population"}
     if extra or missing:
         raise ValueError(f"{kind} event: unexpected fields {sorted(extra)}, missing fields {sorted(missing)}")
     return cls(**data)

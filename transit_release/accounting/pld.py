@@ -236,15 +236,37 @@ def _single_pld(scale: Fraction, sensitivity: int, noise: str, interval: float, 
                                                    value_discretization_interval=interval, symmetric=False)
 
 
+def _pure_pld(epsilon: float, delta: float, interval: float):
+    """The PLD that dominates every (ε, δ)-DP mechanism (dp_accounting's ``from_privacy_parameters``: loss ±ε, and
+    infinite loss with probability δ): how a pure-ε release whose inner structure is not decomposed composes."""
+    from dp_accounting.pld import common, privacy_loss_distribution as pld
+
+    return pld.from_privacy_parameters(common.DifferentialPrivacyParameters(float(epsilon), float(delta)),
+                                       value_discretization_interval=interval)
+
+
 def composed_pld(components: Sequence[DLapComponent], noise: str = "sampler",
-                 value_discretization_interval: float = VALUE_DISCRETIZATION):
-    """The ``dp_accounting`` PLD of all the components' discrete Laplace parts, composed."""
+                 value_discretization_interval: float = VALUE_DISCRETIZATION,
+                 pure: Sequence[tuple[float, float]] = ()):
+    """The ``dp_accounting`` PLD of all the components' discrete Laplace parts and of the ``pure`` (ε, δ)
+    mechanisms, composed. Composition is commutative: the same multiset of parts gives the same PLD, remembered
+    (a release's budget check, its charge and its data card compose the same ledger)."""
     merged = _merge(components)
-    if not merged:
+    pure_counts: dict[tuple[float, float], int] = {}
+    for eps, delta in pure:
+        pure_counts[(float(eps), float(delta))] = pure_counts.get((float(eps), float(delta)), 0) + 1
+    if not merged and not pure_counts:
         raise ValueError("no components to compose")
+    return _composed(tuple(sorted((key, count) for key, (count, _) in merged.items())),
+                     tuple(sorted(pure_counts.items())), noise, value_discretization_interval)
+
+
+@lru_cache(maxsize=32)
+def _composed(dlap: tuple, pure: tuple, noise: str, interval: float):
     out = None
-    for (scale, sens, bound), (count, _) in sorted(merged.items()):
-        p = _single_pld(scale, sens, noise, value_discretization_interval, bound)
+    parts = [(_single_pld(scale, sens, noise, interval, bound), count) for (scale, sens, bound), count in dlap]
+    parts += [(_pure_pld(eps, delta, interval), count) for (eps, delta), count in pure]
+    for p, count in parts:
         if count > 1:
             p = p.self_compose(count)
         out = p if out is None else out.compose(p)
@@ -252,11 +274,13 @@ def composed_pld(components: Sequence[DLapComponent], noise: str = "sampler",
 
 
 def pld_epsilon(components: Sequence[DLapComponent], delta: float, noise: str = "sampler",
-                value_discretization_interval: float = VALUE_DISCRETIZATION) -> float:
-    """ε of the composed discrete Laplace parts at ``delta`` (the thresholds' δ is *not* included)."""
+                value_discretization_interval: float = VALUE_DISCRETIZATION,
+                pure: Sequence[tuple[float, float]] = ()) -> float:
+    """ε of the composed discrete Laplace parts (and ``pure`` mechanisms) at ``delta`` (the thresholds' δ is *not*
+    included; the pure mechanisms' δ and the truncated noises' edges are inside the PLD)."""
     if not 0 <= delta < 1:
         raise ValueError(f"delta must be in [0, 1). Found {delta}.")
-    return float(composed_pld(components, noise, value_discretization_interval).get_epsilon_for_delta(delta))
+    return float(composed_pld(components, noise, value_discretization_interval, pure).get_epsilon_for_delta(delta))
 
 
 def threshold_delta(components: Iterable[DLapComponent]) -> float:
@@ -308,43 +332,51 @@ class CumulativeLoss:
     advanced_delta: float | None
     noise: str
     edge_delta: float = 0.0
+    pure_delta: float = 0.0
 
     @property
     def pld_total_delta(self) -> float:
-        return self.pld_delta + self.threshold_delta + self.edge_delta
+        return self.pld_delta + self.threshold_delta + self.edge_delta + self.pure_delta
 
     def to_dict(self) -> dict:
         return {"mechanisms": self.mechanisms, "basic_epsilon": self.basic_epsilon,
                 "basic_delta": self.basic_delta, "pld_epsilon": self.pld_epsilon, "pld_delta": self.pld_delta,
                 "threshold_delta": self.threshold_delta, "edge_delta": self.edge_delta,
-                "pld_total_delta": self.pld_total_delta,
+                "pure_delta": self.pure_delta, "pld_total_delta": self.pld_total_delta,
                 "advanced_epsilon": self.advanced_epsilon, "advanced_delta": self.advanced_delta,
                 "noise": self.noise}
 
 
 def cumulative_loss(components: Sequence[DLapComponent], pld_delta: float, noise: str = "sampler",
-                    value_discretization_interval: float = VALUE_DISCRETIZATION) -> CumulativeLoss:
-    """Basic, PLD (ε at ``pld_delta``, the thresholds' δ beside) and advanced composition of ``components``.
+                    value_discretization_interval: float = VALUE_DISCRETIZATION,
+                    pure: Sequence[tuple[float, float]] = ()) -> CumulativeLoss:
+    """Basic, PLD (ε at ``pld_delta``, the thresholds' δ beside) and advanced composition of ``components`` and of
+    the ``pure`` (ε, δ) mechanisms (whose δ, like the truncated noises' edges, lies inside the PLD).
 
     The advanced figure uses the same extra δ' = ``pld_delta`` as the PLD so the two compare fairly.
     """
     from transit_release.accounting.accountant import PrivacyLoss, advanced_composition
 
-    comps = list(components)
+    comps, pure = list(components), [(float(e), float(d)) for e, d in pure]
     b_eps, b_delta = basic_loss(comps)
+    b_eps += float(math.fsum(e for e, _ in pure))
+    p_delta = float(math.fsum(d for _, d in pure))
+    b_delta += p_delta
     e_delta = float(math.fsum(c.count * c.edge_delta for c in comps))
-    p_eps = pld_epsilon(comps, pld_delta + e_delta, noise, value_discretization_interval) if comps else 0.0
+    p_eps = (pld_epsilon(comps, pld_delta + e_delta + p_delta, noise, value_discretization_interval, pure)
+             if comps or pure else 0.0)
     a_eps = a_delta = None
-    if comps and pld_delta > 0:
+    if (comps or pure) and pld_delta > 0:
         losses = [PrivacyLoss(Fraction(c.sensitivity) / c.scale, exact_fraction(c.use_delta))
-                  for c in comps for _ in range(c.count)]
+                  for c in comps for _ in range(c.count)] + [PrivacyLoss.of(e, d) for e, d in pure]
         adv = advanced_composition(losses, pld_delta)
         if adv.epsilon < b_eps:
             a_eps, a_delta = adv.epsilon, adv.delta
     # basic's ε holds at δ = b_delta ≤ the PLD figure's δ: never report more than it
-    return CumulativeLoss(mechanisms=sum(c.count for c in comps), basic_epsilon=b_eps, basic_delta=b_delta,
-                          pld_epsilon=min(p_eps, b_eps), pld_delta=pld_delta, threshold_delta=threshold_delta(comps),
-                          advanced_epsilon=a_eps, advanced_delta=a_delta, noise=noise, edge_delta=e_delta)
+    return CumulativeLoss(mechanisms=sum(c.count for c in comps) + len(pure), basic_epsilon=b_eps,
+                          basic_delta=b_delta, pld_epsilon=min(p_eps, b_eps), pld_delta=pld_delta,
+                          threshold_delta=threshold_delta(comps), advanced_epsilon=a_eps, advanced_delta=a_delta,
+                          noise=noise, edge_delta=e_delta, pure_delta=p_delta)
 
 
 def components_for_card_release(epsilons: Sequence[float], deltas: Sequence[float], max_rows_per_partition: int,

@@ -4,6 +4,13 @@ The policy fails closed. The file is validated strictly (unknown keys, missing
 or mistyped values, NaN or infinite budgets, unknown units or modes are
 refused), every unit of privacy the project can spend must have a cap, and a
 spend that no cap covers is refused rather than allowed.
+
+A cap on ``unit_of_privacy: person`` caps one passenger's loss across every
+kind of release of a population (:mod:`transit_release.accounting.person`).
+A trip-level release bounds no person, so under such a cap it is refused
+unless the policy says ``allow_unbounded_person_loss: true``; then the cap
+holds for the releases that bound a person, and data cards and the audit state
+a passenger's loss as unbounded.
 """
 
 from __future__ import annotations
@@ -11,19 +18,21 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from datetime import datetime, timezone
 from pathlib import Path
 
 from transit_release.accounting.accountant import PrivacyLoss, compose
 from transit_release.accounting.ledger import LedgerEntry
-from transit_release.accounting.units import UNITS
+from transit_release.accounting.units import PERSON, UNITS
 from transit_release.config import KNOWN_MODES, default_file, read_yaml
-from transit_release.errors import BudgetExceededError, ConfigError, UncappedSpendError
+from transit_release.errors import BudgetExceededError, ConfigError, UnboundedPersonLossError, UncappedSpendError
 from transit_release.noise import exact_fraction
 
 PERIODS = ("all-time", "calendar-year")
 MEASURES = ("basic", "pld")
 _CAP_KEYS = {"name", "unit_of_privacy", "per", "period", "epsilon", "delta", "modes", "measure"}
+_POLICY_KEYS = {"caps", "allow_unbounded_person_loss"}
 
 
 @dataclass(frozen=True)
@@ -37,7 +46,13 @@ class Cap:
     modes: tuple[str, ...] | None = None
     measure: str = "basic"  # "pld": the card unit's loss by privacy-loss distributions (thresholds' δ beside)
 
+    @property
+    def on_person(self) -> bool:
+        return self.unit_of_privacy == PERSON.name
+
     def applies_to(self, event) -> bool:
+        if self.on_person:  # a person is behind every unit
+            return True
         return event.unit_of_privacy == self.unit_of_privacy and (self.modes is None or event.mode in self.modes)
 
     def counts(self, entry: LedgerEntry, now: datetime) -> bool:
@@ -49,7 +64,8 @@ class Cap:
         period = "all time" if self.period == "all-time" else f"calendar year {now.year}"
         modes = f", modes {', '.join(self.modes)}" if self.modes else ""
         measure = ", by privacy-loss distributions" if self.measure == "pld" else ""
-        return f"cap '{self.name}': ε ≤ {self.epsilon:g}, δ ≤ {self.delta:g} per {self.per}{modes}, {period}{measure}"
+        per = "person (every kind of release of a population)" if self.on_person else self.per
+        return f"cap '{self.name}': ε ≤ {self.epsilon:g}, δ ≤ {self.delta:g} per {per}{modes}, {period}{measure}"
 
 
 @dataclass(frozen=True)
@@ -60,17 +76,19 @@ class CapStatus:
     scope: str
     used: PrivacyLoss
     remaining: PrivacyLoss
+    note: str = ""  # e.g. a person cap's population whose loss trip-level releases left unbounded
 
 
 @dataclass(frozen=True)
 class BudgetPolicy:
     caps: tuple[Cap, ...]
+    allow_unbounded_person_loss: bool = False
 
     def check(self, existing: list[LedgerEntry], events: Sequence, now: datetime | None = None) -> None:
         """Raise if ``events`` would break a cap, or if no cap covers one of them; the ledger calls this
         inside its write transaction, so concurrent releases cannot both pass."""
         now = now or datetime.now(timezone.utc)
-        uncovered = [e for e in events if not any(c.applies_to(e) for c in self.caps)]
+        uncovered = [e for e in events if not any(c.applies_to(e) for c in self.caps if not c.on_person)]
         if uncovered:
             e = uncovered[0]
             raise UncappedSpendError(
@@ -83,6 +101,9 @@ class BudgetPolicy:
             if not mine:
                 continue
             before = [ev for ev in (x.event() for x in spends if cap.counts(x, now)) if cap.applies_to(ev)]
+            if cap.on_person:
+                _check_person(cap, before, mine, now, self.allow_unbounded_person_loss)
+                continue
             if cap.measure == "pld":
                 _check_pld(cap, before, mine, now)
                 continue
@@ -119,6 +140,9 @@ class BudgetPolicy:
         out = []
         for cap in self.caps:
             evs = [ev for ev in (x.event() for x in spends if cap.counts(x, now)) if cap.applies_to(ev)]
+            if cap.on_person:
+                out += _person_status(cap, evs)
+                continue
             for report in compose(evs).values():
                 for label, used in report.per_partition.items():
                     out.append(CapStatus(cap, label, used, PrivacyLoss(
@@ -131,10 +155,14 @@ class BudgetPolicy:
         if not isinstance(data, dict) or set(data) != {"policy"} or not isinstance(data["policy"], dict):
             raise ConfigError(f"{source}: expected exactly one top-level key 'policy:' holding a mapping")
         body = data["policy"]
-        if set(body) != {"caps"}:
-            unknown = sorted(set(body) - {"caps"})
-            raise ConfigError(f"{source}: 'policy:' must hold exactly 'caps:'" +
-                              (f"; unknown keys {unknown}" if unknown else ""))
+        if "caps" not in body or set(body) - _POLICY_KEYS:
+            unknown = sorted(set(body) - _POLICY_KEYS)
+            raise ConfigError(f"{source}: 'policy:' must hold 'caps:' (and optionally 'allow_unbounded_person_loss:')"
+                              + (f"; unknown keys {unknown}" if unknown else ""))
+        allow = body.get("allow_unbounded_person_loss", False)
+        if not isinstance(allow, bool):
+            raise ConfigError(f"{source}: 'allow_unbounded_person_loss' must be true or false. "
+                              f"Found {type(allow).__name__}.")
         raw = body["caps"]
         if not isinstance(raw, list) or not raw:
             raise ConfigError(f"{source}: 'caps:' must be a non-empty list of caps (one or more per unit of privacy)")
@@ -153,7 +181,7 @@ class BudgetPolicy:
                 if set(covered) != set(KNOWN_MODES):
                     raise ConfigError(f"{source}: the caps of unit '{u}' cover only the modes {covered}; "
                                       "add a cap without 'modes:' or for the other modes")
-        return cls(tuple(caps))
+        return cls(tuple(caps), allow)
 
 
 def _check_pld(cap: Cap, before: list, requested: list, now: datetime) -> None:
@@ -172,6 +200,75 @@ def _check_pld(cap: Cap, before: list, requested: list, now: datetime) -> None:
         raise BudgetExceededError(cap.unit_of_privacy, eps_after - eps_before, max(cap.epsilon - eps_before, 0.0),
                                   detail=f"{cap.describe(now)}; with this release the loss by privacy-loss "
                                          f"distributions would be ε={eps_after:.3f} at δ={cap.delta:g}")
+
+
+def _check_person(cap: Cap, before: list, requested: list, now: datetime, allow_unbounded: bool) -> None:
+    """A cap on one person's loss over every release of the requested release's population
+    (:mod:`transit_release.accounting.person`); trip-level spends only where the policy allows them to leave a
+    person's loss unbounded."""
+    from transit_release.accounting.person import bounds_a_person, epsilon_at, shares
+
+    release_id, population = requested[0].release_id, requested[0].population
+    mine = [e for e in before if e.population == population]
+    if not allow_unbounded:
+        if any(not bounds_a_person(e) for e in requested):
+            raise UnboundedPersonLossError(
+                f"release '{release_id}' is at trip level: it bounds a trip, not a passenger (a passenger's loss "
+                f"grows with their number of trips), and {cap.describe(now)} caps a passenger's loss; refused. "
+                "Release at card level (--unit card), or set 'allow_unbounded_person_loss: true' in the budget "
+                "policy to let trip-level releases leave a passenger's loss unbounded (data cards and the audit "
+                "then say so)")
+        earlier = sorted({e.release_id for e in mine if not bounds_a_person(e)})
+        if earlier:
+            raise UnboundedPersonLossError(
+                f"a passenger of population '{population}' has an unbounded loss already: trip-level release(s) "
+                f"{', '.join(earlier[:3])}{' …' if len(earlier) > 3 else ''} count under {cap.describe(now)}; "
+                f"release '{release_id}' refused. Set 'allow_unbounded_person_loss: true' in the budget policy to "
+                "release anyway (data cards and the audit state the loss as unbounded)")
+    asked = [e for e in requested if bounds_a_person(e)]
+    if not asked:
+        return
+    kept = [e for e in mine if bounds_a_person(e)]
+    after = shares(kept + asked)
+    detail = f"{cap.describe(now)}, population '{population}'"
+    if cap.measure == "pld":
+        eps_after = epsilon_at(after, cap.delta)
+        if eps_after > cap.epsilon:
+            eps_before = epsilon_at(shares(kept), cap.delta) if kept else 0.0
+            raise BudgetExceededError(release_id, eps_after - eps_before, max(cap.epsilon - eps_before, 0.0),
+                                      detail=f"{detail}; with this release a passenger's loss by privacy-loss "
+                                             f"distributions would be ε={eps_after:.3f} at δ={cap.delta:g}")
+        return
+    used, total_after = shares(kept).basic, after.basic
+    asked_eps = total_after.epsilon_exact - used.epsilon_exact
+    asked_delta = total_after.delta_exact - used.delta_exact
+    rem_eps = max(exact_fraction(cap.epsilon) - used.epsilon_exact, 0)
+    rem_delta = max(exact_fraction(cap.delta) - used.delta_exact, 0)
+    if asked_eps > rem_eps or asked_delta > rem_delta:
+        raise BudgetExceededError(release_id, float(asked_eps), float(rem_eps), float(asked_delta), float(rem_delta),
+                                  detail=detail)
+
+
+def _person_status(cap: Cap, events: list) -> list[CapStatus]:
+    """Per population: what a person has used under ``cap`` (basic composition, or ε by privacy-loss distributions
+    at the cap's δ) and what remains; a population with trip-level spends is noted as unbounded."""
+    from transit_release.accounting.person import bounds_a_person, epsilon_at, shares
+
+    out = []
+    for population in sorted({e.population for e in events}):
+        mine = [e for e in events if e.population == population]
+        s = shares(e for e in mine if bounds_a_person(e))
+        if cap.measure == "pld":
+            eps = epsilon_at(s, cap.delta)
+            used = PrivacyLoss(Fraction(eps) if math.isfinite(eps) else exact_fraction(cap.epsilon), Fraction(0))
+        else:
+            used = s.basic
+        trips = sorted({e.release_id for e in mine if not bounds_a_person(e)})
+        note = f"unbounded: trip-level release(s) {', '.join(trips)}" if trips else ""
+        out.append(CapStatus(cap, f"population {population}", used, PrivacyLoss(
+            max(exact_fraction(cap.epsilon) - used.epsilon_exact, 0),
+            max(exact_fraction(cap.delta) - used.delta_exact, 0)), note))
+    return out
 
 
 def _number(c: dict, key: str, where: str) -> float:
@@ -195,9 +292,10 @@ def _cap(c, where: str) -> Cap:
     for key in ("name", "unit_of_privacy", "per"):
         if not isinstance(c.get(key), str) or not c[key].strip():
             raise ConfigError(f"{where}: '{key}' must be given as text")
-    unit = UNITS.get(c["unit_of_privacy"])
+    unit = UNITS.get(c["unit_of_privacy"]) or (PERSON if c["unit_of_privacy"] == PERSON.name else None)
     if unit is None:
-        raise ConfigError(f"{where}: unknown unit_of_privacy {c['unit_of_privacy']!r}; known: {sorted(UNITS)}")
+        raise ConfigError(f"{where}: unknown unit_of_privacy {c['unit_of_privacy']!r}; known: "
+                          f"{sorted([*UNITS, PERSON.name])}")
     if c["per"] != unit.per:
         raise ConfigError(f"{where}: a cap on unit '{unit.name}' is measured per '{unit.per}'. Found {c['per']!r}.")
     eps, delta = _number(c, "epsilon", where), _number(c, "delta", where)
@@ -218,8 +316,8 @@ def _cap(c, where: str) -> Cap:
     measure = c.get("measure", "basic")
     if measure not in MEASURES:
         raise ConfigError(f"{where}: measure must be one of {list(MEASURES)}. Found {measure!r}.")
-    if measure == "pld" and unit.name != "card":
-        raise ConfigError(f"{where}: measure 'pld' caps the card unit (a card's loss over many releases); unit "
+    if measure == "pld" and unit.name not in ("card", PERSON.name):
+        raise ConfigError(f"{where}: measure 'pld' caps a card's or a person's loss over many releases; unit "
                           f"'{unit.name}' is capped by basic composition")
     if measure == "pld" and delta <= 0:
         raise ConfigError(f"{where}: a cap by privacy-loss distributions needs a positive δ")

@@ -29,6 +29,11 @@ UNITS: dict[str, Unit] = {u.name: u for u in (
 )}
 
 
+#: Not a unit a release spends but the person behind every unit: a cap on it composes every kind of release of a
+#: population (:mod:`transit_release.accounting.person`).
+PERSON = Unit("person", "one passenger: everything of theirs in every release of a population", "person", False)
+
+
 def unit(name: str) -> Unit:
     try:
         return UNITS[name]

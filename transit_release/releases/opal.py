@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from transit_release.accounting.events import (CardStabilityHistogramEvent, StabilityHistogramEvent,
-                                               TruncatedCardStabilityHistogramEvent)
+from transit_release.accounting.events import (DEFAULT_POPULATION, CardStabilityHistogramEvent,
+                                               StabilityHistogramEvent, TruncatedCardStabilityHistogramEvent)
 from transit_release.config import MARGINAL_BY_NAME, MARGINALS, ReleaseConfig
 from transit_release.errors import NoiseSourceMismatchError
 from transit_release.mechanisms.stability_histogram import (TruncatedCardLevelBudget, card_level_stability_histogram,
@@ -22,6 +22,7 @@ from transit_release.mechanisms.stability_histogram import (TruncatedCardLevelBu
                                                             truncated_card_level_stability_histogram)
 from transit_release.noise import NoiseSource
 from transit_release.publish import CSV_NEUTRALISATION
+from transit_release.releases.loss_statement import person_text, unit_text
 from transit_release.preprocessing import (Histogram, KeySpace, PartitionHistograms, location_label,
                                            time_label)
 
@@ -41,8 +42,8 @@ def partitions_of(period, config: ReleaseConfig) -> list[tuple[str, str]]:
 
 
 def plan_spends(period, config: ReleaseConfig, release_id: str, input_fingerprint: str,
-                code_version: str) -> list:
-    """One event per (partition, marginal) of the declared period, in (mode, date, j) order."""
+                code_version: str, population: str = DEFAULT_POPULATION) -> list:
+    """One event per (partition, marginal) of the declared period, in (mode, date, j) order, about ``population``."""
     events = []
     for mode, date in partitions_of(period, config):
         for m in MARGINALS:
@@ -51,7 +52,7 @@ def plan_spends(period, config: ReleaseConfig, release_id: str, input_fingerprin
             common = dict(release_id=release_id, mode=mode, date=date, marginal=m.name, epsilon=b.epsilon,
                           delta=b.delta, threshold=sbh.threshold, noise_scale=str(sbh.scale),
                           unit_of_privacy=config.unit_of_privacy, neighbouring=config.neighbouring,
-                          input_fingerprint=input_fingerprint, code_version=code_version)
+                          input_fingerprint=input_fingerprint, code_version=code_version, population=population)
             if config.unit_of_privacy == "card":
                 card = dict(**common, sensitivity=sbh.sensitivity[1],
                             max_trips_per_partition=config.bounds.max_trips_per_partition,
@@ -206,9 +207,16 @@ def bound_card_contributions(trips: pd.DataFrame, bounds, noise: NoiseSource, pe
     return result.kept, result.counts()
 
 
-def release_id_for(start, end) -> str:
-    """``opal-<first date>-<last date>``: the same period gives the same id."""
-    return f"opal-{start:%Y%m%d}-{end:%Y%m%d}"
+def release_id_for(start, end, unit: str) -> str:
+    """``opal-<unit>-<first date>-<last date>``: the same period and unit give the same id, and a card-level
+    release never collides with a trip-level one of the same period."""
+    return f"opal-{unit}-{start:%Y%m%d}-{end:%Y%m%d}"
+
+
+def earlier_release_ids(start, end) -> list[str]:
+    """The default id releases of this period had before ids named their unit (``opal-<first>-<last>``): a release
+    published under it from the same input and parameters is recognised as already published."""
+    return [f"opal-{start:%Y%m%d}-{end:%Y%m%d}"]
 
 
 def check_charges(ph: PartitionHistograms, config: ReleaseConfig, charged_events: list) -> None:
@@ -418,14 +426,10 @@ def render_datacard(manifest: dict) -> str:
             seen.add((m["epsilon"], m["delta"]))
             effects.append(_threshold_effects(m))
     period = manifest["period"]
-    cumulative = p.get("cumulative_at_publication")
-    cumulative_text = ""
-    if cumulative:
-        where = ("a card" if p["unit_of_privacy"] == "card"
-                 else f"the most-spent {p['unit_of_privacy']} partition of this period")
-        cumulative_text = (f"\nAt publication, counting every release recorded on the privacy ledger so far (this one "
-                           f"included), {where} stood at **ε = {cumulative['epsilon']:g}, δ = {cumulative['delta']:.3g}** "
-                           f"by basic composition ({cumulative['releases']} release(s)).\n")
+    unit_words = ("one card: all of its trips in a release's period" if p["unit_of_privacy"] == "card"
+                  else "one trip, in the most-spent (mode, day) partition of this period")
+    unit = unit_text(p, unit_words)
+    cumulative_text = person_text(p) + ("\n" + unit if unit else "")
     return f"""# {manifest['release_id']}: differentially private tap counts
 
 Public-transport tap-on/tap-off counts for {period['start']} to {period['end']},

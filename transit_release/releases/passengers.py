@@ -7,6 +7,7 @@ from collections import Counter
 import pandas as pd
 
 from transit_release.inputs.universe import LocationUniverse
+from transit_release.releases.loss_statement import person_text, unit_text
 
 
 #: How the spends of releases over declared periods compose (manifests and data cards).
@@ -26,13 +27,10 @@ def counted_table(release: list[tuple[tuple[int, ...], int]], universe: Location
 
 
 def cumulative_text(p: dict) -> str:
-    """The data card's line on where a passenger of the period stood at publication (empty before staging)."""
-    c = p.get("cumulative_at_publication")
-    if not c:
-        return ""
-    return (f"At publication, counting every release recorded on the privacy ledger so far (this one included), "
-            f"a passenger of this period stood at **ε = {c['epsilon']:g}, δ = {c['delta']:.2g}** "
-            f"({c['releases']} release(s) covering some of its days).\n")
+    """The data card's section on where a passenger of the population stood at publication, every kind of release
+    counted, then the line on the release's own unit (a passenger's record of the period; empty before staging)."""
+    unit = unit_text(p, "one passenger's record of a period; releases of disjoint periods count separately here")
+    return person_text(p) + ("\n" + unit if unit else "")
 
 
 def provenance_text(manifest: dict) -> str:

@@ -24,7 +24,7 @@ from fractions import Fraction
 
 import pandas as pd
 
-from transit_release.accounting.events import NGramEvent, PrefixTreeEvent, period_label
+from transit_release.accounting.events import DEFAULT_POPULATION, NGramEvent, PrefixTreeEvent, period_label
 from transit_release.errors import InputDataError
 from transit_release.inputs.sequences import END_TOKEN, format_sequences, gram_text
 from transit_release.inputs.universe import LocationUniverse
@@ -119,7 +119,7 @@ def event_kind(budget: Budget) -> str:
 
 
 def plan_spend(release_id: str, period, budget: Budget, fingerprint: str,
-               code_version: str) -> PrefixTreeEvent | NGramEvent:
+               code_version: str, population: str = DEFAULT_POPULATION) -> PrefixTreeEvent | NGramEvent:
     """The one event of a sequence release; ``delta`` is the samplers' exact TV slack (``delta_slack`` of the
     prefix tree, ``ngram.noise_delta``)."""
     if isinstance(budget, NGramBudget):
@@ -127,12 +127,13 @@ def plan_spend(release_id: str, period, budget: Budget, fingerprint: str,
                           period_end=period.end.isoformat(), epsilon=float(budget.epsilon),
                           delta=ngram.noise_delta(budget), max_length=budget.max_length, max_gram=budget.max_gram,
                           n_locations=budget.n_locations, sensitivity=budget.max_length, unit_of_privacy=UNIT,
-                          neighbouring=NEIGHBOURING, input_fingerprint=fingerprint, code_version=code_version)
+                          neighbouring=NEIGHBOURING, input_fingerprint=fingerprint, code_version=code_version,
+                          population=population)
     return PrefixTreeEvent(release_id=release_id, scope=period_label(period.start, period.end),
                            epsilon=float(budget.epsilon), delta=delta_slack(budget), height=budget.height,
                            variant=budget.variant, fanout=str(budget.fanout) if budget.fanout is not None else "",
                            sensitivity=1, unit_of_privacy=UNIT, neighbouring=NEIGHBOURING,
-                           input_fingerprint=fingerprint, code_version=code_version)
+                           input_fingerprint=fingerprint, code_version=code_version, population=population)
 
 
 def default_release_id(mechanism: str, period) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from transit_release.accounting.events import DiffPartEvent
+from transit_release.accounting.events import DEFAULT_POPULATION, DiffPartEvent
 from transit_release.errors import InputDataError, NoiseParameterError
 from transit_release.inputs.universe import LocationUniverse
 from transit_release.mechanisms.diffpart import (DiffPartBudget, ItemSets, check_partition_size, delta_slack,
@@ -74,13 +74,15 @@ def set_budget(universe: LocationUniverse, epsilon: float, fanout: int = DEFAULT
     return budget
 
 
-def plan_spend(release_id: str, period, budget: DiffPartBudget, fingerprint: str, code_version: str) -> DiffPartEvent:
+def plan_spend(release_id: str, period, budget: DiffPartBudget, fingerprint: str, code_version: str,
+               population: str = DEFAULT_POPULATION) -> DiffPartEvent:
     """The one event of a set release; ``delta`` is the samplers' exact TV slack (see ``delta_slack``)."""
     return DiffPartEvent(release_id=release_id, period_start=period.start.isoformat(),
                          period_end=period.end.isoformat(), epsilon=float(budget.epsilon), delta=delta_slack(budget),
                          fanout=budget.fanout, c_leaf=float(budget.c_leaf), c_split=float(budget.c_split),
                          universe_size=budget.universe_size, sensitivity=1, unit_of_privacy=UNIT,
-                         neighbouring=NEIGHBOURING, input_fingerprint=fingerprint, code_version=code_version)
+                         neighbouring=NEIGHBOURING, input_fingerprint=fingerprint, code_version=code_version,
+                         population=population)
 
 
 def default_release_id(period) -> str:

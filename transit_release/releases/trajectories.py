@@ -29,7 +29,7 @@ from datetime import timedelta
 import numpy as np
 import pandas as pd
 
-from transit_release.accounting.events import SafePathEvent, period_label
+from transit_release.accounting.events import DEFAULT_POPULATION, SafePathEvent, period_label
 from transit_release.errors import InputDataError
 from transit_release.inputs.universe import LocationUniverse
 from transit_release.mechanisms import safepath
@@ -130,7 +130,8 @@ def location_hierarchy(universe: LocationUniverse, fanout: int | None, height: i
         raise InputDataError(f"location taxonomy of {universe.source}: {exc}") from None
 
 
-def plan_spend(release_id: str, period, setup: SafePathSetup, fingerprint: str, code_version: str) -> SafePathEvent:
+def plan_spend(release_id: str, period, setup: SafePathSetup, fingerprint: str, code_version: str,
+               population: str = DEFAULT_POPULATION) -> SafePathEvent:
     """The one event of a trajectory release; ``delta`` is the samplers' exact TV slack (``safepath.delta_slack``)."""
     b = setup.budget
     return SafePathEvent(release_id=release_id, period_start=period.start.isoformat(),
@@ -139,7 +140,7 @@ def plan_spend(release_id: str, period, setup: SafePathSetup, fingerprint: str, 
                          location_taxonomy_height=b.location.taxonomy_height,
                          time_taxonomy_height=b.time.taxonomy_height, thresholds=setup.rule, time_rule=TIME_RULE,
                          release_form=RELEASE_FORM, sensitivity=1, unit_of_privacy=UNIT, neighbouring=NEIGHBOURING,
-                         input_fingerprint=fingerprint, code_version=code_version)
+                         input_fingerprint=fingerprint, code_version=code_version, population=population)
 
 
 def default_release_id(period) -> str:
