@@ -17,10 +17,12 @@ def privacy_audit(home: str = ".", ledger: str | None = None, delta_prime: float
                   policy: str | None = None) -> dict:
     """Check the ledger, the published releases, the MLflow mirror and the ledger's anchors against one another."""
     where = prepare_home(home, ledger, releasing=False)
-    caps = {c.unit_of_privacy: c.epsilon for c in reversed(load_policy(policy).caps)}
+    budget_policy = load_policy(policy)
+    caps = {c.unit_of_privacy: c.epsilon for c in reversed(budget_policy.caps)}
     problems = verify_ledger(where)
     entries = read_ledger(where)
-    result = reconcile(where, entries, problems, read_mirror(where), read_anchors(where), delta_prime)
+    result = reconcile(where, entries, problems, read_mirror(where), read_anchors(where), delta_prime,
+                       budget_policy.allow_unbounded_person_loss)
     report_path = write_audit_report(where, result, caps)
     run_id = track_audit(where, result, report_path)
     update_index(where)

@@ -26,7 +26,7 @@ def verify_ledger(home: Home) -> list:
 
 @data_task(name="reconcile-records")
 def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, anchors: list,
-              delta_prime: float) -> dict:
+              delta_prime: float, allow_unbounded_person_loss: bool = False) -> dict:
     published_ids, charged, spends, published = audit.summarise(entries)
     release_problems, staging, manifests = audit.check_releases(home, published, {e.release_id for e in spends})
     ledger = Ledger(home.ledger, key=b"", read_only=True) if home.ledger.exists() else None
@@ -40,7 +40,8 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
         entries=len(entries), releases_published=published_ids, charged_not_published=charged,
         pending_publications=pending, staging_leftovers=staging,
         leftovers=[str(p.relative_to(home.root)) for p in recovery.leftovers(home, ledger)],
-        anchors_checked=matched, keyed=keyed, threat_model=audit.threat_model(keyed, key_configured, matched),
+        anchors_checked=matched, keyed=keyed,
+        threat_model=audit.threat_model(keyed, key_configured, matched, allow_unbounded_person_loss),
         discrepancies=(ledger_problems + release_problems + anchor_problems
                        + audit.check_mirror(spends, published, mirror)),
         card_unbounded_periods=audit.card_unbounded_periods(entries),

@@ -21,6 +21,7 @@ def summarize(home: Home, manifest: dict, status: str, mlflow_run_id: str | None
         "unit_of_privacy": p["unit_of_privacy"],
         "neighbouring": p["neighbouring_relation"],
         "cumulative": p.get("cumulative_at_publication"),
+        "person": p.get("person_at_publication"),
         "rows": files,
         "thresholds": _thresholds(p),
         "release_dir": str(home.release_dir(rid)),

@@ -55,6 +55,22 @@ def _store_cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def trip_policy(tmp_path_factory) -> str:
+    """The shipped budget policy with ``allow_unbounded_person_loss: true``: a trip-level release leaves a
+    passenger's loss unbounded, which the shipped policy refuses; tests of the trip level (the Opal paper's) say so
+    explicitly."""
+    import yaml
+
+    from transit_release.accounting.policy import default_policy_path
+
+    data = yaml.safe_load(default_policy_path().read_text(encoding="utf-8"))
+    data["policy"]["allow_unbounded_person_loss"] = True
+    path = tmp_path_factory.mktemp("trip-policy") / "trip_policy.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="session")
 def prefect_harness():
     """Prefect's own engine on a temporary server, started once per session."""
     from prefect.testing.utilities import prefect_test_harness

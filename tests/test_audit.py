@@ -16,11 +16,12 @@ pytestmark = pytest.mark.flow
 
 
 @pytest.fixture(scope="module")
-def released_home(prefect_harness, small_week, tmp_path_factory):
+def released_home(prefect_harness, small_week, tmp_path_factory, trip_policy):
     from flows.opal_release import opal_release
 
     home = tmp_path_factory.mktemp("audited")
-    opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(home), **WEEK)
+    opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(home), **WEEK, unit="trip",
+                 policy=trip_policy)
     return home
 
 
@@ -43,6 +44,10 @@ def audit(home, capsys):
 def test_clean_record_passes_and_reports_the_loss(home, capsys):
     rc, result, _ = audit(home, capsys)
     assert rc == 0 and result["ok"] and result["discrepancies"] == []
+    assert list(result["loss"]) == ["person", "trip"]  # one passenger first, then the units
+    person = result["loss"]["person"]["default"]
+    assert not person["bounded"] and person["unbounded_by"] == [{"release_id": "opal-trip-20160808-20160814",
+                                                                 "period": "2016-08-08..2016-08-14"}]
     trip = result["loss"]["trip"]
     assert trip["basic"] == {"epsilon": 8.0, "delta": 7.5e-7}
     assert trip["per_mode"]["ferry"]["epsilon"] == 8.0
@@ -95,23 +100,23 @@ def test_deleted_mlflow_run(home, capsys):
     client.delete_run(child.info.run_id)
     rc, result, _ = audit(home, capsys)
     assert rc == EXIT_AUDIT_FAILED
-    assert f"mlflow: opal-20160808-20160814: run {child.info.run_id} was deleted" in result["discrepancies"]
+    assert f"mlflow: opal-trip-20160808-20160814: run {child.info.run_id} was deleted" in result["discrepancies"]
     parent = client.get_run(child.data.tags["mlflow.parentRunId"])
     client.delete_run(parent.info.run_id)
     rc, result, _ = audit(home, capsys)
-    assert "mlflow: opal-20160808-20160814: published release has no MLflow run" in result["discrepancies"]
+    assert "mlflow: opal-trip-20160808-20160814: published release has no MLflow run" in result["discrepancies"]
 
 
 def test_modified_published_file(home, capsys):
-    f = home / "releases" / "opal-20160808-20160814" / "time.csv"
+    f = home / "releases" / "opal-trip-20160808-20160814" / "time.csv"
     f.write_text(f.read_text().replace(",on,", ",off,", 1))
     rc, result, _ = audit(home, capsys)
     assert rc == EXIT_AUDIT_FAILED
-    assert result["discrepancies"] == ["release: opal-20160808-20160814: time.csv: sha256 differs from the manifest"]
+    assert result["discrepancies"] == ["release: opal-trip-20160808-20160814: time.csv: sha256 differs from the manifest"]
 
 
 def test_release_directory_not_on_the_ledger(home, capsys):
-    shutil.copytree(home / "releases" / "opal-20160808-20160814", home / "releases" / "forged")
+    shutil.copytree(home / "releases" / "opal-trip-20160808-20160814", home / "releases" / "forged")
     rc, result, _ = audit(home, capsys)
     assert rc == EXIT_AUDIT_FAILED
     assert result["discrepancies"] == ["release: forged: in releases/ but never recorded as published on the ledger"]

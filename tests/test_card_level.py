@@ -77,7 +77,7 @@ def test_the_data_card_states_what_the_ledger_composes_for_a_card():
 
 
 def test_the_card_cap_by_privacy_loss_distributions(tmp_path):
-    policy = load_budget_policy()
+    policy = BudgetPolicy(tuple(c for c in load_budget_policy().caps if not c.on_person))  # the card cap alone
     cap = next(c for c in policy.caps if c.unit_of_privacy == "card")
     assert (cap.measure, cap.epsilon, cap.delta, cap.period) == ("pld", 70.0, 1e-6, "calendar-year")
     ledger = Ledger(tmp_path / "l.sqlite")
@@ -86,7 +86,7 @@ def test_the_card_cap_by_privacy_loss_distributions(tmp_path):
     with pytest.raises(BudgetExceededError, match="with this release the loss by privacy-loss distributions would "
                                                   "be ε="):
         ledger.charge(big, check=policy.check)
-    with pytest.raises(ConfigError, match="measure 'pld' caps the card unit"):
+    with pytest.raises(ConfigError, match="measure 'pld' caps a card's or a person's loss"):
         BudgetPolicy.from_dict({"policy": {"caps": [
             {"name": "t", "unit_of_privacy": "trip", "per": "partition", "epsilon": 8, "delta": 1e-6,
              "measure": "pld"}]}})

@@ -78,7 +78,7 @@ def test_mlflow_server_shows_both_releases_with_comparable_tags_params_and_metri
     tags, params, metrics = parents["opal-week-2016-08-08"]
     assert tags["release_id"] == "opal-week-2016-08-08"
     assert tags["mechanism"] == "stability_histogram"
-    assert tags["unit_of_privacy"] == "trip"
+    assert tags["unit_of_privacy"] == "card"  # the default unit
     assert tags["period"] == "2016-08-08..2016-08-14"
     assert tags["mode_set"] == "bus+ferry+lightrail+train"
     assert float(params["epsilon"]) == 8.0

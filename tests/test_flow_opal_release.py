@@ -21,8 +21,8 @@ pytestmark = pytest.mark.flow
 
 
 @pytest.fixture(scope="module")
-def released(prefect_harness, small_week, tmp_path_factory):
-    """One release of the small week, made once for the module."""
+def released(prefect_harness, small_week, tmp_path_factory, trip_policy):
+    """One trip-level release of the small week (the paper's unit, whose figures this module checks), made once."""
     import os
 
     from flows.opal_release import opal_release
@@ -31,7 +31,8 @@ def released(prefect_harness, small_week, tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
     os.environ[TEST_SEED_ENV] = "99"
     try:
-        summary = opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(home), **WEEK)
+        summary = opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(home), **WEEK,
+                               unit="trip", policy=trip_policy)
     finally:
         os.environ.pop(TEST_SEED_ENV, None)
     return Home.at(home), summary
@@ -46,7 +47,7 @@ def all_bytes(root: Path):
 def test_files_and_columns(released):
     home, summary = released
     rid = summary["release_id"]
-    assert rid == "opal-20160808-20160814" and summary["status"] == "published"
+    assert rid == "opal-trip-20160808-20160814" and summary["status"] == "published"
     d = home.release_dir(rid)
     expected = {"time": "mode,date,tap,time,count", "location": "mode,date,tap,loc,count",
                 "time-loc": "mode,date,tap,time,loc,count"}
@@ -155,17 +156,18 @@ def test_report_is_readable(released):
         assert (home.reports / summary["release_id"] / png).stat().st_size > 10_000
 
 
-def test_republishing_the_same_release_draws_and_spends_nothing(released, small_week):
+def test_republishing_the_same_release_draws_and_spends_nothing(released, small_week, trip_policy):
     from flows.opal_release import opal_release
 
     home, summary = released
     before = Ledger(home.ledger).entries()
-    again = opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(home.root), **WEEK)
+    again = opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(home.root), **WEEK,
+                         unit="trip", policy=trip_policy)
     assert again["status"] == "already published: nothing drawn or spent"
     assert Ledger(home.ledger).entries() == before
 
 
-def test_same_id_from_other_input_is_refused_and_spends_nothing(released, small_week, tmp_path):
+def test_same_id_from_other_input_is_refused_and_spends_nothing(released, small_week, tmp_path, trip_policy):
     from flows.opal_release import opal_release
 
     home, summary = released
@@ -175,7 +177,8 @@ def test_same_id_from_other_input_is_refused_and_spends_nothing(released, small_
     before = Ledger(home.ledger).entries()
     files_before = {p: d for p, d in all_bytes(home.root / "private" / "test-releases")}
     with pytest.raises(ReleaseExistsError, match="already exists and was made from other input or parameters"):
-        opal_release(trips=str(other), stops=str(small_week["stops"]), home=str(home.root), **WEEK)
+        opal_release(trips=str(other), stops=str(small_week["stops"]), home=str(home.root), **WEEK, unit="trip",
+                     policy=trip_policy)
     assert Ledger(home.ledger).entries() == before
     assert {p: d for p, d in all_bytes(home.root / "private" / "test-releases")} == files_before
 

@@ -132,7 +132,7 @@ def test_one_release_id_never_serves_two_runs(api_env, tiny_week, tmp_path):
 
 
 def test_a_large_stop_table_is_passed_by_reference_and_formulas_never_reach_the_csv(prefect_harness, tiny_week,
-                                                                                   tmp_path):
+                                                                                   tmp_path, trip_policy):
     """The finding: 200,000 stops were charged, then Prefect refused the subflow's 5.4 MB parameters and 46 MB of
     stderr carried stop names and true counts. Also: stop names such as =HYPERLINK(...) reached the CSVs."""
     from prefect.client.orchestration import get_client
@@ -154,7 +154,8 @@ def test_a_large_stop_table_is_passed_by_reference_and_formulas_never_reach_the_
     home = tmp_path / "home"
     old = os.umask(0o022)  # even a permissive umask must not expose private files
     try:
-        summary = opal_release(trips=str(bad), stops=str(big), home=str(home), release_id="big", **WEEK, workers=0)
+        summary = opal_release(trips=str(bad), stops=str(big), home=str(home), release_id="big", **WEEK, workers=0,
+                               unit="trip", policy=trip_policy)  # the trip level's low thresholds publish the names
     finally:
         os.umask(old)
     assert summary["status"] == "published"
@@ -199,7 +200,7 @@ def test_a_large_stop_table_is_passed_by_reference_and_formulas_never_reach_the_
 
 
 def test_test_seed_releases_stay_private_and_a_keyed_ledger_resists_a_forged_history(
-        prefect_harness, tiny_week, tmp_path, capsys, test_seed, monkeypatch):
+        prefect_harness, tiny_week, tmp_path, capsys, test_seed, monkeypatch, trip_policy):
     """Two findings, one release (made with the test seed, on a keyed ledger). Releases made with the test seed
     were published, and from a guessed seed their noise could be subtracted: they now land in
     private/test-releases/, and one moved under releases/ fails the audit. Forged history ("giving budget back"
@@ -214,7 +215,8 @@ def test_test_seed_releases_stay_private_and_a_keyed_ledger_resists_a_forged_his
     monkeypatch.setenv(KEY_FILE_ENV, str(key))
     home = tmp_path / "home"
     assert main(["release", "--trips", str(tiny_week["trips"]), "--stops", str(tiny_week["stops"]), "--home",
-                 str(home), "--release-id", "seeded", "--workers", "0", *WEEK_FLAGS]) == 0
+                 str(home), "--release-id", "seeded", "--workers", "0", "--unit", "trip", "--policy", trip_policy,
+                 *WEEK_FLAGS]) == 0
     private = home / "private" / "test-releases" / "seeded"
     assert not (home / "releases" / "seeded").exists()
     assert json.loads((private / "manifest.json").read_text())["noise_source"] == "test-seed"

@@ -392,7 +392,7 @@ def test_single_partition(base, tmp_path):
     one = df[(df["mode"] == "bus") & df["tap_on_time"].str.startswith("2016-08-09")]
     f = write_csv(one, tmp_path / "trips.csv")
     home, summary, exc = run(tmp_path, f, base["stops_path"], period_start="2016-08-09", period_end="2016-08-09")
-    assert exc is None and summary["release_id"] == "opal-20160809-20160809"
+    assert exc is None and summary["release_id"] == "opal-card-20160809-20160809"
     assert len(Ledger(home / "ledger.sqlite").spends()) == 4 * 6  # every mode of the declared day: the public domain
 
 

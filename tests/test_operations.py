@@ -100,8 +100,12 @@ def test_budget_shows_spent_and_remaining_per_cap_without_prefect(tmp_path):
     assert "  mode ferry: 1 partition(s), most spent ε=8 (remaining ε=0)" in out
     assert "cap 'sequence-period': passenger-sequence, ε ≤ 2, δ ≤ 1e-09 per period, all time" in out
     assert "  nothing spent: the whole cap remains" in out
+    assert "  population default: used ε=0, δ=0; remaining ε=80, δ=1e-06 (unbounded: trip-level release(s) r1)" in out
     js = json.loads(run_cli("budget", "--home", str(home), "--json").stdout.rsplit("\n", 2)[0])
-    assert js == [{"cap": "trip-partition", "unit_of_privacy": "trip", "per": "partition", "period": "all-time",
+    assert js == [{"cap": "person-year", "unit_of_privacy": "person", "per": "person", "period": "calendar-year",
+                   "scope": "population default", "used_epsilon": 0.0, "used_delta": 0.0, "remaining_epsilon": 80.0,
+                   "remaining_delta": 1e-06, "note": "unbounded: trip-level release(s) r1"},
+                  {"cap": "trip-partition", "unit_of_privacy": "trip", "per": "partition", "period": "all-time",
                    "scope": "ferry/20160808", "used_epsilon": 8.0, "used_delta": 7.5e-07,
                    "remaining_epsilon": 0.0, "remaining_delta": 2.5e-07}]
 
@@ -113,9 +117,10 @@ def test_a_dry_run_validates_everything_and_writes_nothing(prefect_harness, tiny
                str(home), "--dry-run", "--workers", "0"])
     out = capsys.readouterr().out
     assert rc == 0
-    assert "Release opal-20160808-20160814: dry run: nothing charged, drawn or written" in out
+    assert "Release opal-card-20160808-20160814: dry run: nothing charged, drawn or written" in out
     assert "period: 2016-08-08 .. 2016-08-14  (suggested by the tap-on dates: declare it to publish)" in out
-    assert "spends: 168 event(s)" in out and "    trip bus/20160808: ε=8, δ=7.5e-07" in out
+    assert "spends: 168 event(s)" in out
+    assert "    card 2016-08-08..2016-08-14 (opal-card-20160808-20160814): ε=8, δ=6e-09" in out
     assert "budget policy: allows it" in out
     assert not Ledger(home / "ledger.sqlite").entries() if (home / "ledger.sqlite").exists() else True
     assert not any((home / "releases").iterdir()) and not any((home / "release_reports").iterdir())
@@ -128,10 +133,10 @@ def test_a_refused_run_leaves_nothing_behind(prefect_harness, tiny_week, tmp_pat
     home = tmp_path / "home"
     policy = tmp_path / "policy.yaml"
     policy.write_text(Path(__file__).parent.joinpath("..", "transit_release", "defaults", "budget_policy.yaml")
-                      .read_text().replace("      epsilon: 8.0\n", "      epsilon: 4.0\n", 1))
+                      .read_text().replace("      epsilon: 70.0\n", "      epsilon: 4.0\n", 1))  # card-year
     args = ["release", "--trips", str(tiny_week["trips"]), "--stops", str(tiny_week["stops"]), "--home",
             str(home), "--policy", str(policy), *WEEK_FLAGS]  # the default: refused with its local cluster alive
-    assert main(args) == 3 and "Cannot release 'bus/20160808' without exceeding the budget" in capsys.readouterr().err
+    assert main(args) == 3 and "Cannot release 'card' without exceeding the budget" in capsys.readouterr().err
     assert not home.exists()  # a new home that was refused is not left behind, nor Prefect's database in it
     Home.at(home).prepare()
     (home / "notes.txt").write_text("the custodian's")
@@ -146,21 +151,27 @@ def test_a_refused_run_leaves_nothing_behind(prefect_harness, tiny_week, tmp_pat
 
 @pytest.mark.flow
 def test_data_cards_state_the_cumulative_loss_of_their_unit(prefect_harness, tiny_week, tmp_path, capsys):
-    """The finding: a second release of a week said "(2, ...)-DP" while the week stood at ε = 8 + 2."""
+    """The finding: a second release of a week said "(2, ...)-DP" while the week stood at ε = 8 + 2. At the trip level
+    a passenger's loss is unbounded, and the data card says so before the trip's own figure."""
     home = tmp_path / "home"
     policy = tmp_path / "policy.yaml"
     policy.write_text(Path(__file__).parent.joinpath("..", "transit_release", "defaults", "budget_policy.yaml")
                       .read_text().replace("      epsilon: 8.0\n      delta: 1.0e-6\n",
-                                           "      epsilon: 10.0\n      delta: 1.0e-5\n", 1))
+                                           "      epsilon: 10.0\n      delta: 1.0e-5\n", 1)
+                      .replace("allow_unbounded_person_loss: false", "allow_unbounded_person_loss: true"))
     base = ["release", "--trips", str(tiny_week["trips"]), "--stops", str(tiny_week["stops"]), "--home", str(home),
-            "--policy", str(policy), "--workers", "0", *WEEK_FLAGS]
+            "--policy", str(policy), "--workers", "0", "--unit", "trip", *WEEK_FLAGS]
     assert main([*base, "--release-id", "first"]) == 0
     assert main([*base, "--release-id", "second", "--epsilons", "0.25,0.25,0.25,0.25,0.5,0.5"]) == 0
     out = capsys.readouterr().out
-    assert "cumulative at publication: ε=10, δ=1.5e-06 over 2 release(s)" in out
+    assert "per trip at publication: ε=10, δ=1.5e-06 over 2 release(s)" in out
+    assert "a passenger of population 'default' at publication: UNBOUNDED (trip-level release(s) first, second)" in out
     card = (home / "releases" / "second" / "DATACARD.md").read_text()
     assert "The release is (2, 7.5e-07)-differentially private" in card
-    assert "stood at **ε = 10, δ = 1.5e-06** by basic composition (2 release(s))" in card
+    assert "## Where a passenger stands: unbounded" in card and "`first` (2016-08-08..2016-08-14)" in card
+    assert ("For its own unit of privacy (one trip, in the most-spent (mode, day) partition of this period), every "
+            "release of that unit recorded so far (this one included) adds up to ε = 10, δ = 1.5e-06 by basic "
+            "composition (2 release(s))") in " ".join(card.split())
     manifest = json.loads((home / "releases" / "second" / "manifest.json").read_text())
     assert manifest["privacy"]["cumulative_at_publication"] == {"epsilon": 10.0, "delta": 1.5e-06, "releases": 2}
     assert manifest["ledger_head"]["seq"] == 168 + 1 + 168  # first release's spends, its commit, the second's spends

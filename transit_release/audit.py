@@ -256,8 +256,9 @@ def _ranges(seqs: list[int]) -> str:
     return ", ".join(out)
 
 
-def threat_model(keyed: bool, key_configured: bool, anchors: dict[str, int]) -> list[str]:
-    """What this audit can and cannot vouch for, given how the home is set up (the README's threat model)."""
+def threat_model(keyed: bool, key_configured: bool, anchors: dict[str, int],
+                 allow_unbounded_person_loss: bool = False) -> list[str]:
+    """What this audit can and cannot vouch for, given how the home is set up (docs/threat-model.md)."""
     out = ["The audit detects edits and deletions behind the ledger's triggers (hash chain), spends that give "
            "budget back (database trigger and event checks), changed or added files in published releases, and "
            "spends missing from the MLflow mirror."]
@@ -277,6 +278,10 @@ def threat_model(keyed: bool, key_configured: bool, anchors: dict[str, int]) -> 
                    "(TRANSIT_RELEASE_LEDGER_KEY_FILE) to close this.")
     out.append(f"Anchors checked: {anchors.get('manifests', 0)} in public manifests, {anchors.get('mlflow', 0)} in "
                "MLflow.")
+    if allow_unbounded_person_loss:
+        out.append("The budget policy allows trip-level releases to leave a passenger's loss unbounded "
+                   "(allow_unbounded_person_loss: true): a passenger's loss is stated as unbounded wherever one is "
+                   "counted.")
     return out
 
 

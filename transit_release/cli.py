@@ -260,9 +260,18 @@ def _print_summary(summary: dict) -> None:
     print(f"  period: {summary['period']}")
     print(f"  privacy: (ε={summary['epsilon']:g}, δ={summary['delta']:.3g})-DP per {summary['unit_of_privacy']} "
           f"({summary['neighbouring']})")
+    person = summary.get("person")
+    if person:
+        pld = f"; PLD ε={person['pld']['epsilon']:.4g}" if person["pld"] else ""
+        figures = f"ε={person['basic']['epsilon']:.4g}, δ={person['basic']['delta']:.3g}{pld}"
+        print(f"  a passenger of population '{person['population']}' at publication: "
+              + (figures if person["bounded"] else
+                 "UNBOUNDED (trip-level release(s) " + ", ".join(u["release_id"] for u in person["unbounded_by"])
+                 + f"); with no trip in their periods: {figures}") + f" over {person['releases']} release(s)")
     if summary.get("cumulative"):
         c = summary["cumulative"]
-        print(f"  cumulative at publication: ε={c['epsilon']:g}, δ={c['delta']:.3g} over {c['releases']} release(s)")
+        print(f"  per {summary['unit_of_privacy']} at publication: ε={c['epsilon']:g}, δ={c['delta']:.3g} over "
+              f"{c['releases']} release(s)")
     bounding = (summary.get("quarantine") or {}).get("bounding")
     if bounding:
         print(f"  contribution bounding: {bounding['rows_kept']:,} of {bounding['rows_in']:,} trips kept "

@@ -43,7 +43,7 @@ passenger who had no trip in the trip-level releases' periods.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
 
@@ -218,7 +218,3 @@ def epsilon_at(s: Shares, delta: float) -> float:
     if spare <= 0:
         return float("inf")
     return pld_epsilon(list(s.components), spare, pure=list(s.pure))
-
-
-def shares_of_population(events: Sequence, population: str) -> Shares:
-    return shares(e for e in events if e.population == population)
