@@ -141,7 +141,8 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
                 report_figures = draw_report_figures.submit(where, manifest, utility, outcomes)
                 tables = validate_release_tables(assemble_tables(outcomes, dataset))
                 release_quality = check_release_tables(where, str(work.path), rid, tables, outcomes, dataset, cfg)
-                staged = stage_release(where, rid, tables, {}, manifest, opal.render_datacard, charged)
+                staged = stage_release(where, rid, tables, {}, manifest, opal.render_datacard, charged,
+                                       budget_policy)
                 report = write_report(where, str(work.path), staged.manifest, utility, quarantine,
                                       report_figures.result())
                 record = tracking_record(staged.manifest, utility, quarantine,

@@ -81,7 +81,8 @@ def sequence_release(epsilon: float, height: int | None = None, input: str | Non
         with progress.stage("publishing"):
             tables, texts, manifest = sequence_outputs(rid, period, universe, budget, event, noise_kind, code_version(),
                                                        quote(release))
-            staged = stage_release(where, rid, tables, texts, manifest, sequences.render_datacard, charged)
+            staged = stage_release(where, rid, tables, texts, manifest, sequences.render_datacard, charged,
+                                   budget_policy)
             report = write_sequence_report(where, staged.manifest, metrics, data.quarantine_counts)
             run_id = publish_staged(where, staged, charged, tracking_record(staged.manifest, metrics,
                                                                             data.quarantine_counts), report)

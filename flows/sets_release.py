@@ -76,7 +76,8 @@ def set_release(epsilon: float, input: str | None = None, locations: str | None 
         with progress.stage("publishing"):
             tables, texts, manifest = set_outputs(rid, period, universe, sets.describe_input(bool(trips), modes),
                                                   budget, event, noise_kind, code_version(), release)
-            staged = stage_release(where, rid, tables, texts, manifest, sets.render_datacard, charged)
+            staged = stage_release(where, rid, tables, texts, manifest, sets.render_datacard, charged,
+                                   budget_policy)
             report = write_sequence_report(where, staged.manifest, metrics, quarantine)
             run_id = publish_staged(where, staged, charged, tracking_record(staged.manifest, metrics, quarantine),
                                     report)

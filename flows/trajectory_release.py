@@ -82,7 +82,8 @@ def trajectory_release(epsilon: float, height: int, input: str | None = None, pe
         with progress.stage("publishing"):
             tables, texts, manifest = trajectory_outputs(rid, period, universe, setup, event, noise_kind,
                                                          code_version(), release)
-            staged = stage_release(where, rid, tables, texts, manifest, trajectories.render_datacard, charged)
+            staged = stage_release(where, rid, tables, texts, manifest, trajectories.render_datacard, charged,
+                                   budget_policy)
             report = write_sequence_report(where, staged.manifest, metrics, data.quarantine_counts)
             run_id = publish_staged(where, staged, charged, tracking_record(staged.manifest, metrics,
                                                                             data.quarantine_counts), report)

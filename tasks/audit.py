@@ -43,7 +43,8 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
         anchors_checked=matched, keyed=keyed,
         threat_model=audit.threat_model(keyed, key_configured, matched, allow_unbounded_person_loss),
         discrepancies=(ledger_problems + release_problems + anchor_problems
-                       + audit.check_mirror(spends, published, mirror)),
+                       + audit.check_mirror(spends, published, mirror)
+                       + audit.check_person_statements(entries, manifests)),
         card_unbounded_periods=audit.card_unbounded_periods(entries),
         loss=audit.cumulative_loss(entries, delta_prime))
     return result.to_dict()

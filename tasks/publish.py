@@ -13,18 +13,21 @@ from transit_release import publish
 from transit_release.accounting.accountant import cumulative_for
 from transit_release.accounting.ledger import SPEND, Ledger
 from transit_release.accounting.person import person_loss
+from transit_release.accounting.policy import BudgetPolicy
 from transit_release.home import Home
 
 
 @data_task(name="stage-release")
 def stage_release(home: Home, release_id: str, tables: dict[str, pd.DataFrame], texts: dict[str, str],
-                  manifest: dict, render_datacard: Callable[[dict], str], charged: list) -> publish.StagedRelease:
+                  manifest: dict, render_datacard: Callable[[dict], str], charged: list,
+                  policy: BudgetPolicy) -> publish.StagedRelease:
     """Write every public file into a hidden staging directory.
 
     The manifest gets the ledger's head (a public commitment to the history so far), where a person of the
     release's population stands at publication (every spend of that population on the ledger up to that head,
     every kind of release, this one included: what ``transit-release audit`` states for the same ledger) and
-    where the release's own unit of privacy stands. Releases made with the test-only seed are staged under
+    where the release's own unit of privacy stands, and what the budget ``policy`` it was charged under says of a
+    passenger. Releases made with the test-only seed are staged under
     ``private/test-releases/``.
     """
     ledger = Ledger(home.ledger)
@@ -35,7 +38,9 @@ def stage_release(home: Home, release_id: str, tables: dict[str, pd.DataFrame], 
     population = these[0].population
     manifest = {**manifest, "ledger_head": {**head, "keyed": ledger.keyed()},
                 "privacy": {**manifest["privacy"], "population": population,
-                            "person_at_publication": person_loss(recorded, population).to_dict(),
+                            "person_at_publication": {**person_loss(recorded, population).to_dict(),
+                                                      "ledger_entries": head["seq"]},
+                            "budget_policy": policy.public_summary(),
                             "cumulative_at_publication": cumulative_for(recorded, these)}}
     card = render_datacard(manifest)
     if manifest["noise_source"] == "test-seed":

@@ -16,7 +16,7 @@ from transit_release.accounting.person import KIND_NAMES, person_loss, person_lo
 from transit_release.accounting.pld import pld_epsilon
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
 from transit_release.config import population_named
-from transit_release.errors import BudgetExceededError, ConfigError, UnboundedPersonLossError
+from transit_release.errors import BudgetExceededError, ConfigError, PopulationError, UnboundedPersonLossError
 from transit_release.releases.loss_statement import person_text
 
 WEEK = ("2016-08-08", "2016-08-14")
@@ -148,8 +148,34 @@ def test_a_basic_person_cap_counts_every_kind_and_names_what_remains(tmp_path):
                                       "remaining: ε=0.500; short by ε=0.500")
     assert "cap 'person': ε ≤ 9, δ ≤ 1e-06 per person (every kind of release of a population), all time, " \
            "population 'default'" in str(info.value)
-    # another population is other people: its own budget
-    ledger.charge([replace(ngram_event("mtl", *WEEK, 1.0), population="montreal-metro")], check=policy.check)
+    # another population is other people (from other input files): its own budget
+    ledger.charge([replace(ngram_event("mtl", *WEEK, 1.0), population="montreal-metro", input_fingerprint="m" * 64)],
+                  check=policy.check)
+
+
+def test_a_population_the_ledger_contradicts_is_refused(tmp_path):
+    """The same input files released about two populations would hide one person's releases from each other."""
+    policy = _policy(False)
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger.charge(card_events("card"), check=policy.check)
+    other = [replace(ngram_event("sets", *WEEK, 1.0), population="other-riders", input_fingerprint="f")]
+    with pytest.raises(PopulationError) as info:
+        policy.check(ledger.entries(), other)
+    assert str(info.value) == ("release 'sets' names population 'other-riders', but release 'card' was made from the "
+                               "same input files about population 'default': the same passengers cannot be two "
+                               "populations; use --population default (or leave --population out)")
+    mixed = [ngram_event("two", *WEEK), replace(ngram_event("two", *WEEK), population="b")]
+    with pytest.raises(PopulationError, match=r"one release is about one population; its spends name \['b', 'default'\]"):
+        policy.check([], mixed)
+
+
+def test_a_trip_level_release_of_an_earlier_year_still_leaves_a_person_unbounded(tmp_path):
+    """A calendar-year cap renews the budget, not a loss that a trip-level release made unbounded."""
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger.charge(trip_release(), check=_policy(True).check)
+    next_year = datetime(datetime.now(timezone.utc).year + 1, 1, 3, tzinfo=timezone.utc)
+    with pytest.raises(UnboundedPersonLossError, match="has an unbounded loss already"):
+        _policy(False).check(ledger.entries(), card_events("card"), now=next_year)
 
 
 def test_a_pld_person_cap_composes_card_and_pure_releases_together():
@@ -177,11 +203,20 @@ def test_caps_on_a_person_refuse_modes_and_the_allowance_is_a_boolean():
 def test_the_data_card_states_the_person_and_names_what_leaves_it_unbounded():
     bounded = person_text({"person_at_publication": person_loss(mixed_week()).to_dict()})
     assert "## Where a passenger stands\n" in bounded and "3 release(s), this one included" in bounded
-    assert "one passenger's privacy loss was at most **ε = 9.5, δ = 6e-09** by basic composition" in bounded
+    # bounds are rounded up (6.0001e-09 is not printed as 6e-09)
+    assert "one passenger's privacy loss was at most **ε = 9.5, δ = 6.01e-09** by basic composition" in bounded
     assert "| card-level Opal tap counts | 1 | 8 | 6e-09 |" in bounded
-    unbounded = person_text({"person_at_publication": person_loss(mixed_week() + trip_release()).to_dict()})
+    others = mixed_week() + trip_release() + [replace(ngram_event("mtl", *WEEK), population="montreal-metro")]
+    policy = _policy(True).public_summary()
+    unbounded = person_text({"person_at_publication": {**person_loss(others).to_dict(), "ledger_entries": 216},
+                             "budget_policy": policy})
     assert "## Where a passenger stands: unbounded" in unbounded
     assert "**a passenger's privacy loss has no bound**" in unbounded
     assert "`trip` (2016-08-08..2016-08-14)" in unbounded
     assert "For a passenger with no trip in those periods, the other 3 release(s) add up to at most **ε = 9.5" \
         in unbounded
+    assert "on the privacy ledger up to entry 216, the head this release anchors" in unbounded
+    assert ("This assumes, as the agency declares, that the people of population `default` are in no release of its "
+            "other population(s) (`montreal-metro`).") in unbounded
+    assert "Trip-level releases may leave a passenger's loss unbounded: yes." in unbounded
+    assert "Budget policy at publication: cap 'person-year': ε ≤ 80" in unbounded

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from transit_release.accounting.accountant import ADVANCED_COMPOSITION, compose
 from transit_release.accounting.ledger import PUBLISHED, SPEND, LedgerEntry
-from transit_release.accounting.person import DEFAULT_PLD_DELTA, person_losses
+from transit_release.accounting.person import DEFAULT_PLD_DELTA, person_loss, person_losses
 from transit_release.errors import LedgerIntegrityError
 from transit_release.home import Home
 from transit_release.publish import MANIFEST, sha256_file, verify_release
@@ -189,6 +189,31 @@ def check_anchors(check_anchor, manifests: dict[str, dict], mlflow_anchors: list
     return problems, matched
 
 
+#: What the audit recomputes of each manifest's statement about a passenger (its PLD figure is a function of the
+#: same spends, and the manifest's own bytes are checked against the ledger's publication entry).
+_PERSON_CLAIMS = ("population", "releases", "bounded", "unbounded_by", "basic", "per_kind", "other_populations",
+                  "ledger_entries")
+
+
+def check_person_statements(entries: list[LedgerEntry], manifests: dict[str, dict]) -> list[Discrepancy]:
+    """Every published manifest's ``privacy.person_at_publication`` is what the ledger up to the head it anchors
+    says of one passenger of its population (a release charged in between staging and publication is not in it:
+    the statement names the entry it counts up to)."""
+    problems = []
+    for rid, m in sorted(manifests.items()):
+        claim = (m.get("privacy") or {}).get("person_at_publication")
+        head = (m.get("ledger_head") or {}).get("seq")
+        if not claim or not isinstance(head, int):
+            continue  # releases made before the person was stated
+        upto = [e.event() for e in entries[:head] if e.entry_type == SPEND]
+        then = {**person_loss(upto, claim.get("population", ""), with_pld=False).to_dict(), "ledger_entries": head}
+        wrong = [k for k in _PERSON_CLAIMS if claim.get(k) != then[k]]
+        if wrong:
+            problems.append(Discrepancy("release", rid, "its manifest's statement about a passenger differs from what "
+                                        f"the ledger up to entry {head} says ({', '.join(wrong)})"))
+    return problems
+
+
 def keyed_anchors(manifests: dict[str, dict], mlflow_anchors: list[dict]) -> list[tuple[str, str]]:
     """The anchors (published manifests, MLflow) recorded while the ledger was keyed: (release id, which anchor)."""
     out = [(rid, "its public manifest's ledger head") for rid, m in sorted(manifests.items())
@@ -354,7 +379,8 @@ def cumulative_loss(entries: list[LedgerEntry], delta_prime: float = DEFAULT_DEL
     not reported."""
     spends = [e for e in entries if e.entry_type == SPEND]
     events = [(e, e.event()) for e in spends]
-    out = {PERSON: {p: x.to_dict() for p, x in person_losses((ev for _, ev in events), pld_delta).items()}}
+    out = {PERSON: {p: {**x.to_dict(), "ledger_entries": len(entries)}
+                    for p, x in person_losses((ev for _, ev in events), pld_delta).items()}}
     for (unit, relation), report in compose(ev for _, ev in events).items():
         adv_all = report.advanced_overall(delta_prime)
         basic = report.overall

@@ -80,6 +80,11 @@ class UncappedSpendError(BudgetError):
     """A spend that no cap of the budget policy covers: refused, never allowed by default."""
 
 
+class PopulationError(ConfigError):
+    """A release's population contradicts the ledger: one charge naming several populations, or an input already
+    released about another population (the same people cannot be two populations)."""
+
+
 class UnboundedPersonLossError(BudgetError):
     """A trip-level release (or one after it) under a cap on a person's loss, which a trip-level release leaves
     unbounded, and the policy does not allow that (``allow_unbounded_person_loss``)."""

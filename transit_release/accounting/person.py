@@ -27,6 +27,8 @@ disjoint periods protects one period's record, not the person).
   a partition, so it bounds no person's loss: each of a passenger's trips
   costs the release's ε, and the person's loss is **unbounded** for as long as
   it is counted. A passenger with no trips in its period is not touched by it.
+  Any kind of spend not known to bound a person (:data:`BOUNDS_A_PERSON`) is
+  read the same way: the accountant fails closed.
 
 **Composition.** Basic composition (ε and δ add up; Dwork & Roth, Theorem
 3.16) over the shares of the releases that bound a person, and privacy-loss
@@ -66,9 +68,18 @@ KIND_NAMES = {
 }
 
 
+#: The kinds of spend that bound one person's contribution (and their unit); any other spend leaves a person's loss
+#: unbounded until it is added here with its composition.
+BOUNDS_A_PERSON = {
+    "card_stability_histogram": "card", "truncated_card_stability_histogram": "card",
+    "prefix_tree": "passenger-sequence", "ngram": "passenger-sequence", "safepath": "passenger-trajectory",
+    "diffpart": "passenger-set",
+}
+
+
 def bounds_a_person(event) -> bool:
-    """Does this spend bound one person's contribution? Every unit but the trip does."""
-    return event.unit_of_privacy != "trip"
+    """Does this spend bound one person's contribution? Only the kinds of :data:`BOUNDS_A_PERSON`, with their unit."""
+    return BOUNDS_A_PERSON.get(event.kind) == event.unit_of_privacy
 
 
 @dataclass(frozen=True)
@@ -126,8 +137,8 @@ def shares(events: Iterable) -> Shares:
     from transit_release.accounting.pld import release_components
 
     events = list(events)
-    card = [e for e in events if hasattr(e, "max_partitions")]
-    trip = [e for e in events if not bounds_a_person(e)]
+    card = [e for e in events if bounds_a_person(e) and hasattr(e, "max_partitions")]
+    unbounding = [e for e in events if not bounds_a_person(e)]
     pure = [e for e in events if bounds_a_person(e) and not hasattr(e, "max_partitions")]
     card_losses = dict(bounded_release_losses(card))
     order: list[str] = []
@@ -144,17 +155,22 @@ def shares(events: Iterable) -> Shares:
             bounded.append((rid, kind_of[rid], card_losses[rid]))
         elif rid in pure_by_release:
             bounded.append((rid, kind_of[rid], total(PrivacyLoss.of(e.epsilon, e.delta) for e in pure_by_release[rid])))
-    dates: dict[str, list[str]] = defaultdict(list)
-    for e in trip:
-        dates[e.release_id].append(e.date)
-    unbounded = tuple(Unbounding(rid, period_label(_day(min(ds)), _day(max(ds))))
-                      for rid, ds in dates.items())
+    days: dict[str, list[date]] = defaultdict(list)
+    for e in unbounding:
+        days[e.release_id] += _days(e)
+    unbounded = tuple(Unbounding(rid, period_label(min(ds), max(ds)) if ds else "every period")
+                      for rid, ds in days.items())
     return Shares(tuple(release_components(card)), tuple((float(e.epsilon), float(e.delta)) for e in pure),
                   tuple(bounded), unbounded)
 
 
-def _day(yyyymmdd: str) -> date:
-    return date(int(yyyymmdd[:4]), int(yyyymmdd[4:6]), int(yyyymmdd[6:]))
+def _days(event) -> list[date]:
+    """The first and last day a spend covers (a trip-level partition's day, or a declared period); none known: []."""
+    if isinstance(getattr(event, "date", None), str) and len(event.date) == 8:
+        d = event.date
+        return [date(int(d[:4]), int(d[4:6]), int(d[6:]))]
+    period = getattr(event, "period", None)
+    return list(period) if period else []
 
 
 @dataclass(frozen=True)
@@ -173,6 +189,7 @@ class PersonLoss:
     pld_epsilon: float | None
     pld_delta: float | None
     per_kind: tuple[KindShare, ...]
+    other_populations: tuple[str, ...] = ()  # declared by the custodian to be other people: not composed here
 
     @property
     def bounded(self) -> bool:
@@ -183,22 +200,49 @@ class PersonLoss:
                 "unbounded_by": [u.to_dict() for u in self.unbounded_by],
                 "basic": {"epsilon": self.basic.epsilon, "delta": self.basic.delta},
                 "pld": (None if self.pld_epsilon is None else {"epsilon": self.pld_epsilon, "delta": self.pld_delta}),
-                "per_kind": {k.kind: k.to_dict() for k in self.per_kind}}
+                "per_kind": {k.kind: k.to_dict() for k in self.per_kind},
+                "other_populations": list(self.other_populations)}
 
 
 def person_loss(events: Iterable, population: str = DEFAULT_POPULATION,
-                pld_delta: float = DEFAULT_PLD_DELTA) -> PersonLoss:
-    """Where one person of ``population`` stands after every spend among ``events`` of that population."""
+                pld_delta: float = DEFAULT_PLD_DELTA, with_pld: bool = True) -> PersonLoss:
+    """Where one person of ``population`` stands after every spend among ``events`` of that population (the other
+    populations among ``events`` are named, not composed); ``with_pld=False`` leaves the PLD figure out (None)."""
     from transit_release.accounting.pld import cumulative_loss
 
+    events = list(events)
     mine = [e for e in events if e.population == population]
     s = shares(mine)
     pld_eps = pld_total = None
-    if s.components or s.pure:
+    if with_pld and (s.components or s.pure):
         loss = cumulative_loss(list(s.components), pld_delta, pure=list(s.pure))
         pld_eps, pld_total = loss.pld_epsilon, loss.pld_total_delta
     releases = tuple(dict.fromkeys(e.release_id for e in mine))
-    return PersonLoss(population, releases, s.unbounded, s.basic, pld_eps, pld_total, s.per_kind())
+    others = tuple(sorted({e.population for e in events} - {population}))
+    return PersonLoss(population, releases, s.unbounded, s.basic, pld_eps, pld_total, s.per_kind(), others)
+
+
+def check_populations(recorded: Iterable, requested: list) -> None:
+    """Refuse what would make one person two populations: a charge naming several, or an input (its fingerprint)
+    already released about another population. A population is the custodian's declaration; this catches the
+    declarations the ledger itself contradicts (the same input files), not a copy or a derivative of them."""
+    from transit_release.errors import PopulationError
+
+    names = sorted({e.population for e in requested})
+    if len(names) > 1:
+        raise PopulationError(f"one release is about one population; its spends name {names}")
+    if not requested:
+        return
+    population = names[0]
+    inputs = {e.input_fingerprint for e in requested}
+    clash = sorted({(e.population, e.release_id) for e in recorded
+                    if e.population != population and e.input_fingerprint in inputs})
+    if clash:
+        other, rid = clash[0]
+        raise PopulationError(
+            f"release '{requested[0].release_id}' names population '{population}', but release '{rid}' was made "
+            f"from the same input files about population '{other}': the same passengers cannot be two populations; "
+            f"use --population {other}" + (" (or leave --population out)" if other == DEFAULT_POPULATION else ""))
 
 
 def person_losses(events: Iterable, pld_delta: float = DEFAULT_PLD_DELTA) -> dict[str, PersonLoss]:

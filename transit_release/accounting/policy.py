@@ -87,7 +87,12 @@ class BudgetPolicy:
     def check(self, existing: list[LedgerEntry], events: Sequence, now: datetime | None = None) -> None:
         """Raise if ``events`` would break a cap, or if no cap covers one of them; the ledger calls this
         inside its write transaction, so concurrent releases cannot both pass."""
+        from transit_release.accounting.person import check_populations
+
         now = now or datetime.now(timezone.utc)
+        spends = [x for x in existing if x.entry_type == "spend"]
+        recorded = [x.event() for x in spends]
+        check_populations(recorded, list(events))
         uncovered = [e for e in events if not any(c.applies_to(e) for c in self.caps if not c.on_person)]
         if uncovered:
             e = uncovered[0]
@@ -95,14 +100,13 @@ class BudgetPolicy:
                 f"no cap of the budget policy covers a spend of unit '{e.unit_of_privacy}'"
                 + (f" for mode '{e.mode}'" if getattr(e, "mode", "") else "")
                 + f" ({len(uncovered)} spend(s) in all): refused; add a cap for it to the policy")
-        spends = [x for x in existing if x.entry_type == "spend"]
         for cap in self.caps:
             mine = [e for e in events if cap.applies_to(e)]
             if not mine:
                 continue
-            before = [ev for ev in (x.event() for x in spends if cap.counts(x, now)) if cap.applies_to(ev)]
+            before = [ev for x, ev in zip(spends, recorded) if cap.counts(x, now) and cap.applies_to(ev)]
             if cap.on_person:
-                _check_person(cap, before, mine, now, self.allow_unbounded_person_loss)
+                _check_person(cap, before, mine, now, self.allow_unbounded_person_loss, recorded)
                 continue
             if cap.measure == "pld":
                 _check_pld(cap, before, mine, now)
@@ -149,6 +153,13 @@ class BudgetPolicy:
                         max(exact_fraction(cap.epsilon) - used.epsilon_exact, 0),
                         max(exact_fraction(cap.delta) - used.delta_exact, 0))))
         return out
+
+    def public_summary(self, now: datetime | None = None) -> dict:
+        """What a release's manifest says of the policy it was charged under: its caps on a passenger and whether
+        trip-level releases may leave a passenger's loss unbounded."""
+        now = now or datetime.now(timezone.utc)
+        return {"person_caps": [c.describe(now) for c in self.caps if c.on_person],
+                "allow_unbounded_person_loss": self.allow_unbounded_person_loss}
 
     @classmethod
     def from_dict(cls, data, source: str = "budget policy") -> "BudgetPolicy":
@@ -202,10 +213,12 @@ def _check_pld(cap: Cap, before: list, requested: list, now: datetime) -> None:
                                          f"distributions would be ε={eps_after:.3f} at δ={cap.delta:g}")
 
 
-def _check_person(cap: Cap, before: list, requested: list, now: datetime, allow_unbounded: bool) -> None:
-    """A cap on one person's loss over every release of the requested release's population
-    (:mod:`transit_release.accounting.person`); trip-level spends only where the policy allows them to leave a
-    person's loss unbounded."""
+def _check_person(cap: Cap, before: list, requested: list, now: datetime, allow_unbounded: bool,
+                  ever: list) -> None:
+    """A cap on one person's loss over every release of the requested release's population recorded in the cap's
+    period (``before``; :mod:`transit_release.accounting.person`); spends that leave a person's loss unbounded (trip
+    level) only where the policy allows it — counted over every spend ever recorded (``ever``): a loss made
+    unbounded last year is still unbounded."""
     from transit_release.accounting.person import bounds_a_person, epsilon_at, shares
 
     release_id, population = requested[0].release_id, requested[0].population
@@ -218,7 +231,7 @@ def _check_person(cap: Cap, before: list, requested: list, now: datetime, allow_
                 "Release at card level (--unit card), or set 'allow_unbounded_person_loss: true' in the budget "
                 "policy to let trip-level releases leave a passenger's loss unbounded (data cards and the audit "
                 "then say so)")
-        earlier = sorted({e.release_id for e in mine if not bounds_a_person(e)})
+        earlier = sorted({e.release_id for e in ever if e.population == population and not bounds_a_person(e)})
         if earlier:
             raise UnboundedPersonLossError(
                 f"a passenger of population '{population}' has an unbounded loss already: trip-level release(s) "
