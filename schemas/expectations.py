@@ -29,9 +29,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from transit_release.inputs import refusals
+
 RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": 0, "include_unexpected_rows": False}
 _NS_PER_MIN = 60_000_000_000
-MIN_TAP_OFF_PRESENT = 0.8  # at most 20% missing tap-offs
+MIN_TAP_OFF_PRESENT = refusals.MIN_TAP_OFF_PRESENT  # at most 20% missing tap-offs (a registered refusal)
 
 ASSETS = Path(__file__).resolve().parent / "data_docs_assets"
 # the remote assets GE 1.x's page templates load -> the same library and version under static/vendor/

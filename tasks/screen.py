@@ -14,6 +14,7 @@ from tasks import data_task
 from transit_release.inputs import screening
 from transit_release.config import ReleaseConfig
 from transit_release.errors import InputDataError
+from transit_release.inputs.refusals import refusal
 from transit_release.home import Home
 
 
@@ -21,7 +22,7 @@ from transit_release.home import Home
 def validate_trips_file(trips: pd.DataFrame, path: str) -> pd.DataFrame:
     """Columns and types (file-level: any failure aborts, naming column and rows)."""
     if len(trips) == 0:
-        raise InputDataError(f"trips file {Path(path).name}: no data rows (header only)")
+        raise refusal("row-count", InputDataError(f"trips file {Path(path).name}: no data rows (header only)"))
     return validate(TripsFile, trips, f"trips file {Path(path).name}")
 
 

@@ -11,6 +11,7 @@ from tasks import data_task
 from tasks.budget import same_spend
 from transit_release.errors import InputDataError
 from transit_release.inputs import universe as universes
+from transit_release.inputs.refusals import refusal
 from transit_release.inputs.screening import Period, parse_period
 from transit_release.inputs.sequences import SequenceInput, read_sequence_file, sequences_from_trips
 from transit_release.mechanisms.prefix_tree import Taxonomy
@@ -38,8 +39,9 @@ def check_quarantine(what: str, name: str, counts: dict[str, int], lines: int, l
     bad = sum(counts.values())
     if lines and bad / lines > limit:
         parts = ", ".join(f"{r} {c:,}" for r, c in counts.items())
-        raise InputDataError(f"{what} {name}: {bad:,} of {lines:,} records ({bad / lines:.2%}) would be "
-                             f"quarantined, more than the limit of {limit:.2%}: {parts}")
+        raise refusal("record-quarantine-share", InputDataError(
+            f"{what} {name}: {bad:,} of {lines:,} records ({bad / lines:.2%}) would be quarantined, more than the "
+            f"limit of {limit:.2%}: {parts}"))
     if bad:
         get_run_logger().warning("quarantined %d of %d records, by reason %s", bad, lines, counts)
 

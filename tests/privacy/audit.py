@@ -36,8 +36,11 @@ event maps a batch to a boolean array of length ``size``.
 
 To audit a new mechanism, add ``tests/privacy/test_<mechanism>_audit.py``:
 build D and D′ as a release would (public universe as an argument), write
-``draw`` functions that call the mechanism module's own sanitize function
-through the module attribute (so a negative control can monkeypatch it), fix
+``draw`` functions that call what the release calls — its release module's
+sanitize function where it hands back what the events need (give it
+:class:`OneStream` for its noise source), else the mechanism module's own
+function through the module attribute, with a test that the release draws
+exactly that — (so a negative control can monkeypatch it), fix
 events where the claim is tight, call :func:`run_case`, and :func:`check` the
 result PASS (it adds it to the ``audit_report`` fixture); then add at least one
 negative control (e.g. the noise scale halved) checked FAIL.
@@ -225,6 +228,20 @@ def run_case(case: str, mechanism: str, draw_d: Callable[[int], Batch], draw_d2:
     hits_d2 = count_events(draw_d2, events, runs, chunk)
     return audit(case, mechanism, hits_d, hits_d2, runs, runs, epsilon, delta, alpha, control=control,
                  seconds=time.perf_counter() - start, notes=notes)
+
+
+class OneStream:
+    """Stands in for a release's :class:`~transit_release.noise.NoiseSource`: every stream it asks for is the
+    audit's one generator, so a release's ``sanitize(…, noise, release_id)`` runs unchanged, run after run, on
+    the case's seeded (or OS-entropy) generator."""
+
+    kind = "privacy-audit"
+
+    def __init__(self, generator: np.random.Generator):
+        self.generator = generator
+
+    def stream(self, *name: str) -> np.random.Generator:
+        return self.generator
 
 
 def per_run(predicate: Callable[[Any], bool]) -> Event:

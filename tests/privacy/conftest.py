@@ -49,12 +49,13 @@ class AuditSizes:
     tree_control: int
     ngram: int  # whole n-gram sanitizer runs, the tight case
     ngram_control: int
+    streamed_seeds: int  # card level: test seeds the streamed input path (and its bounding) runs with, per side
 
 
 CI_SIZES = AuditSizes(long=False, sbh=1_000_000, tree=3_000, tree_unique=1_500, sbh_control=100_000,
-                      tree_control=1_500, ngram=3_000, ngram_control=2_000)
+                      tree_control=1_500, ngram=3_000, ngram_control=2_000, streamed_seeds=4)
 LONG_SIZES = AuditSizes(long=True, sbh=10_000_000, tree=100_000, tree_unique=100_000, sbh_control=1_000_000,
-                        tree_control=10_000, ngram=100_000, ngram_control=10_000)
+                        tree_control=10_000, ngram=100_000, ngram_control=10_000, streamed_seeds=20)
 
 
 def _long(config) -> bool:

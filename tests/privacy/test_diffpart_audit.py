@@ -6,9 +6,9 @@ total-variation slack (``delta_slack``, below 10⁻¹⁴). The case writes a tin
 data set D (29 passengers over 4 stations) and ``D′ = D + one passenger`` whose
 set ``{S1}`` nobody in D has — S1 is a station nobody in D uses at all — as set
 files and reads them back with the library's reader against the *public*
-locations file, as a release does; then it runs the project's own
-``sanitize_sets`` many times on each (whole runs). Events are fixed in advance,
-on station names, over the released sets.
+locations file, as a release does; then it runs the release's own
+``releases.sets.sanitize`` (``sanitize_sets``) many times on each (whole
+runs). Events are fixed in advance, on station names, over the released sets.
 
 Why it is tight. Fan-out 2 over S1..S4 gives the taxonomy ``{S1,S2} {S3,S4}``
 under the root (Example 4.3.3's shape): the root's split tests at ε/6 against
@@ -33,7 +33,7 @@ import pytest
 import transit_release.inputs.sets as set_inputs
 import transit_release.mechanisms.diffpart as dp
 import transit_release.mechanisms.empty_candidates as empty_candidates
-from tests.privacy.audit import per_run, run_case
+from tests.privacy.audit import OneStream, per_run, run_case
 from tests.privacy.test_manifest_audit import CREATED, assert_same_public_manifest
 from transit_release.inputs.screening import Period
 from transit_release.inputs.universe import LocationUniverse, from_stop_locations, read_locations_file
@@ -91,8 +91,8 @@ def set_draw(data: set_inputs.SetInput, generator):
     def draw(n: int) -> list:
         out = []
         for _ in range(n):
-            result = dp.sanitize_sets(data.sets, budget, generator)
-            out.append({tuple(ids[i] for i in s): c for s, c in result.released})
+            released = set_release.sanitize(data.sets, budget, OneStream(generator), "audit")
+            out.append({tuple(ids[i] for i in s): c for s, c in released})
         return out
 
     return draw

@@ -290,6 +290,29 @@ def test_control_root_end_child_fails(monkeypatch, tmp_path, audit_sizes, audit_
     assert "'&'" in result.worst.event
 
 
+def test_the_sequence_release_draws_what_the_cases_draw(tmp_path):
+    """The cases call ``ngram.sanitize`` itself, for the exploration tree the events watch; a sequence release calls
+    it through ``releases.sequences`` (``budget_for`` from the public universe, ``plan_spend``, ``sanitize``). Both
+    charge the same δ and, from the same generator state, publish the same table and synthetic sequences."""
+    from datetime import date
+
+    from transit_release.inputs.screening import Period
+    from transit_release.releases import sequences as sequence_release
+    from tests.privacy.audit import OneStream
+
+    _, d2 = neighbours(tmp_path, PASSENGER)
+    budget, taxonomy = sequence_release.budget_for("ngram", d2.universe, TIGHT["epsilon"], lmax=TIGHT["max_length"],
+                                                   nmax=TIGHT["max_gram"])
+    event = sequence_release.plan_spend("audit", Period(date(2026, 1, 1), date(2026, 1, 31)), budget, "fp", "0")
+    assert taxonomy is None and event.delta == claimed_delta(TIGHT)
+    ours, theirs = noise(1, "tie", "case"), noise(1, "tie", "case")
+    case_budget = ngram.NGramBudget.of(TIGHT["epsilon"], TIGHT["max_length"], TIGHT["max_gram"], len(STATIONS))
+    for _ in range(10):
+        r = ngram.sanitize(d2.sequences, case_budget, ours)
+        got = sequence_release.sanitize(d2.sequences, budget, None, OneStream(theirs), "audit")
+        assert (got.sequences, got.ngrams) == (r.sequences, r.ngrams)
+
+
 def test_the_controls_break_only_what_they_say(monkeypatch, tmp_path):
     """Sanity of the harness: unpatched, the tree has no root '&' and spends ≤ ε on every path; the root-&
     patch publishes the gram '&' with about |D| and the h_v patch overspends along S5's path."""

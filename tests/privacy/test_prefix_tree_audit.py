@@ -279,3 +279,32 @@ def test_runs_are_deterministic_with_a_seed_and_use_the_public_universe(neighbou
     a = tree_draw(d, 1.0, 2, "simple", None, noise(1, "x", "D"))(20)
     b = tree_draw(d, 1.0, 2, "simple", None, noise(1, "x", "D"))(20)
     assert a == b
+
+
+@pytest.mark.parametrize("variant", pt.VARIANTS)
+@pytest.mark.parametrize("which", ["near", "unique"])
+def test_the_sequence_release_draws_what_the_cases_draw(which, variant, neighbours, tmp_path):
+    """The cases call ``prefix_tree.sanitize_sequences`` itself, for the noisy tree the events watch; a sequence
+    release calls it through ``releases.sequences`` (``budget_for`` from the public universe, ``plan_spend``,
+    ``sanitize``). Both charge the same δ and, from the same generator state, release the same sequences."""
+    from datetime import date
+
+    from transit_release.inputs.screening import Period
+    from transit_release.releases import sequences as sequence_release
+    from tests.privacy.audit import OneStream
+
+    spec = (NEAR if which == "near" else UNIQUE)[variant]
+    vocabulary = STATIONS if which == "near" else spec["vocabulary"]
+    eps, h = spec["epsilon"], spec["height"]
+    _, path = neighbours(spec["d"], spec["passenger"])
+    data = read_public(path, vocabulary)
+    taxonomy = public_taxonomy(tmp_path, data.vocabulary) if variant == "hybrid" else None
+    universe = read_taxonomy_file(tmp_path / "taxonomy.csv") if variant == "hybrid" else data.universe
+    budget, release_taxonomy = sequence_release.budget_for("prefix-tree", universe, eps, h, variant)
+    event = sequence_release.plan_spend("audit", Period(date(2026, 1, 1), date(2026, 1, 31)), budget, "fp", "0")
+    assert event.delta == claimed_delta(eps, h, variant, taxonomy)
+    ours = tree_draw(data, eps, h, variant, taxonomy, noise(1, "tie", which))(10)
+    generator = noise(1, "tie", which)
+    for _, released in ours:
+        got = sequence_release.sanitize(data.sequences, budget, release_taxonomy, OneStream(generator), "audit")
+        assert {tuple(vocabulary[i] for i in p): c for p, c in got.sequences} == released

@@ -9,7 +9,8 @@ Each case writes its tiny data set D (a few passengers over 4 stations and the
 *public* universe (a taxonomy file ``location,group``, read by the one universe
 reader), builds the public setup exactly as a release does
 (``releases.trajectories.safepath_setup``: taxonomies, budget, thresholds, size
-check), then runs the project's own sanitizer many times on each (whole runs).
+check), then runs the release's own sanitizer (``releases.trajectories.sanitize``,
+with the release's time rule and release form) many times on each (whole runs).
 Events are fixed in advance, on (station, hour) names, over the noisy tree (the
 ε-DP object) and the released trajectories (post-processing).
 
@@ -34,7 +35,7 @@ from transit_release.inputs.trajectories import TrajectoryInput, read_trajectory
 from transit_release.inputs.universe import LocationUniverse, read_taxonomy_file
 from transit_release.noise import NoiseSource
 from transit_release.releases import trajectories as trajectory_release
-from tests.privacy.audit import per_run, run_case
+from tests.privacy.audit import OneStream, per_run, run_case
 from tests.privacy.test_manifest_audit import assert_same_public_manifest
 from tests.privacy.test_prefix_tree_audit import check
 
@@ -102,8 +103,7 @@ def tree_draw(data: TrajectoryInput, setup, generator):
     def draw(n: int) -> list:
         out = []
         for _ in range(n):
-            tree, release = sp.sanitize_trajectories(data.trajectories, setup.budget, setup.locations, setup.hours,
-                                                     generator, rule=setup.rule)
+            tree, release = trajectory_release.sanitize(data.trajectories, setup, OneStream(generator), "audit")
             out.append((tree_nodes(tree, ids),
                         {tuple(f"{ids[x]}@{t}" for x, t in traj): c for traj, c in release}))
         return out

@@ -22,6 +22,7 @@ import pandas as pd
 
 from transit_release.config import QualityPolicy
 from transit_release.errors import InputDataError
+from transit_release.inputs.refusals import refusal
 
 #: Row-level reason codes, in the order they are tested.
 REASONS = (
@@ -339,22 +340,24 @@ def check_gate(result: ScreenResult | GateFigures, quality: QualityPolicy) -> No
     period = f.period
     rows = lambda first: ", ".join(str(r) for r in first)  # noqa: E731
     if n < quality.min_rows or n > quality.max_rows:
-        raise InputDataError(f"{n:,} data rows, outside the allowed {quality.min_rows:,}..{quality.max_rows:,}")
+        raise refusal("row-count", InputDataError(
+            f"{n:,} data rows, outside the allowed {quality.min_rows:,}..{quality.max_rows:,}"))
     if f.unknown_stop_rows > limit * n:
-        raise StopTableCoverageError(
+        raise refusal("unknown-stops", StopTableCoverageError(
             f"the stop table does not cover the trips: {f.unknown_stop_rows:,} rows "
             f"({f.unknown_stop_rows / n:.1%}) use stops missing from it for their mode "
-            f"({f.unknown_stop_ids:,} distinct stop ids), first at row(s) {rows(f.unknown_stop_first)}")
+            f"({f.unknown_stop_ids:,} distinct stop ids), first at row(s) {rows(f.unknown_stop_first)}"))
     if f.outside_rows > limit * n:
-        raise PeriodMismatchError(
+        raise refusal("outside-period", PeriodMismatchError(
             f"the trips do not match the release period {period}: {f.outside_rows:,} rows ({f.outside_rows / n:.1%}) "
-            f"fall outside it, first at row(s) {rows(f.outside_first)}")
+            f"fall outside it, first at row(s) {rows(f.outside_first)}"))
     if f.share > limit:
         parts = ", ".join(f"{r} {c:,}" for r, c in f.counts.items())
-        raise QuarantineLimitError(
+        raise refusal("quarantine-share", QuarantineLimitError(
             f"{f.quarantined_rows:,} of {n:,} rows ({f.share:.2%}) would be quarantined, more than the "
-            f"limit of {limit:.2%}: {parts}")
+            f"limit of {limit:.2%}: {parts}"))
     missing = [d for d, c in zip(period.days, f.clean_per_day) if c == 0]
     if missing:
         listed = ", ".join(d.isoformat() for d in missing[:5]) + (" ..." if len(missing) > 5 else "")
-        raise PeriodMismatchError(f"the trips do not cover the release period {period}: no trips on {listed}")
+        raise refusal("empty-day", PeriodMismatchError(
+            f"the trips do not cover the release period {period}: no trips on {listed}"))

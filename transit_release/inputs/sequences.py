@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from transit_release.errors import InputDataError
+from transit_release.inputs.refusals import refusal
 from transit_release.inputs.universe import (LocationUniverse, from_stop_table, record_lines, require_public,
                                              stop_location_id)
 from transit_release.mechanisms.ngram import END
@@ -70,7 +71,8 @@ def read_sequence_file(path: str | Path, universe: LocationUniverse,
             rows.append(tokens)
             numbers.append(number)
     if n_lines == 0:
-        raise InputDataError(f"sequence file {path.name}: no sequences (only comments or nothing)")
+        raise refusal("empty-record-file",
+                      InputDataError(f"sequence file {path.name}: no sequences (only comments or nothing)"))
     index = universe.index()
     kept = []
     for number, tokens in zip(numbers, rows):

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from transit_release.errors import InputDataError
+from transit_release.inputs.refusals import refusal
 from transit_release.inputs.screening import Period
 from transit_release.inputs.universe import LocationUniverse, location_id, record_lines, require_public
 from transit_release.mechanisms.diffpart import ItemSets
@@ -81,7 +82,7 @@ def read_set_file(path: str | Path, universe: LocationUniverse, max_size: int | 
             items.extend(sorted(ids))
             sizes.append(len(ids))
     if n_lines == 0:
-        raise InputDataError(f"set file {path.name}: no sets (only comments or nothing)")
+        raise refusal("empty-record-file", InputDataError(f"set file {path.name}: no sets (only comments or nothing)"))
     offsets = np.concatenate([[0], np.cumsum(np.asarray(sizes, dtype=np.int64))]).astype(np.int64)
     sets = ItemSets.from_arrays(np.asarray(items, dtype=np.int64), offsets, len(universe), canonical=True)
     return SetInput(sets, universe, {r: v for r, v in quarantined.items() if v}, n_lines)

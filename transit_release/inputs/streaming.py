@@ -51,6 +51,7 @@ import pyarrow.parquet as pq
 from transit_release.config import QualityPolicy
 from transit_release.errors import InputDataError, TransitReleaseError
 from transit_release.inputs import screening
+from transit_release.inputs.refusals import refusal
 from transit_release.inputs.screening import MAX_ROWS_NAMED, REASONS, GateFigures, Period
 from transit_release.inputs.tables import (BLOCK_BYTES, TRIP_COLUMN_TYPES, _explain, _integral, file_format,
                                            parse_local_times, text_times, time_text_problems)
@@ -336,7 +337,7 @@ def _pass(path: Path, text: bool, stops, period, quality, modes, spill, quaranti
             _spill_batch(spill, batch_no, rs, code, offset, labels)
     times.raise_if_any()
     if tally.rows == 0 and not contract:
-        raise InputDataError(f"{where}: no data rows (header only)")
+        raise refusal("row-count", InputDataError(f"{where}: no data rows (header only)"))
     contract.raise_if_any()
     return StreamedTrips(spill, tuple(parts), tally)
 

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from transit_release.errors import InputDataError
+from transit_release.inputs.refusals import refusal
 from transit_release.inputs.universe import (LocationUniverse, from_stop_table, record_lines, require_public,
                                              stop_location_id)
 from transit_release.mechanisms.safepath import HOURS_PER_WEEK, Trajectories
@@ -98,7 +99,8 @@ def read_trajectory_file(path: str | Path, universe: LocationUniverse,
         if reason is not None:
             quarantined[reason].append(number)
     if n_lines == 0:
-        raise InputDataError(f"trajectory file {path.name}: no trajectories (only comments or nothing)")
+        raise refusal("empty-record-file",
+                      InputDataError(f"trajectory file {path.name}: no trajectories (only comments or nothing)"))
     return TrajectoryInput(Trajectories.from_lists(kept, len(universe)), universe,
                            {r: v for r, v in quarantined.items() if v}, n_lines)
 
