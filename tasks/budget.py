@@ -9,6 +9,8 @@ from tasks import data_task
 from transit_release.faults import crash_point
 from transit_release.accounting.ledger import Ledger, refuse_second_charge
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
+from transit_release.anchors import check_records, home_anchors
+from transit_release.recovery import live_release_ids
 from transit_release.home import Home, check_release_id
 from transit_release.inputs import tables as io
 from transit_release.errors import LedgerIntegrityError
@@ -93,7 +95,8 @@ def precheck_budget(home: Home, events: list, policy: BudgetPolicy) -> None:
 @data_task(name="charge-budget")
 def charge_budget(home: Home, events: list, policy: BudgetPolicy) -> list:
     """Check the budget policy and write every spend to the ledger, in one transaction,
-    before any noise is drawn. A refusal writes nothing."""
+    before any noise is drawn. A refusal writes nothing; so does a ledger that lacks any anchor
+    the home holds (:mod:`transit_release.anchors`)."""
     ledger = Ledger(home.ledger)
     if ledger.head().seq == 0:  # a new or emptied ledger must not restart the budget of a home that published
         earlier = sorted(p.parent.name for root in (home.releases, home.test_releases) if root.is_dir()
@@ -102,7 +105,10 @@ def charge_budget(home: Home, events: list, policy: BudgetPolicy) -> list:
             raise LedgerIntegrityError(f"the ledger {home.ledger} is empty, but this home has published "
                                        f"{len(earlier)} release(s) (first: {earlier[0]}): it is not this home's "
                                        "ledger, or the ledger was lost; restore it from a backup. Nothing was charged")
-    charged = ledger.charge(events, check=policy.check)
+    # the home's records must agree with the ledger; every anchor they hold is checked again inside the charge's
+    # transaction: a ledger older than any of them is refused
+    check_records(home, ledger, live_release_ids(home) - {events[0].release_id} if events else set())
+    charged = ledger.charge(events, check=policy.check, anchors=lambda: home_anchors(home))
     crash_point("after-charge")
     return charged
 
