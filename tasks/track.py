@@ -20,6 +20,7 @@ import tempfile
 import time
 import uuid
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 
 from tasks import data_task
@@ -307,8 +308,9 @@ def read_mirrored_spends(home: Home, mirror: list, entries: list) -> dict[str, l
                 spends = json.loads(Path(path).read_text(encoding="utf-8"))
             except Exception:  # noqa: BLE001 - an artifact removed or altered: counted as far as it can be read
                 continue
-        if isinstance(spends, list):
-            out.setdefault(rid, []).extend(s for s in spends if isinstance(s, dict))
+        if isinstance(spends, list):  # the run's start stands for the spends' time (a little after their charge)
+            at = datetime.fromtimestamp(r.info.start_time / 1000, timezone.utc).isoformat(timespec="microseconds")
+            out.setdefault(rid, []).extend({"recorded_at": at, **s} for s in spends if isinstance(s, dict))
     return out
 
 

@@ -151,8 +151,8 @@ def mirrored_entries(ledger_entries: list[LedgerEntry], mirrored: dict[str, list
             continue
         for s in spends:
             try:
-                e = LedgerEntry(int(s["seq"]), "", SPEND, rid, json.dumps(s["event"], sort_keys=True), "",
-                                str(s.get("hash", "")))
+                e = LedgerEntry(int(s["seq"]), str(s.get("recorded_at") or "1970-01-01T00:00:00+00:00"), SPEND, rid,
+                                json.dumps(s["event"], sort_keys=True), "", str(s.get("hash", "")))
                 if e.event().release_id != rid:
                     continue
             except (KeyError, TypeError, ValueError):
