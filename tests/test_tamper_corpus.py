@@ -363,6 +363,16 @@ def rollback_3(c):
     _restore(c, 3)
 
 
+def link_to_an_older_copy(c):
+    """The ledger replaced by a symbolic link to an older copy (backup 3) beside it: the key's records name the
+    ledger by its path, so a link must not make them name another file."""
+    older = c.home / "ledger-copy.sqlite"
+    shutil.copyfile(c.backups[2] / "ledger.sqlite", older)
+    truncate(c)
+    c.ledger.unlink()
+    c.ledger.symlink_to(older)
+
+
 def drop_all_triggers(c):
     from transit_release.accounting.ledger import TRIGGERS
 
@@ -474,6 +484,8 @@ CORPUS = [
     ("rolled back to backup 1 (after r1)", K, rollback_1, 4, "keyed high-water mark", 4, "lacks what"),
     ("rolled back to backup 2 (r2 charged)", K, rollback_2, 4, "keyed high-water mark", 4, "lacks what"),
     ("rolled back to backup 3 (r2 published)", K, rollback_3, 4, "keyed high-water mark", 4, "lacks what"),
+    ("ledger replaced by a link to an older copy", K, link_to_an_older_copy, 4, "is a symbolic link", 4,
+     "is a symbolic link"),
     ("all nine triggers dropped", U, drop_all_triggers, 4, "9 of the 9 append-only triggers are missing", 4,
      "were dropped"),
     ("all nine triggers dropped", K, drop_all_triggers, 4, "9 of the 9 append-only triggers are missing", 4,

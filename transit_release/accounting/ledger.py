@@ -422,6 +422,9 @@ class Ledger:
         self.read_only = read_only
         # a key is never read from inside the ledger's own directory (the commands check the home too, first)
         self.key = key_from_environment(self.path.resolve().parent) if key is None else (key or None)
+        if self.path.is_symlink():  # its records beside the key name the path: a link could point them elsewhere
+            raise LedgerIntegrityError(f"{self.path}: the privacy ledger is a symbolic link; put the ledger file "
+                                       "itself there")
         if read_only:
             if not self.path.is_file():
                 raise LedgerIntegrityError(f"{self.path}: the privacy ledger does not exist")
@@ -494,7 +497,7 @@ class Ledger:
         record = keyed_ledgers_record()
         if record is None:
             return
-        me = str(self.path.resolve())
+        me = self._key_side_name()
         try:
             if me not in (record.read_text(encoding="utf-8").splitlines() if record.exists() else []):
                 fd = os.open(record, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -507,7 +510,7 @@ class Ledger:
         record = keyed_ledgers_record()
         try:
             return (record is not None and record.exists()
-                    and str(self.path.resolve()) in record.read_text(encoding="utf-8").splitlines())
+                    and self._key_side_name() in record.read_text(encoding="utf-8").splitlines())
         except OSError:
             return False
 
@@ -538,7 +541,8 @@ class Ledger:
                                        "it with `transit-release audit` and restore the ledger from a backup")
 
     def _key_side_name(self) -> str:
-        return str(self.path.resolve())
+        """The ledger's name in the key's records: its directory resolved, the file itself as named."""
+        return str(self.path.parent.resolve() / self.path.name)
 
     def _check_high_water(self, con: sqlite3.Connection) -> None:
         """With a key: the ledger holds the high-water mark kept beside the key (see :class:`HighWaterMark`)."""
@@ -738,7 +742,10 @@ class Ledger:
 
     def published(self) -> dict[str, LedgerEntry]:
         """Release id → its publication entry."""
-        return {e.release_id: e for e in self.entries() if e.entry_type == PUBLISHED}
+        with closing(self._connect()) as con:
+            rows = con.execute("SELECT seq, recorded_at, entry_type, release_id, payload, prev_hash, hash FROM entries "
+                               "WHERE entry_type = ? ORDER BY seq", (PUBLISHED,)).fetchall()
+        return {e.release_id: e for e in (LedgerEntry(*r) for r in rows)}
 
     def check_anchor(self, seq: int, digest: str) -> str | None:
         """None if entry ``seq`` still has hash ``digest``; otherwise what is wrong (no value of any entry)."""
