@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tasks import data_task
 from transit_release.faults import crash_point
-from transit_release.accounting.ledger import Ledger, refuse_second_charge
+from transit_release.accounting.ledger import Ledger, refuse_second_charge, rollback_message
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
 from transit_release.anchors import check_records, home_anchors
 from transit_release.recovery import live_release_ids
 from transit_release.home import Home, check_release_id
 from transit_release.inputs import tables as io
-from transit_release.errors import LedgerIntegrityError
+from transit_release.errors import LedgerIntegrityError, LedgerRollbackError
 from transit_release.publish import MANIFEST, already_published
 
 
@@ -67,13 +68,23 @@ def same_spend(component: str, epsilon: float, fingerprint: str) -> Callable[[li
 
 @data_task(name="check-budget")
 def check_budget(home: Home, events: list, policy: BudgetPolicy) -> dict:
-    """The dry run's verdict: would the policy allow these spends now? Reads the ledger, writes nothing."""
+    """The dry run's verdict: would the ledger and the policy allow these spends now? Reads the ledger, writes
+    nothing."""
     from transit_release.errors import BudgetError
 
     try:
+        if home.ledger.exists():  # a ledger the charge would refuse is refused here too
+            ledger = Ledger(home.ledger, read_only=True)
+            check_records(home, ledger, live_release_ids(home))
+            unmet = ledger.unmet(home_anchors(home))
+            if unmet:
+                raise LedgerRollbackError(rollback_message(home.ledger, unmet, ledger.head().seq, "it would charge "
+                                                           "nothing"))
         policy.check(_recorded(home), events)
-    except BudgetError as exc:
+    except (BudgetError, LedgerIntegrityError) as exc:
         return {"allowed": False, "reason": str(exc)}
+    except sqlite3.Error as exc:
+        return {"allowed": False, "reason": f"{home.ledger}: not a readable privacy ledger ({exc})"}
     return {"allowed": True, "reason": ""}
 
 

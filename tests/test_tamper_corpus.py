@@ -388,12 +388,12 @@ def strip_macs_rechained(c):
 
 def intent_without_mac(c):
     c.sql("INSERT INTO publication_intents (recorded_at, release_id, manifest_sha256, staging_dir, final_dir) "
-          f"VALUES ('now', 'r3', 'x', '{c.home}/releases/.tmp-r3-0000abcd', '{c.home}/releases/r3')")
+          f"VALUES ('now', 'r3', 'x', '{c.home}/releases/.tmp-evil-0000abcd', '{c.home}/releases/r3')")
 
 
 def foreign_staging_dir(c):
-    (c.home / "releases" / ".tmp-r3-0000abcd").mkdir()
-    (c.home / "releases" / ".tmp-r3-0000abcd" / "trips.csv").write_text("card_id\n1\n")
+    (c.home / "releases" / ".tmp-evil-0000abcd").mkdir()
+    (c.home / "releases" / ".tmp-evil-0000abcd" / "trips.csv").write_text("card_id\n1\n")
 
 
 def foreign_file_in_releases(c):
@@ -494,8 +494,8 @@ CORPUS = [
      "carry no MAC although a key is configured", 4, "carry no MAC"),
     ("intent without a MAC", K, intent_without_mac, 4, "publication intent 3: it was not written with the ledger "
      "key", 4, "publication intent 3 carries no valid MAC"),
-    ("foreign staging directory under releases/", K, foreign_staging_dir, 4, "releases/.tmp-r3-0000abcd: unknown",
-     4, "releases/.tmp-r3-0000abcd is not something this tool wrote"),
+    ("foreign staging directory under releases/", K, foreign_staging_dir, 4, "releases/.tmp-evil-0000abcd: unknown",
+     4, "releases/.tmp-evil-0000abcd is not something this tool wrote"),
     ("foreign file under releases/", U, foreign_file_in_releases, 4, "releases/trips.csv: not a release", 4,
      "releases/trips.csv is not something this tool wrote"),
     ("MLflow anchor with a forged MAC", K, forged_anchor_mac, 4, "carries a MAC that does not match the key", 4,
@@ -565,3 +565,14 @@ def test_with_the_key_directory_lost_too_the_anchors_in_the_home_still_catch_the
     code, discrepancies = audit(c.home)
     assert code == 4 and any("anchored in MLflow at charge does not match" in d for d in discrepancies)
     assert later_charge(c.home)[0] == 4
+
+
+def test_a_dry_run_on_a_restored_ledger_says_the_charge_would_be_refused(case_of):
+    from tasks.budget import check_budget
+    from transit_release.accounting.policy import load_budget_policy
+
+    c = case_of(False)
+    rollback_3(c)
+    verdict = check_budget.fn(Home.at(c.home), partition_events("later", date=LATER[1]), load_budget_policy())
+    assert not verdict["allowed"] and "lacks what the MLflow anchor run" in verdict["reason"]
+    assert "it would charge nothing" in verdict["reason"]

@@ -118,8 +118,8 @@ def _sha256(path: Path) -> str | None:
 def check_records(home: Home, ledger: Ledger, live_release_ids: set[str]) -> None:
     """The other direction, before a charge: every release the ledger publishes is on disk with the manifest it
     recorded and (with an MLflow store) anchored there; nothing under ``releases/`` is foreign (anything but a
-    release directory, :data:`RELEASES_TOOL_FILES` and, for a keyed ledger, staging directories of live runs or of
-    publication intents carrying the key's MAC). Raises :class:`LedgerIntegrityError` naming the first problem:
+    release directory, :data:`RELEASES_TOOL_FILES` and, for a keyed ledger, staging directories of live runs, of
+    releases charged and not yet published, or of publication intents carrying the key's MAC). Raises :class:`LedgerIntegrityError` naming the first problem:
     a home whose records disagree with its ledger is not charged until `transit-release audit` is understood."""
     problems = []
     published = ledger.published()
@@ -146,6 +146,8 @@ def check_records(home: Home, ledger: Ledger, live_release_ids: set[str]) -> Non
             problems.append(f"release '{rid}' is published on the ledger, but no MLflow anchor run names it")
     keyed = ledger.key is not None and ledger.keyed()
     vouched = set()
+    # a release charged and not yet published may be staging now (its run holds no lock in every kind)
+    in_flight = (ledger.charged_release_ids() - set(published)) | live_release_ids if keyed else set()
     if keyed:
         for i in ledger.intents():
             try:
@@ -160,7 +162,7 @@ def check_records(home: Home, ledger: Ledger, live_release_ids: set[str]) -> Non
             if p.is_dir() and not p.is_symlink() and not p.name.startswith("."):
                 continue  # release directories: anchors
             if p.name.startswith(".tmp-") and p.is_dir() and not p.is_symlink():
-                if not keyed or p.name in vouched or p.name[5:].rsplit("-", 1)[0] in live_release_ids:
+                if not keyed or p.name in vouched or p.name[5:].rsplit("-", 1)[0] in in_flight:
                     continue
             elif p.name in RELEASES_TOOL_FILES and p.is_file() and not p.is_symlink():
                 continue

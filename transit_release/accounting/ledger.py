@@ -736,6 +736,12 @@ class Ledger:
                 raise
         return entry
 
+    def charged_release_ids(self) -> set[str]:
+        """Every release id with at least one spend."""
+        with closing(self._connect()) as con:
+            return {r[0] for r in con.execute("SELECT DISTINCT release_id FROM entries WHERE entry_type = ?",
+                                              (SPEND,))}
+
     def spends(self, release_id: str | None = None) -> list[LedgerEntry]:
         return [e for e in self.entries()
                 if e.entry_type == SPEND and (release_id is None or e.release_id == release_id)]
