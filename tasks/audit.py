@@ -36,10 +36,10 @@ def verify_ledger(home: Home) -> list:
     except (sqlite3.Error, TransitReleaseError) as exc:
         return [audit.Discrepancy("ledger", "database", f"{home.ledger.name} is not a readable privacy ledger "
                                   f"({exc}): restore it from a backup")]
-    problems, _ = audit.guarded("ledger", "hash chain", audit.check_ledger, ledger.verify)
-    checked, _ = audit.guarded("ledger", "triggers", lambda: audit.check_protections(ledger.missing_triggers,
-                                                                                   ledger.schema_version()))
-    return (problems or []) + (checked or [])
+    problems, trouble = audit.guarded("ledger", "hash chain", audit.check_ledger, ledger.verify)
+    checked, more = audit.guarded("ledger", "triggers", lambda: audit.check_protections(ledger.missing_triggers,
+                                                                                      ledger.schema_version()))
+    return (problems or trouble) + (checked or more)
 
 
 @data_task(name="reconcile-records")
@@ -56,7 +56,10 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
         intents = ledger.intents() if ledger else []
     except (sqlite3.Error, TransitReleaseError):
         ledger, keyed, intents = None, False, []  # reported by the ledger's verification
-    pending = [i.release_id for i in recovery.pending_intents(ledger)] if ledger else []
+    try:
+        pending = [i.release_id for i in recovery.pending_intents(ledger)] if ledger else []
+    except (sqlite3.Error, TransitReleaseError):
+        ledger, keyed, intents, pending = None, False, [], []  # reported by the ledger's verification
     known_staging = None
     if keyed and key is not None:
         vouched = []

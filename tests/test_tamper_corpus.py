@@ -373,6 +373,13 @@ def link_to_an_older_copy(c):
     c.ledger.symlink_to(older)
 
 
+def drop_table(table):
+    def tamper(c):
+        c.sql(f"DROP TABLE {table}")
+    tamper.__name__ = f"drop_{table}"
+    return tamper
+
+
 def drop_all_triggers(c):
     from transit_release.accounting.ledger import TRIGGERS
 
@@ -486,6 +493,10 @@ CORPUS = [
     ("rolled back to backup 3 (r2 published)", K, rollback_3, 4, "keyed high-water mark", 4, "lacks what"),
     ("ledger replaced by a link to an older copy", K, link_to_an_older_copy, 4, "is a symbolic link", 4,
      "is a symbolic link"),
+    ("table of entries dropped", U, drop_table("entries"), 4, "not a readable privacy ledger (no such table: entries)",
+     4, "not a readable privacy ledger (no such table: entries)"),
+    ("table of MACs dropped", K, drop_table("entry_macs"), 4, "could not be checked", 4,
+     "not a readable privacy ledger (no such table: entry_macs)"),
     ("all nine triggers dropped", U, drop_all_triggers, 4, "9 of the 9 append-only triggers are missing", 4,
      "were dropped"),
     ("all nine triggers dropped", K, drop_all_triggers, 4, "9 of the 9 append-only triggers are missing", 4,
@@ -499,7 +510,7 @@ CORPUS = [
     ("foreign file under releases/", U, foreign_file_in_releases, 4, "releases/trips.csv: not a release", 4,
      "releases/trips.csv is not something this tool wrote"),
     ("MLflow anchor with a forged MAC", K, forged_anchor_mac, 4, "carries a MAC that does not match the key", 4,
-     "its MAC does not match the key"),
+     "carries a MAC that does not match the ledger key: it was not written by this tool"),
     ("keyed high-water mark altered", K, high_water_file_altered, 4, "does not carry the key's MAC", 4,
      "does not carry the key's MAC"),
 ]

@@ -39,6 +39,7 @@ Properties:
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import hmac
 import json
@@ -323,6 +324,9 @@ class Anchor:
     problem: str | None = None
 
 
+FORGED_ANCHOR = "its MAC does not match the key (not written by this tool)"
+
+
 def unmet_anchors(entries: Sequence["LedgerEntry"], intent_release_ids: set[str], anchors: Sequence[Anchor],
                   key: bytes | None = None) -> list[tuple[Anchor, str]]:
     """The anchors ``entries`` do not hold, each with what is wrong (no value of any entry), newest first."""
@@ -342,7 +346,7 @@ def unmet_anchors(entries: Sequence["LedgerEntry"], intent_release_ids: set[str]
             elif e.hash != a.hash:
                 out.append((a, f"entry {a.seq} has another hash"))
             elif key and a.mac is not None and not hmac.compare_digest(a.mac, anchor_mac(key, a.seq, a.hash)):
-                out.append((a, "its MAC does not match the key (not written by this tool)"))
+                out.append((a, FORGED_ANCHOR))
         elif a.seq is not None:
             e = by_seq.get(a.seq)
             if e is None:
@@ -358,6 +362,9 @@ def rollback_message(path: Path, unmet: list[tuple[Anchor, str]], head: int, out
     """One line: the newest anchor the ledger lacks, what follows, and how to reconcile."""
     anchor, reason = unmet[0]
     more = f" ({len(unmet)} anchors unmet)" if len(unmet) > 1 else ""
+    if reason.startswith(FORGED_ANCHOR):
+        return (f"{anchor.where} carries a MAC that does not match the ledger key: it was not written by this tool"
+                f"{more}; {outcome}. Run `transit-release audit` and see {RECONCILE_DOC}")
     return (f"the ledger {path} (head: entry {head}) lacks what {anchor.where} records: {reason}{more}. It is older "
             f"than this home's records (a restored backup?) and would spend again what it forgot; {outcome}. Restore "
             f"the newest backup (one that holds it), or reconcile as {RECONCILE_DOC} says; `transit-release audit` "
@@ -407,6 +414,22 @@ class PublicationIntent:
 
 
 SpendCheck = Callable[[list[LedgerEntry], Sequence[Any]], None]
+
+
+def _unreadable_is_integrity(method):
+    """A ledger file whose tables were dropped or whose bytes are not a database is an integrity failure (exit 4,
+    one line), not a crash; a busy database stays what it is."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.DatabaseError as exc:
+            text = str(exc)
+            if isinstance(exc, sqlite3.OperationalError) and not text.startswith(("no such", "table ")):
+                raise
+            raise LedgerIntegrityError(f"{self.path}: not a readable privacy ledger ({text}); restore it from a "
+                                       "backup") from None
+    return wrapper
 
 
 class Ledger:
@@ -460,10 +483,12 @@ class Ledger:
         ).fetchall()
         return [LedgerEntry(*row) for row in rows]
 
+    @_unreadable_is_integrity
     def entries(self) -> list[LedgerEntry]:
         with closing(self._connect()) as con:
             return self._read(con)
 
+    @_unreadable_is_integrity
     def head(self) -> Head:
         """The newest entry's sequence number and hash (``0`` and the genesis hash when empty)."""
         with closing(self._connect()) as con:
@@ -632,6 +657,7 @@ class Ledger:
         write_high_water(self.key, self._key_side_name(), HighWaterMark(head.seq, head.hash, True, head.seq, head.hash))
         return len(rows)
 
+    @_unreadable_is_integrity
     def charge(self, events: Sequence[Any], check: SpendCheck | None = None,
                anchors: Callable[[], Sequence[Anchor]] | None = None) -> list[LedgerEntry]:
         """Atomically check and record spends; returns the written entries.
@@ -676,6 +702,7 @@ class Ledger:
                 raise
         return written
 
+    @_unreadable_is_integrity
     def record_intent(self, release_id: str, manifest_sha256: str, staging_dir: Path, final_dir: Path,
                       mlflow_run_id: str | None) -> PublicationIntent:
         """Before the rename: what is about to be published, so a crash can be completed or rolled back."""
@@ -711,12 +738,14 @@ class Ledger:
             raise LedgerIntegrityError(f"publication intent {intent.id} carries no valid MAC: it was not written "
                                        "with the ledger key; nothing was renamed or removed")
 
+    @_unreadable_is_integrity
     def intents(self) -> list[PublicationIntent]:
         with closing(self._connect()) as con:
             rows = con.execute("SELECT id, recorded_at, release_id, manifest_sha256, staging_dir, final_dir, "
                                "mlflow_run_id FROM publication_intents ORDER BY id").fetchall()
         return [PublicationIntent(*r) for r in rows]
 
+    @_unreadable_is_integrity
     def record_publication(self, release_id: str, manifest_sha256: str) -> LedgerEntry:
         payload = json.dumps({"release_id": release_id, "manifest_sha256": manifest_sha256},
                              sort_keys=True, separators=(",", ":"))
@@ -736,6 +765,7 @@ class Ledger:
                 raise
         return entry
 
+    @_unreadable_is_integrity
     def charged_release_ids(self) -> set[str]:
         """Every release id with at least one spend."""
         with closing(self._connect()) as con:
@@ -746,6 +776,7 @@ class Ledger:
         return [e for e in self.entries()
                 if e.entry_type == SPEND and (release_id is None or e.release_id == release_id)]
 
+    @_unreadable_is_integrity
     def published(self) -> dict[str, LedgerEntry]:
         """Release id → its publication entry."""
         with closing(self._connect()) as con:
@@ -765,6 +796,7 @@ class Ledger:
             return f"entry {seq} it anchors has a different hash (history before it was rewritten)"
         return None
 
+    @_unreadable_is_integrity
     def keyed(self) -> bool:
         """Does the ledger hold MACs (was it ever written with a key)?"""
         with closing(self._connect()) as con:
