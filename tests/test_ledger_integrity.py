@@ -56,8 +56,9 @@ def restore(backup: Path, home: Path) -> None:
 
 def test_a_restored_backup_is_refused_before_it_overspends_and_the_audit_counts_what_it_forgot(
         prefect_harness, tiny_week, tmp_path, capsys):
-    """The issue's rollback scenario: r1; a backup; r2 exhausts the cap; the backup is restored; r3 is refused (exit 4, one line naming the newest anchor the ledger lacks), nothing charged or
-    published; the audit fails and its loss counts r2's spends, which only MLflow still holds."""
+    """The issue's rollback scenario: r1; a backup; r2 exhausts the cap; the backup is restored; r3 is refused
+    (exit 4, one line naming the newest anchor the ledger lacks), nothing charged or published; the audit fails
+    and its loss counts r2's spends, which only MLflow still holds."""
     home, saved = tmp_path / "home", tmp_path / "backup"
     policy = two_release_policy(tmp_path)
     assert main(release(tiny_week, home, "r1", "--policy", str(policy))) == 0

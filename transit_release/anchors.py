@@ -119,8 +119,9 @@ def check_records(home: Home, ledger: Ledger, live_release_ids: set[str]) -> Non
     """The other direction, before a charge: every release the ledger publishes is on disk with the manifest it
     recorded and (with an MLflow store) anchored there; nothing under ``releases/`` is foreign (anything but a
     release directory, :data:`RELEASES_TOOL_FILES` and, for a keyed ledger, staging directories of live runs, of
-    releases charged and not yet published, or of publication intents carrying the key's MAC). Raises :class:`LedgerIntegrityError` naming the first problem:
-    a home whose records disagree with its ledger is not charged until `transit-release audit` is understood."""
+    releases charged and not yet published, or of publication intents carrying the key's MAC). Raises
+    :class:`LedgerIntegrityError` naming the first problem: a home whose records disagree with its ledger is not
+    charged until what `transit-release audit` names is resolved."""
     problems = []
     published = ledger.published()
     anchored = {None}

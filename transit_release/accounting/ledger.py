@@ -358,7 +358,8 @@ def unmet_anchors(entries: Sequence["LedgerEntry"], intent_release_ids: set[str]
     return sorted(out, key=lambda x: -1 if x[0].seq is None else x[0].seq, reverse=True)
 
 
-def rollback_message(path: Path, unmet: list[tuple[Anchor, str]], head: int, outcome: str = "nothing was charged") -> str:
+def rollback_message(path: Path, unmet: list[tuple[Anchor, str]], head: int,
+                     outcome: str = "nothing was charged") -> str:
     """One line: the newest anchor the ledger lacks, what follows, and how to reconcile."""
     anchor, reason = unmet[0]
     more = f" ({len(unmet)} anchors unmet)" if len(unmet) > 1 else ""
@@ -583,8 +584,8 @@ class Ledger:
         if not mark.committed and tuple(last) == (mark.prev_seq, mark.prev_hash):
             return  # the write that set the mark stopped before it committed
         reason = f"entry {mark.seq} is missing" if row is None else f"entry {mark.seq} has another hash"
-        raise LedgerRollbackError(rollback_message(self.path, [(Anchor(f"the keyed high-water mark ({high_water_file()})",
-                                                                       mark.seq, mark.hash), reason)], last[0]))
+        anchor = Anchor(f"the keyed high-water mark ({high_water_file()})", mark.seq, mark.hash)
+        raise LedgerRollbackError(rollback_message(self.path, [(anchor, reason)], last[0]))
 
     def _commit(self, con: sqlite3.Connection, written: Sequence["LedgerEntry"]) -> None:
         """COMMIT; with a key, the high-water mark is advanced before (unconfirmed) and confirmed after."""
@@ -691,7 +692,8 @@ class Ledger:
                     intents = {r[0] for r in con.execute("SELECT release_id FROM publication_intents")}
                     unmet = unmet_anchors(existing, intents, anchors(), self.key)
                     if unmet:
-                        raise LedgerRollbackError(rollback_message(self.path, unmet, existing[-1].seq if existing else 0))
+                        head = existing[-1].seq if existing else 0
+                        raise LedgerRollbackError(rollback_message(self.path, unmet, head))
                 refuse_second_charge(existing, release_id)
                 if check is not None:
                     check(existing, events)
