@@ -33,7 +33,9 @@ def verify_ledger(home: Home) -> list:
     try:
         ledger = Ledger(home.ledger, key=key_from_environment(home.root) or b"", read_only=True)
         ledger.entries()
-    except (sqlite3.Error, TransitReleaseError) as exc:
+    except TransitReleaseError as exc:
+        return [audit.Discrepancy("ledger", "database", str(exc))]
+    except sqlite3.Error as exc:
         return [audit.Discrepancy("ledger", "database", f"{home.ledger.name} is not a readable privacy ledger "
                                   f"({exc}): restore it from a backup")]
     problems, trouble = audit.guarded("ledger", "hash chain", audit.check_ledger, ledger.verify)

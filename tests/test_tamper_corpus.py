@@ -480,7 +480,7 @@ CORPUS = [
      "published 2 release(s)"),
     ("ledger truncated to 0 bytes", K, truncate, 4, "published on the ledger", 4, "is empty, but this home has "
      "published 2 release(s)"),
-    ("ledger overwritten with garbage", U, garbage, 4, "is not a readable privacy ledger", 4,
+    ("ledger overwritten with garbage", U, garbage, 4, "not a readable privacy ledger (file is not a database)", 4,
      "not a readable privacy ledger"),
     ("rolled back to backup 1 (after r1)", U, rollback_1, 4, "in releases/ but never recorded as published", 4,
      "lacks what"),
