@@ -8,7 +8,7 @@ from tasks.audit import read_ledger, reconcile, verify_ledger, write_audit_repor
 from tasks.budget import load_policy
 from tasks.home import prepare_home
 from tasks.report import update_index
-from tasks.track import read_anchors, read_mirror, track_audit
+from tasks.track import read_anchors, read_mirror, read_mirrored_spends, track_audit
 from transit_release.audit import DEFAULT_DELTA_PRIME
 
 
@@ -21,8 +21,10 @@ def privacy_audit(home: str = ".", ledger: str | None = None, delta_prime: float
     caps = {c.unit_of_privacy: c.epsilon for c in reversed(budget_policy.caps)}
     problems = verify_ledger(where)
     entries = read_ledger(where)
-    result = reconcile(where, entries, problems, read_mirror(where), read_anchors(where), delta_prime,
-                       budget_policy.allow_unbounded_person_loss)
+    mirror = read_mirror(where)
+    # the spends MLflow mirrors for releases the ledger lacks are counted in the loss (and said so)
+    result = reconcile(where, entries, problems, mirror, read_anchors(where), delta_prime,
+                       read_mirrored_spends(where, mirror, entries), budget_policy.allow_unbounded_person_loss)
     report_path = write_audit_report(where, result, caps)
     run_id = track_audit(where, result, report_path)
     update_index(where)

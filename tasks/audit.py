@@ -3,50 +3,106 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from datetime import datetime, timezone
+from pathlib import Path
 
 from tasks import data_task
 from transit_release import audit, recovery, release_index
 from transit_release.accounting.ledger import Ledger, key_from_environment
+from transit_release.errors import TransitReleaseError
 from transit_release.home import Home
 
 
 @data_task(name="read-ledger")
 def read_ledger(home: Home) -> list:
-    return Ledger(home.ledger, key=b"", read_only=True).entries() if home.ledger.exists() else []
+    """The ledger's entries; none from a file that is not a readable ledger (its verification says so)."""
+    if not home.ledger.exists():
+        return []
+    try:
+        return Ledger(home.ledger, key=b"", read_only=True).entries()
+    except (sqlite3.Error, TransitReleaseError):
+        return []
 
 
 @data_task(name="verify-ledger")
 def verify_ledger(home: Home) -> list:
-    """The hash chain, the database's integrity and, with a key, every MAC."""
+    """The hash chain, the database's integrity, the append-only triggers and, with a key, every MAC."""
     if not home.ledger.exists():
         return []
-    return audit.check_ledger(Ledger(home.ledger, key=key_from_environment(home.root) or b"", read_only=True).verify)
+    try:
+        ledger = Ledger(home.ledger, key=key_from_environment(home.root) or b"", read_only=True)
+        ledger.entries()
+    except TransitReleaseError as exc:
+        return [audit.Discrepancy("ledger", "database", str(exc))]
+    except sqlite3.Error as exc:
+        return [audit.Discrepancy("ledger", "database", f"{home.ledger.name} is not a readable privacy ledger "
+                                  f"({exc}): restore it from a backup")]
+    problems, trouble = audit.guarded("ledger", "hash chain", audit.check_ledger, ledger.verify)
+    checked, more = audit.guarded("ledger", "triggers", lambda: audit.check_protections(ledger.missing_triggers,
+                                                                                      ledger.schema_version()))
+    return (problems or trouble) + (checked or more)
 
 
 @data_task(name="reconcile-records")
 def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, anchors: list,
-              delta_prime: float, allow_unbounded_person_loss: bool = False) -> dict:
-    published_ids, charged, spends, published = audit.summarise(entries)
-    release_problems, staging, manifests = audit.check_releases(home, published, {e.release_id for e in spends})
-    ledger = Ledger(home.ledger, key=b"", read_only=True) if home.ledger.exists() else None
-    keyed = ledger.keyed() if ledger else False
-    anchor_problems, matched = (audit.check_anchors(ledger.check_anchor, manifests, anchors, keyed,
-                                                    published_ids if home.mlflow_db.exists() else ())
-                                if ledger else ([], {}))
-    key_configured = key_from_environment(home.root) is not None
-    pending = [i.release_id for i in recovery.pending_intents(ledger)] if ledger else []
+              delta_prime: float, mirrored: dict | None = None, allow_unbounded_person_loss: bool = False) -> dict:
+    """Every record against the others; whatever a tampered home holds gives discrepancies, never a crash."""
+    problems = list(ledger_problems)
+    valid = audit.valid_entries(entries)
+    published_ids, charged, spends, published = audit.summarise(valid)
+    key = key_from_environment(home.root)
+    try:
+        ledger = Ledger(home.ledger, key=key or b"", read_only=True) if home.ledger.exists() else None
+        keyed = ledger.keyed() if ledger else False
+        intents = ledger.intents() if ledger else []
+    except (sqlite3.Error, TransitReleaseError):
+        ledger, keyed, intents = None, False, []  # reported by the ledger's verification
+    try:
+        pending = [i.release_id for i in recovery.pending_intents(ledger)] if ledger else []
+    except (sqlite3.Error, TransitReleaseError):
+        ledger, keyed, intents, pending = None, False, [], []  # reported by the ledger's verification
+    known_staging = None
+    if keyed and key is not None:
+        vouched = []
+        for i in intents:
+            if i.release_id in pending and not audit.check_intents([i], ledger.check_intent):
+                vouched.append(Path(i.staging_dir).name)
+        live = recovery.live_release_ids(home)
+        known_staging = set(vouched) | {p.name for root in (home.releases, home.test_releases) if root.is_dir()
+                                        for p in root.glob(".tmp-*") if p.name[5:].rsplit("-", 1)[0] in live}
+        problems += audit.check_intents(intents, ledger.check_intent)
+        problems += audit.check_high_water(ledger.check_high_water)
+    checked, trouble = audit.guarded("release", "releases/", audit.check_releases, home, published,
+                                     {e.release_id for e in spends}, known_staging)
+    release_problems, staging, manifests = checked or (trouble, [], {})
+    anchor_problems, matched = [], {}
+    if ledger:
+        checked, trouble = audit.guarded("anchor", "anchors", audit.check_anchors, ledger.check_anchor, manifests,
+                                         anchors, keyed, published_ids if home.mlflow_db.exists() else (), key)
+        anchor_problems, matched = checked or (trouble, {})
+    mirror_problems, trouble = audit.guarded("mlflow", "mirror", audit.check_mirror, spends, published, mirror)
+    extra = audit.mirrored_entries(valid, mirrored or {})
+    counted: dict[str, int] = {}
+    for e in extra:
+        counted[e.release_id] = counted.get(e.release_id, 0) + 1
+    loss, loss_trouble = audit.guarded("ledger", "loss", audit.cumulative_loss,
+                                       sorted(valid + extra, key=lambda e: e.seq), delta_prime)
+    statement_problems, statement_trouble = audit.guarded("release", "statements", audit.check_person_statements,
+                                                          valid, manifests)
+    try:
+        left = [str(p.relative_to(home.root)) for p in recovery.leftovers(home, ledger)]
+    except (sqlite3.Error, TransitReleaseError):
+        left = []
     result = audit.AuditResult(
         entries=len(entries), releases_published=published_ids, charged_not_published=charged,
-        pending_publications=pending, staging_leftovers=staging,
-        leftovers=[str(p.relative_to(home.root)) for p in recovery.leftovers(home, ledger)],
+        pending_publications=pending, staging_leftovers=staging, leftovers=left,
         anchors_checked=matched, keyed=keyed,
-        threat_model=audit.threat_model(keyed, key_configured, matched, allow_unbounded_person_loss),
-        discrepancies=(ledger_problems + release_problems + anchor_problems
-                       + audit.check_mirror(spends, published, mirror)
-                       + audit.check_person_statements(entries, manifests)),
-        card_unbounded_periods=audit.card_unbounded_periods(entries),
-        loss=audit.cumulative_loss(entries, delta_prime))
+        threat_model=audit.threat_model(keyed, key is not None, matched, counted, allow_unbounded_person_loss),
+        discrepancies=(problems + release_problems + anchor_problems + (mirror_problems or trouble) + loss_trouble
+                       + (statement_problems or statement_trouble)),
+        card_unbounded_periods=audit.card_unbounded_periods(valid),
+        loss=loss or {}, loss_counts_mirrored=counted)
     return result.to_dict()
 
 

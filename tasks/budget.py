@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tasks import data_task
 from transit_release.faults import crash_point
-from transit_release.accounting.ledger import Ledger, refuse_second_charge
+from transit_release.accounting.ledger import Ledger, refuse_second_charge, rollback_message
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
+from transit_release.anchors import check_records, home_anchors
+from transit_release.recovery import live_release_ids
 from transit_release.home import Home, check_release_id
 from transit_release.inputs import tables as io
-from transit_release.errors import LedgerIntegrityError
+from transit_release.errors import LedgerIntegrityError, LedgerRollbackError
 from transit_release.publish import MANIFEST, already_published
 
 
@@ -70,13 +73,23 @@ def same_spend(component: str, epsilon: float, fingerprint: str) -> Callable[[li
 
 @data_task(name="check-budget")
 def check_budget(home: Home, events: list, policy: BudgetPolicy) -> dict:
-    """The dry run's verdict: would the policy allow these spends now? Reads the ledger, writes nothing."""
+    """The dry run's verdict: would the ledger and the policy allow these spends now? Reads the ledger, writes
+    nothing."""
     from transit_release.errors import BudgetError
 
     try:
+        if home.ledger.exists():  # a ledger the charge would refuse is refused here too
+            ledger = Ledger(home.ledger, read_only=True)
+            check_records(home, ledger, live_release_ids(home))
+            unmet = ledger.unmet(home_anchors(home))
+            if unmet:
+                raise LedgerRollbackError(rollback_message(home.ledger, unmet, ledger.head().seq, "it would charge "
+                                                           "nothing"))
         policy.check(_recorded(home), events)
-    except BudgetError as exc:
+    except (BudgetError, LedgerIntegrityError) as exc:
         return {"allowed": False, "reason": str(exc)}
+    except sqlite3.Error as exc:
+        return {"allowed": False, "reason": f"{home.ledger}: not a readable privacy ledger ({exc})"}
     return {"allowed": True, "reason": ""}
 
 
@@ -98,7 +111,8 @@ def precheck_budget(home: Home, events: list, policy: BudgetPolicy) -> None:
 @data_task(name="charge-budget")
 def charge_budget(home: Home, events: list, policy: BudgetPolicy) -> list:
     """Check the budget policy and write every spend to the ledger, in one transaction,
-    before any noise is drawn. A refusal writes nothing."""
+    before any noise is drawn. A refusal writes nothing; so does a ledger that lacks any anchor
+    the home holds (:mod:`transit_release.anchors`)."""
     ledger = Ledger(home.ledger)
     if ledger.head().seq == 0:  # a new or emptied ledger must not restart the budget of a home that published
         earlier = sorted(p.parent.name for root in (home.releases, home.test_releases) if root.is_dir()
@@ -107,7 +121,10 @@ def charge_budget(home: Home, events: list, policy: BudgetPolicy) -> list:
             raise LedgerIntegrityError(f"the ledger {home.ledger} is empty, but this home has published "
                                        f"{len(earlier)} release(s) (first: {earlier[0]}): it is not this home's "
                                        "ledger, or the ledger was lost; restore it from a backup. Nothing was charged")
-    charged = ledger.charge(events, check=policy.check)
+    # the home's records must agree with the ledger; every anchor they hold is checked again inside the charge's
+    # transaction: a ledger older than any of them is refused
+    check_records(home, ledger, live_release_ids(home) - {events[0].release_id} if events else set())
+    charged = ledger.charge(events, check=policy.check, anchors=lambda: home_anchors(home))
     crash_point("after-charge")
     return charged
 

@@ -10,6 +10,7 @@ from prefect import get_run_logger
 
 from tasks import data_task
 from transit_release import recovery
+from transit_release.accounting.ledger import check_key_place
 from transit_release.errors import ConfigError
 from transit_release.home import UMASK, Home
 from transit_release.noise import TEST_SEED_ENV
@@ -18,10 +19,11 @@ from transit_release.noise import TEST_SEED_ENV
 @data_task(name="prepare-home")
 def prepare_home(home: str, ledger: str | None, quarantine_retention_days: float | None = None,
                  releasing: bool = True) -> Home:
-    """Folders with their modes; a home that is a file or not writable is refused at once; quarantined
-    rows older than the retention are deleted. The process's umask becomes the tool's (nothing it writes is
-    world-readable unless made so on purpose: the public release files), whoever started the run."""
+    """Folders with their modes; a home that is a file or not writable, or a ledger key inside it, is refused at
+    once; quarantined rows older than the retention are deleted. The process's umask becomes the tool's (nothing
+    it writes is world-readable unless made so on purpose: the public release files), whoever started the run."""
     os.umask(UMASK)
+    check_key_place(Path(home).resolve(), Path(ledger).resolve() if ledger else None)  # deployments start here
     where = Home.at(home, ledger).prepare()
     if releasing and os.environ.get(TEST_SEED_ENV) and where.releases.is_dir() and any(where.releases.iterdir()):
         raise ConfigError(f"{TEST_SEED_ENV} is set, but {where.root} holds public releases: the test-only seed makes "

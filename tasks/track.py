@@ -20,11 +20,12 @@ import tempfile
 import time
 import uuid
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 
 from tasks import data_task
 from transit_release import audit
-from transit_release.accounting.ledger import Ledger
+from transit_release.accounting.ledger import Ledger, anchor_mac
 from transit_release.home import Home, cache_dir
 from transit_release.publish import rows_released
 
@@ -134,9 +135,11 @@ def anchor_ledger(home: Home, release_id: str, event: str) -> dict:
     head = ledger.head()
     client = mlflow_client(home)
     exp = _experiment(client, home, ANCHOR_EXPERIMENT, home.mlflow_artifacts / "ledger")
-    run = client.create_run(exp, run_name=f"{release_id} {event}",
-                            tags={"release_id": release_id, "event": event, "head_seq": str(head.seq),
-                                  "head_hash": head.hash, "keyed": str(ledger.keyed()).lower()}).info.run_id
+    tags = {"release_id": release_id, "event": event, "head_seq": str(head.seq), "head_hash": head.hash,
+            "keyed": str(ledger.keyed()).lower()}
+    if ledger.key:  # only the key's holder can make an anchor that passes for this tool's
+        tags["head_mac"] = anchor_mac(ledger.key, head.seq, head.hash)
+    run = client.create_run(exp, run_name=f"{release_id} {event}", tags=tags).info.run_id
     client.set_terminated(run, "FINISHED")
     return head.to_dict()
 
@@ -223,12 +226,15 @@ def _mirrored_spends(params: dict) -> dict[int, tuple[str, float, float]]:
     (``<component>.ledger_seq`` with ``<component>.epsilon`` and ``.delta``) of runs made before it."""
     seqs = {}
     for k, v in params.items():
-        if k.startswith("spend.") and k[6:].isdigit():
-            component, eps, delta = v.rsplit(" ", 2)
-            seqs[int(k[6:])] = (component, float(eps), float(delta))
-        elif k.endswith(".ledger_seq"):
-            component = k[: -len(".ledger_seq")]
-            seqs[int(v)] = (component, float(params[f"{component}.epsilon"]), float(params[f"{component}.delta"]))
+        try:
+            if k.startswith("spend.") and k[6:].isdigit():
+                component, eps, delta = v.rsplit(" ", 2)
+                seqs[int(k[6:])] = (component, float(eps), float(delta))
+            elif k.endswith(".ledger_seq"):
+                component = k[: -len(".ledger_seq")]
+                seqs[int(v)] = (component, float(params[f"{component}.epsilon"]), float(params[f"{component}.delta"]))
+        except (KeyError, ValueError):
+            seqs[-1] = (f"unreadable parameter {k}", float("nan"), float("nan"))  # the audit names the difference
     return seqs
 
 
@@ -240,7 +246,11 @@ def read_mirror(home: Home) -> list:
     if not home.mlflow_db.exists():
         return []
     out = []
-    for r in _all_runs(mlflow_client(home), EXPERIMENT):
+    try:
+        runs = _all_runs(mlflow_client(home), EXPERIMENT)
+    except Exception:  # noqa: BLE001 - a store that cannot be read: read_anchors reports it, once
+        return []
+    for r in runs:
         tags = r.data.tags
         if "release_id" not in tags:
             continue
@@ -258,12 +268,50 @@ def read_anchors(home: Home) -> list[dict]:
     if not home.mlflow_db.exists():
         return []
     out = []
-    for r in _all_runs(mlflow_client(home), ANCHOR_EXPERIMENT):
+    try:
+        runs = _all_runs(mlflow_client(home), ANCHOR_EXPERIMENT)
+    except Exception as exc:  # noqa: BLE001 - the audit reports a store it cannot read, it does not crash on it
+        return [{"problem": f"the MLflow store {home.mlflow_db.name} cannot be read ({type(exc).__name__})"}]
+    for r in runs:
         t = r.data.tags
         if "head_seq" in t and "head_hash" in t:
+            try:
+                seq = int(t["head_seq"])
+            except ValueError:
+                seq = -1  # a forged tag: no ledger holds entry -1, so the audit names it
             out.append({"run_id": r.info.run_id, "release_id": t.get("release_id", ""), "event": t.get("event", ""),
-                        "seq": int(t["head_seq"]), "hash": t["head_hash"], "keyed": t.get("keyed") == "true",
-                        "deleted": r.info.lifecycle_stage == "deleted"})
+                        "seq": seq, "hash": t["head_hash"], "keyed": t.get("keyed") == "true",
+                        "mac": t.get("head_mac"), "deleted": r.info.lifecycle_stage == "deleted"})
+    return out
+
+
+@data_task(name="read-mirrored-spends")
+def read_mirrored_spends(home: Home, mirror: list, entries: list) -> dict[str, list[dict]]:
+    """Release id → the spends its MLflow run recorded (``ledger_spends.json``: seq, hash, event), for the releases of
+    ``mirror`` (:func:`read_mirror`) that the ledger's ``entries`` lack: the audit counts them in the loss. A run
+    whose artifact cannot be read is left out (its release is a discrepancy already)."""
+    wanted = {r.release_id for r in mirror} - {e.release_id for e in entries}
+    if not wanted or not home.mlflow_db.exists():
+        return {}
+    out: dict[str, list[dict]] = {}
+    try:
+        client = mlflow_client(home)
+        runs = _all_runs(client, EXPERIMENT)
+    except Exception:  # noqa: BLE001 - reported by read_anchors
+        return {}
+    for r in runs:
+        rid = r.data.tags.get("release_id")
+        if rid not in wanted or "mlflow.parentRunId" in r.data.tags:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                path = client.download_artifacts(r.info.run_id, "ledger_spends.json", tmp)
+                spends = json.loads(Path(path).read_text(encoding="utf-8"))
+            except Exception:  # noqa: BLE001 - an artifact removed or altered: counted as far as it can be read
+                continue
+        if isinstance(spends, list):  # the run's start stands for the spends' time (a little after their charge)
+            at = datetime.fromtimestamp(r.info.start_time / 1000, timezone.utc).isoformat(timespec="microseconds")
+            out.setdefault(rid, []).extend({"recorded_at": at, **s} for s in spends if isinstance(s, dict))
     return out
 
 

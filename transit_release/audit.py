@@ -4,9 +4,11 @@ Records that must agree: the ledger (source of truth), the published release
 directories (manifests and file hashes), the MLflow mirror of every spend, and
 the anchors of the ledger's head kept outside the ledger file (each public
 manifest, and MLflow after every charge and publication). With a ledger key
-(kept outside the home) the keyed chain is checked too. This module compares
-them as plain data; reading MLflow is the caller's job, so the library stays
-free of MLflow.
+(kept outside the home) the keyed chain, the keyed high-water mark beside the
+key, the MACs of publication intents and of MLflow anchors are checked too.
+This module compares them as plain data; reading MLflow is the caller's job, so
+the library stays free of MLflow. Nothing found in a tampered home makes the
+audit crash: every malformed or forged record is a discrepancy.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from transit_release.accounting.accountant import ADVANCED_COMPOSITION, compose
-from transit_release.accounting.ledger import PUBLISHED, SPEND, LedgerEntry
+from transit_release.accounting.ledger import PUBLISHED, SPEND, TRIGGERS, LedgerEntry, anchor_mac
 from transit_release.accounting.person import DEFAULT_PLD_DELTA, person_loss, person_losses
-from transit_release.errors import LedgerIntegrityError
-from transit_release.home import Home
+from transit_release.errors import LedgerIntegrityError, TransitReleaseError
+from transit_release.home import RELEASES_TOOL_FILES, Home
 from transit_release.publish import MANIFEST, sha256_file, verify_release
 
 DEFAULT_DELTA_PRIME = 1e-7
@@ -65,6 +67,7 @@ class AuditResult:
     threat_model: list[str] = field(default_factory=list)
     discrepancies: list[Discrepancy] = field(default_factory=list)
     loss: dict = field(default_factory=dict)
+    loss_counts_mirrored: dict[str, int] = field(default_factory=dict)  # release id -> spends only MLflow holds
 
     @property
     def ok(self) -> bool:
@@ -89,6 +92,85 @@ def check_ledger(verify) -> list[Discrepancy]:
     return []
 
 
+def check_protections(missing_triggers, schema_version: int) -> list[Discrepancy]:
+    """The append-only triggers (:data:`TRIGGERS`) are all in place (``missing_triggers()`` lists those absent)."""
+    try:
+        missing = missing_triggers()
+    except Exception as exc:  # noqa: BLE001 - a ledger that cannot be read is reported by its verification
+        return [Discrepancy("ledger", "triggers", f"cannot be listed ({type(exc).__name__})")]
+    if not missing:
+        return []
+    how = ("dropped: entries could have been edited or deleted unseen" if schema_version >= 2 else
+           "absent from a ledger of an older schema (a release adds them)")
+    return [Discrepancy("ledger", "triggers", f"{len(missing)} of the {len(TRIGGERS)} append-only triggers are "
+                        f"missing ({', '.join(missing)}): {how}")]
+
+
+def check_intents(intents, check_intent) -> list[Discrepancy]:
+    """With a key: every publication intent carries a valid MAC (``check_intent`` raises otherwise)."""
+    problems = []
+    for intent in intents:
+        try:
+            check_intent(intent)
+        except TransitReleaseError as exc:
+            problems.append(Discrepancy("ledger", f"publication intent {intent.id}", str(exc).split(": ", 1)[-1]))
+    return problems
+
+
+def check_high_water(check) -> list[Discrepancy]:
+    """With a key: the ledger holds the keyed high-water mark kept beside the key."""
+    try:
+        check()
+    except TransitReleaseError as exc:
+        return [Discrepancy("anchor", "keyed high-water mark", str(exc))]
+    return []
+
+
+def valid_entries(entries: list[LedgerEntry]) -> list[LedgerEntry]:
+    """The entries the accountant can read: spends whose event is valid, and publications (an invalid spend is
+    the ledger verification's discrepancy; it is left out of the loss rather than crash it)."""
+    out = []
+    for e in entries:
+        if e.entry_type == SPEND:
+            try:
+                e.event()
+            except (ValueError, TypeError, KeyError):
+                continue
+        elif e.entry_type != PUBLISHED:
+            continue
+        out.append(e)
+    return out
+
+
+def mirrored_entries(ledger_entries: list[LedgerEntry], mirrored: dict[str, list[dict]]) -> list[LedgerEntry]:
+    """Spends MLflow mirrors (``ledger_spends.json`` of each release's run) for releases the ledger holds no spend
+    of, as entries the accountant can count (their hash as MLflow recorded it; unreadable ones left out)."""
+    on_ledger = {e.release_id for e in ledger_entries if e.entry_type == SPEND}
+    out = []
+    for rid, spends in sorted(mirrored.items()):
+        if rid in on_ledger:
+            continue
+        for s in spends:
+            try:
+                e = LedgerEntry(int(s["seq"]), str(s.get("recorded_at") or "1970-01-01T00:00:00+00:00"), SPEND, rid,
+                                json.dumps(s["event"], sort_keys=True), "", str(s.get("hash", "")))
+                if e.event().release_id != rid:
+                    continue
+            except (KeyError, TypeError, ValueError):
+                continue
+            out.append(e)
+    return out
+
+
+def guarded(record: str, subject: str, check, *args, **kwargs):
+    """``check(*args)``; an unexpected error on a malformed record becomes one discrepancy (and None)."""
+    try:
+        return check(*args, **kwargs), []
+    except Exception as exc:  # noqa: BLE001 - a tampered home must give a discrepancy, never a traceback
+        return None, [Discrepancy(record, subject, f"could not be checked: a malformed record "
+                                  f"({type(exc).__name__})")]
+
+
 def _release_dirs(home: Home) -> dict[str, tuple[Path, bool]]:
     """Release id → (directory, under the public ``releases/``), staging directories excluded."""
     out = {}
@@ -101,13 +183,26 @@ def _release_dirs(home: Home) -> dict[str, tuple[Path, bool]]:
 
 
 def check_releases(home: Home, published: dict[str, LedgerEntry],
-                   charged_ids: set[str] | None = None) -> tuple[list[Discrepancy], list[str], dict]:
+                   charged_ids: set[str] | None = None,
+                   known_staging: set[str] | None = None) -> tuple[list[Discrepancy], list[str], dict]:
     """Every published release is on disk, intact and exactly what its manifest lists; every release on disk is
-    on the ledger; nothing under ``releases/`` was made with the test seed. Returns the problems, the staging
-    leftovers and each published release's manifest (for the anchors)."""
+    on the ledger; nothing under ``releases/`` was made with the test seed, and nothing is there but releases
+    and :data:`~transit_release.home.RELEASES_TOOL_FILES`. Returns the problems, the staging leftovers and each
+    published release's manifest (for the anchors).
+
+    ``known_staging`` (a keyed home): the staging directories this tool can vouch for (named by a pending intent
+    carrying the key's MAC, or held by a live run); any other ``.tmp-*`` directory is a discrepancy, not a
+    leftover, since nothing shows the tool wrote it."""
     problems: list[Discrepancy] = []
-    leftovers = [d.name for root in (home.releases, home.test_releases) if root.is_dir()
-                 for d in sorted(root.glob(".tmp-*"))]
+    leftovers = []
+    for root in (home.releases, home.test_releases):
+        for d in sorted(root.glob(".tmp-*")) if root.is_dir() else []:
+            if known_staging is None or d.name in known_staging:
+                leftovers.append(d.name)
+            else:
+                problems.append(Discrepancy("release", str(d.relative_to(home.root)), "unknown: no publication "
+                                            "intent carrying the key's MAC and no live run names it, so nothing "
+                                            "shows this tool wrote it; remove it"))
     on_disk = _release_dirs(home)
     manifests = {}
     for rid, entry in sorted(published.items()):
@@ -119,7 +214,7 @@ def check_releases(home: Home, published: dict[str, LedgerEntry],
         if not manifest.is_file():
             problems.append(Discrepancy("release", rid, f"{MANIFEST} is missing"))
             continue
-        if sha256_file(manifest) != entry.data()["manifest_sha256"]:
+        if sha256_file(manifest) != (entry.data() or {}).get("manifest_sha256"):
             problems.append(Discrepancy("release", rid, f"{MANIFEST} differs from the one recorded at publication"))
         for p in verify_release(d):
             problems.append(Discrepancy("release", rid, p.removeprefix(f"{rid}/").removeprefix(f"{rid}: ")))
@@ -130,12 +225,17 @@ def check_releases(home: Home, published: dict[str, LedgerEntry],
             manifests[rid] = json.loads(manifest.read_text(encoding="utf-8"))
         except ValueError:
             continue
-        if manifests[rid].get("release_id") != rid:
+        if not isinstance(manifests[rid], dict):
+            problems.append(Discrepancy("release", rid, f"its {MANIFEST} is not a manifest"))
+            manifests[rid] = {}
+        elif manifests[rid].get("release_id") != rid:
             problems.append(Discrepancy("release", rid, f"its {MANIFEST} names another release"))
     for root in (home.releases, home.test_releases):
         for p in sorted(root.iterdir()) if root.is_dir() else []:
             if p.name.startswith(".tmp-") and p.is_dir():
-                continue  # staging leftovers, listed as such
+                continue  # staging directories, listed above
+            if root == home.releases and p.name in RELEASES_TOOL_FILES and p.is_file() and not p.is_symlink():
+                continue
             if p.is_symlink() or not p.is_dir() or p.name.startswith("."):
                 problems.append(Discrepancy("release", str(p.relative_to(home.root)), "not a release: nothing but "
                                             "release directories belongs there; remove it"))
@@ -145,7 +245,7 @@ def check_releases(home: Home, published: dict[str, LedgerEntry],
         if public:
             try:
                 source = json.loads((d / MANIFEST).read_text(encoding="utf-8")).get("noise_source")
-            except (OSError, ValueError):
+            except (OSError, ValueError, AttributeError):
                 source = None
             if source == "test-seed":
                 problems.append(Discrepancy("release", rid, "made with the test-only noise seed but placed under "
@@ -154,13 +254,15 @@ def check_releases(home: Home, published: dict[str, LedgerEntry],
 
 
 def check_anchors(check_anchor, manifests: dict[str, dict], mlflow_anchors: list[dict],
-                  ledger_keyed: bool = True, expect_anchored: Iterable[str] = ()) -> tuple[list[Discrepancy],
-                                                                                              dict[str, int]]:
+                  ledger_keyed: bool = True, expect_anchored: Iterable[str] = (),
+                  key: bytes | None = None) -> tuple[list[Discrepancy], dict[str, int]]:
     """Every ledger head recorded outside the ledger still matches it (``check_anchor(seq, hash)``), and a ledger
     that an anchor says was keyed still is (stripping every MAC and re-chaining would otherwise pass for a ledger
     that never had a key). Every release in ``expect_anchored`` (the published ones, when MLflow is there) must
-    have at least one anchor run: each was anchored after its charge, before any noise was drawn."""
-    problems = []
+    have at least one anchor run: each was anchored after its charge, before any noise was drawn. With ``key``,
+    an MLflow anchor carrying a MAC that does not match is named (not written by this tool)."""
+    problems = [Discrepancy("mlflow", "store", a["problem"]) for a in mlflow_anchors if "problem" in a]
+    mlflow_anchors = [a for a in mlflow_anchors if "problem" not in a]
     anchored = {a["release_id"] for a in mlflow_anchors}
     for rid in sorted(set(expect_anchored) - anchored):
         problems.append(Discrepancy("anchor", rid, "published, but no ledger head was anchored in MLflow for it "
@@ -174,7 +276,10 @@ def check_anchors(check_anchor, manifests: dict[str, dict], mlflow_anchors: list
         head = m.get("ledger_head")
         if not head:
             continue  # releases made before heads were anchored
-        err = check_anchor(int(head["seq"]), head["hash"])
+        try:
+            err = check_anchor(int(head["seq"]), str(head["hash"]))
+        except (KeyError, TypeError, ValueError):
+            err = "it cannot be read"
         if err:
             problems.append(Discrepancy("anchor", rid, f"the ledger head in its public manifest does not match: {err}"))
         else:
@@ -184,6 +289,10 @@ def check_anchors(check_anchor, manifests: dict[str, dict], mlflow_anchors: list
         if err:
             problems.append(Discrepancy("anchor", a["release_id"] or a["run_id"],
                                         f"the ledger head anchored in MLflow at {a['event']} does not match: {err}"))
+        elif key and a.get("mac") and a["mac"] != anchor_mac(key, a["seq"], a["hash"]):
+            problems.append(Discrepancy("anchor", a["release_id"] or a["run_id"],
+                                        f"the ledger head anchored in MLflow at {a['event']} carries a MAC that does "
+                                        "not match the key: it was not written by this tool"))
         else:
             matched["mlflow"] += 1
     return problems, matched
@@ -217,7 +326,7 @@ def check_person_statements(entries: list[LedgerEntry], manifests: dict[str, dic
 def keyed_anchors(manifests: dict[str, dict], mlflow_anchors: list[dict]) -> list[tuple[str, str]]:
     """The anchors (published manifests, MLflow) recorded while the ledger was keyed: (release id, which anchor)."""
     out = [(rid, "its public manifest's ledger head") for rid, m in sorted(manifests.items())
-           if (m.get("ledger_head") or {}).get("keyed")]
+           if isinstance(m.get("ledger_head"), dict) and m["ledger_head"].get("keyed")]
     out += [(a["release_id"] or a["run_id"], f"the ledger head anchored in MLflow at {a['event']}")
             for a in mlflow_anchors if a.get("keyed")]
     return out
@@ -282,16 +391,18 @@ def _ranges(seqs: list[int]) -> str:
 
 
 def threat_model(keyed: bool, key_configured: bool, anchors: dict[str, int],
+                 mirrored_only: dict[str, int] | None = None,
                  allow_unbounded_person_loss: bool = False) -> list[str]:
     """What this audit can and cannot vouch for, given how the home is set up (docs/threat-model.md)."""
-    out = ["The audit detects edits and deletions behind the ledger's triggers (hash chain), spends that give "
-           "budget back (database trigger and event checks), changed or added files in published releases, and "
-           "spends missing from the MLflow mirror."]
+    out = ["The audit detects edits and deletions behind the ledger's triggers (hash chain), dropped triggers, "
+           "spends that give budget back (database trigger and event checks), changed or added files in published "
+           "releases, spends missing from the MLflow mirror, and a ledger older than any anchor the home holds."]
     if keyed and key_configured:
-        out.append("The ledger is keyed (HMAC with a key outside the home): someone who can write the home but not "
-                   "read the key cannot forge, alter or re-chain entries without this audit failing. They could still "
-                   "delete the newest entries recorded after the last anchor (a published manifest or an MLflow "
-                   "anchor run), or destroy the home outright; keep backups of the ledger and of published manifests.")
+        out.append("The ledger is keyed (HMAC with a key outside the home) and its high-water mark is kept beside the "
+                   "key: someone who can write the home but not the key's directory cannot forge, alter, re-chain or "
+                   "delete entries, even the newest with every anchor of them, without this audit failing and the "
+                   "next charge being refused. They can still destroy the home, or its ledger, outright; keep "
+                   "backups (`transit-release backup`).")
     elif keyed:
         out.append("The ledger is keyed but no key was given to this audit (TRANSIT_RELEASE_LEDGER_KEY_FILE): the "
                    "MACs were not checked.")
@@ -303,6 +414,10 @@ def threat_model(keyed: bool, key_configured: bool, anchors: dict[str, int],
                    "(TRANSIT_RELEASE_LEDGER_KEY_FILE) to close this.")
     out.append(f"Anchors checked: {anchors.get('manifests', 0)} in public manifests, {anchors.get('mlflow', 0)} in "
                "MLflow.")
+    if mirrored_only:
+        out.append(f"The loss figures count {sum(mirrored_only.values())} spend(s) of {len(mirrored_only)} release(s) "
+                   f"that MLflow mirrors but the ledger lacks ({', '.join(sorted(mirrored_only))}): their noise may "
+                   "have been drawn, so they are spent whatever the ledger says.")
     if allow_unbounded_person_loss:
         out.append("The budget policy allows trip-level releases to leave a passenger's loss unbounded "
                    "(allow_unbounded_person_loss: true): a passenger's loss is stated as unbounded wherever one is "

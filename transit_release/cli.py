@@ -13,6 +13,7 @@
     transit-release budget      [--home DIR] [--policy YAML]
     transit-release audit       [--home DIR] [--json]
     transit-release repair      [--home DIR] [--adopt-ledger-key]
+    transit-release backup      --to DIR [--home DIR]
     transit-release serve       [--home DIR] [--deployments prefect.yaml]
 
 What can be checked without Prefect (arguments, files, headers, periods,
@@ -22,7 +23,9 @@ Flows run on a Prefect server on loopback that the command starts and that
 dies with it (or the one ``PREFECT_API_URL`` names), with all
 state under ``--home`` (default: the current directory). An expected failure
 prints one line and exits 2 (bad input or configuration), 3 (budget) or 4
-(audit failed); ``--verbose`` shows Prefect's logs and tracebacks.
+(audit failed, or a ledger that fails its integrity checks: nothing charged);
+``--verbose`` shows Prefect's logs and tracebacks. The ledger key's place is
+checked first, on every command that has a home.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from transit_release.cluster import IN_PROCESS, local_workers
-from transit_release.errors import BudgetError, ConfigError, InputDataError, TransitReleaseError
+from transit_release.errors import (BudgetError, ConfigError, InputDataError, LedgerIntegrityError,
+                                   TransitReleaseError)
 from transit_release.home import UMASK, Home, check_release_id
 from transit_release.telemetry import telemetry_off
 from transit_release.warmup import RELEASE_MODULES
@@ -234,6 +238,10 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--adopt-ledger-key", action="store_true",
                     help="MAC the existing ledger entries with the key of TRANSIT_RELEASE_LEDGER_KEY_FILE "
                          "(introducing a key on a ledger with history; check the audit first)")
+
+    bk = sub.add_parser("backup", help="copy the ledger (SQLite's online backup) with the anchors it holds into DIR")
+    _add_home(bk)
+    bk.add_argument("--to", required=True, help="a new or empty directory outside the home")
 
     v = sub.add_parser("serve", help="run the schedules of prefect.yaml in this process (Prefect's serve)")
     v.add_argument("--home", default=".", help="state directory (default: current directory); also the "
@@ -702,6 +710,30 @@ def _repair(args, home: Home) -> int:
     return 0
 
 
+def _backup(args, home: Home) -> int:
+    """No Prefect, no MLflow import: the ledger, the release directories and MLflow's store read directly."""
+    from transit_release import recovery
+    from transit_release.accounting.ledger import Ledger
+    from transit_release.anchors import home_anchors
+
+    if not home.ledger.is_file():
+        raise ConfigError(f"{home.ledger}: no ledger to back up")
+    record = recovery.backup_ledger(home, Ledger(home.ledger, read_only=True), Path(args.to), home_anchors(home))
+    print(f"backed up {record['entries']} ledger entries (head: entry {record['head']['seq']}) and "
+          f"{len(record['anchors'])} anchor(s) to {Path(args.to).resolve()}")
+    print("to restore: stop every run, copy ledger.sqlite over the home's (removing its -wal and -shm files); the "
+          "next charge refuses it if the home recorded anything after this backup")
+    return 0
+
+
+def _check_ledger_key(home: Home) -> None:
+    """Before anything starts (Prefect, a flow, a read of the ledger): a configured key lies outside the home and
+    the ledger's directory and is private (:func:`~transit_release.accounting.ledger.check_key_place`)."""
+    from transit_release.accounting.ledger import check_key_place
+
+    check_key_place(home.root, home.ledger)
+
+
 def _serve(args, home: Home) -> int:
     from flows import deployments
 
@@ -767,6 +799,9 @@ def _demo(args, home: Home) -> int:
 
 def _dispatch(args, home: Home) -> int:
     _prepare_environment(home, args.verbose)
+    _check_ledger_key(home)
+    if args.command == "backup":
+        return _backup(args, home)
     if args.command == "budget":
         return _budget(args, home)
     if args.command == "repair":
@@ -844,6 +879,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.verbose:
             raise
         print(f"transit-release: error: {exc}", file=sys.stderr)
+        if isinstance(exc, LedgerIntegrityError):
+            return EXIT_AUDIT_FAILED
         return EXIT_BUDGET if isinstance(exc, BudgetError) else EXIT_INPUT
     except KeyboardInterrupt:
         print("transit-release: interrupted", file=sys.stderr)

@@ -65,7 +65,13 @@ class BudgetExceededError(BudgetError):
 
 
 class LedgerIntegrityError(TransitReleaseError):
-    """The privacy ledger's hash chain or database integrity check failed."""
+    """The privacy ledger's hash chain, its protections or database integrity check failed (exit code 4)."""
+
+
+class LedgerRollbackError(LedgerIntegrityError):
+    """The ledger lacks an anchor the home recorded (a manifest's head, an MLflow anchor or mirrored spend, a
+    published directory, the keyed high-water mark): it is older than the home's records, e.g. a restored backup,
+    and charging it would spend again what it forgot. Nothing is charged (exit code 4)."""
 
 
 class ClusterError(TransitReleaseError):

@@ -35,6 +35,10 @@ RESERVED_IDS = frozenset({"index.html", "releases", "release_reports", "private"
 RESERVED_PREFIXES = ("audit-", "experiments-", ".")
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
+#: Top-level files the tool itself may write under ``releases/`` beside the release directories (the audit names
+#: anything else there).
+RELEASES_TOOL_FILES: frozenset[str] = frozenset()
+
 #: Process umask of every command: nothing the tool writes is world-readable unless made so on purpose.
 UMASK = 0o027
 

@@ -14,6 +14,10 @@ directories, staging directories and report folders that no live run holds
 and no published release owns, and :func:`clean_leftovers` removes them.
 Quarantined rows are never leftovers: they follow the quarantine's retention
 (:func:`purge_quarantine`).
+
+:func:`backup_ledger` copies the ledger with SQLite's online backup, together
+with the anchors it held when copied (``anchors.json``); restoring it is a manual
+step whose result every charge checks against the home's anchors.
 """
 
 from __future__ import annotations
@@ -24,13 +28,15 @@ import os
 import re
 import secrets
 import shutil
+import sqlite3
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from contextlib import closing, contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
-from transit_release.accounting.ledger import Ledger, PublicationIntent
-from transit_release.errors import ConfigError, LedgerIntegrityError
+from transit_release.accounting.ledger import Anchor, Ledger, PublicationIntent, rollback_message
+from transit_release.errors import ConfigError, LedgerIntegrityError, LedgerRollbackError
 from transit_release.home import Home, check_release_id
 from transit_release.publish import MANIFEST, sha256_file, verify_release
 
@@ -271,3 +277,50 @@ def purge_quarantine(home: Home, retention_days: float, now: float | None = None
         if not any(d.iterdir()):
             d.rmdir()
     return removed
+
+
+BACKUP_LEDGER = "ledger.sqlite"
+BACKUP_RECORD = "anchors.json"
+
+
+def backup_ledger(home: Home, ledger: Ledger, to: Path, anchors: list[Anchor]) -> dict:
+    """Copy ``ledger`` into ``to/ledger.sqlite`` with SQLite's online backup (consistent while releases run) and
+    write ``to/anchors.json``: the copy's head and every anchor of the home it holds. Refused, writing nothing, for
+    a ledger that fails its own verification, lacks a trigger or any anchor (a backup of a ledger that already
+    forgot would restore the forgetting), or a ``to`` inside the home or not empty. Returns the record."""
+    to = Path(to).expanduser().resolve()
+    if to == home.root or home.root in to.parents:
+        raise ConfigError(f"--to {to} lies inside the home {home.root}: a backup must survive the home; choose a "
+                          "directory elsewhere")
+    if to.exists() and (not to.is_dir() or any(to.iterdir())):
+        raise ConfigError(f"--to {to} is not an empty directory: a backup never overwrites another")
+    entries = ledger.verify()
+    missing = ledger.missing_triggers()
+    if missing:
+        raise LedgerIntegrityError(f"{ledger.path}: the append-only trigger(s) {', '.join(missing)} are missing; "
+                                   "not backed up: check it with `transit-release audit`")
+    unmet = ledger.unmet(anchors)
+    if unmet:
+        raise LedgerRollbackError(rollback_message(ledger.path, unmet, ledger.head().seq, "it was not backed up"))
+    to.mkdir(parents=True, exist_ok=True, mode=0o700)
+    dest = to / BACKUP_LEDGER
+    tmp = to / f".{BACKUP_LEDGER}.tmp"
+    try:
+        src = sqlite3.connect(f"{ledger.path.resolve().as_uri()}?mode=ro", uri=True, timeout=ledger.timeout_s)
+        with closing(src), closing(sqlite3.connect(tmp)) as dst:
+            src.backup(dst)
+        os.chmod(tmp, 0o600)
+        copy = Ledger(tmp, key=ledger.key or b"", read_only=True)
+        copy.verify()
+        head = copy.head()
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+    held = [asdict(a) for a in anchors if a.problem is None]
+    record = {"created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "home": str(home.root),
+              "ledger": str(ledger.path.resolve()), "entries": entries, "head": head.to_dict(),
+              "keyed": ledger.keyed(), "anchors": held}
+    fd = os.open(to / BACKUP_RECORD, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(record, fh, indent=1)
+    return record

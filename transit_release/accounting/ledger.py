@@ -27,11 +27,19 @@ Properties:
   directory) is committed before the release directory is renamed into place,
   and the ``published`` entry after; :mod:`transit_release.recovery` completes
   or rolls back an intent left by a crash;
-* publication is recorded as its own entry, never by changing a spend.
+* publication is recorded as its own entry, never by changing a spend;
+* never older than the home's records: :meth:`Ledger.charge` refuses to write a spend unless the ledger
+  holds every anchor the caller names (``anchors``: the heads in published manifests and in MLflow, the
+  spends MLflow mirrors, the directories under ``releases/``) and, with a key, the keyed high-water mark
+  kept beside the key (:class:`HighWaterMark`), so a restored older ledger cannot spend again what it forgot;
+* its protections are checked, not silently restored: a ledger of this schema version whose append-only
+  triggers were dropped is refused for writing (:meth:`Ledger.missing_triggers`).
 """
 
 from __future__ import annotations
 
+import fcntl
+import functools
 import hashlib
 import hmac
 import json
@@ -46,13 +54,22 @@ from pathlib import Path
 from typing import Any
 
 from transit_release.accounting.events import event_from_json
-from transit_release.errors import ConfigError, LedgerIntegrityError, ReleaseExistsError
+from transit_release.errors import ConfigError, LedgerIntegrityError, LedgerRollbackError, ReleaseExistsError
 
 GENESIS_HASH = "0" * 64
 SPEND = "spend"
 PUBLISHED = "published"
 #: Environment variable naming a file that holds the ledger's HMAC key (kept outside the home).
 KEY_FILE_ENV = "TRANSIT_RELEASE_LEDGER_KEY_FILE"
+#: ``PRAGMA user_version`` of a ledger whose schema (tables and triggers) this version wrote or checked: from it
+#: on, a missing trigger means someone dropped it (older files get the triggers they lack when first opened).
+SCHEMA_VERSION = 2
+#: The triggers that make the ledger append-only and refuse spends that give budget back.
+TRIGGERS = ("entries_no_update", "entries_no_delete", "entries_spend_is_a_cost", "entry_macs_no_update",
+            "entry_macs_no_delete", "publication_intents_no_update", "publication_intents_no_delete",
+            "intent_macs_no_update", "intent_macs_no_delete")
+#: Where docs say how to reconcile a ledger older than the home's records.
+RECONCILE_DOC = "docs/threat-model.md#ledger-integrity"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -110,6 +127,11 @@ BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only: DELETE refused'); 
 """
 
 
+def _missing_triggers(con: sqlite3.Connection) -> list[str]:
+    present = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    return [t for t in TRIGGERS if t not in present]
+
+
 def entry_hash(prev_hash: str, seq: int, recorded_at: str, entry_type: str, release_id: str, payload: str) -> str:
     body = json.dumps([prev_hash, seq, recorded_at, entry_type, release_id, payload],
                       separators=(",", ":"), ensure_ascii=False)
@@ -159,22 +181,195 @@ def refuse_second_charge(existing: Sequence["LedgerEntry"], release_id: str) -> 
             "`transit-release repair` if that run crashed while publishing")
 
 
+def key_file() -> Path | None:
+    """The key file ``TRANSIT_RELEASE_LEDGER_KEY_FILE`` names (resolved), or None."""
+    raw = os.environ.get(KEY_FILE_ENV)
+    return Path(raw).expanduser().resolve() if raw else None
+
+
 def keyed_ledgers_record() -> Path | None:
     """``<key file>.ledgers``: beside the key, outside the home, the ledgers this key has MACed (one path a line).
 
     Someone who can write the home but not the key's directory cannot remove a ledger from it, so a ledger
     whose MACs were stripped cannot have a key "adopted" again even if every anchor in the home was doctored.
     """
-    raw = os.environ.get(KEY_FILE_ENV)
-    if not raw:
-        return None
-    key = Path(raw).expanduser().resolve()
-    return key.with_name(key.name + ".ledgers")
+    key = key_file()
+    return key.with_name(key.name + ".ledgers") if key else None
+
+
+def high_water_file() -> Path | None:
+    """``<key file>.heads``: beside the key, outside the home, each keyed ledger's high-water mark."""
+    key = key_file()
+    return key.with_name(key.name + ".heads") if key else None
 
 
 def key_from_environment(home: Path | None = None) -> bytes | None:
     raw = os.environ.get(KEY_FILE_ENV)
     return read_key_file(raw, home) if raw else None
+
+
+def check_key_place(home: Path, ledger: Path | None = None) -> bytes | None:
+    """The configured key (None without one), refused if it lies inside ``home`` or in the ledger's directory, is
+    readable by other accounts or too short. Every command checks it before it starts, so nothing is MACed, and no
+    record of the key (``.ledgers``, ``.heads``) is written, with a key the home's writers could read."""
+    key = key_from_environment(home)
+    if key is not None and ledger is not None:
+        read_key_file(os.environ[KEY_FILE_ENV], Path(ledger).resolve().parent)
+    return key
+
+
+def anchor_mac(key: bytes, seq: int, digest: str) -> str:
+    """The MAC an MLflow anchor of a keyed ledger carries (``head_mac``): only the key's holder can make one."""
+    return hmac.new(key, f"anchor:{int(seq)}:{digest}".encode("ascii"), hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True)
+class HighWaterMark:
+    """A keyed ledger's newest head, kept beside the key (``<key file>.heads``), outside the home.
+
+    Written, MACed, before a charge or a publication commits (``committed`` false, with the head it grew from),
+    and again once it has committed. A ledger must hold the mark's entry; the one state accepted without it is a
+    mark not yet confirmed whose ledger still ends exactly at the head it grew from (a process stopped between
+    writing the mark and committing). Someone who can write the home but not the key's directory can neither
+    lower the mark nor forge one.
+    """
+
+    seq: int
+    hash: str
+    committed: bool
+    prev_seq: int
+    prev_hash: str
+
+    def mac(self, key: bytes, ledger: str) -> str:
+        body = json.dumps(["high-water", ledger, self.seq, self.hash, self.committed, self.prev_seq, self.prev_hash],
+                          separators=(",", ":"), ensure_ascii=False)
+        return hmac.new(key, body.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def _read_marks(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    except (OSError, ValueError) as exc:
+        raise LedgerIntegrityError(f"{path}: the keyed high-water marks cannot be read "
+                                   f"({getattr(exc, 'strerror', None) or exc}): restore the file from a backup of the "
+                                   "key's directory") from None
+    if not isinstance(data, dict):
+        raise LedgerIntegrityError(f"{path}: not a file of keyed high-water marks; restore it from a backup")
+    return data
+
+
+def read_high_water(key: bytes, ledger: str) -> HighWaterMark | None:
+    """The high-water mark of ``ledger`` (its resolved path), checked against the key; None if it has none."""
+    path = high_water_file()
+    if path is None:
+        return None
+    rec = _read_marks(path).get(ledger)
+    if rec is None:
+        return None
+    try:
+        mark = HighWaterMark(int(rec["seq"]), str(rec["hash"]), bool(rec["committed"]), int(rec["prev_seq"]),
+                             str(rec["prev_hash"]))
+        ok = hmac.compare_digest(str(rec["mac"]), mark.mac(key, ledger))
+    except (KeyError, TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise LedgerIntegrityError(f"{path}: the high-water mark of {ledger} does not carry the key's MAC (it was "
+                                   "altered); restore the key's directory from a backup")
+    return mark
+
+
+def write_high_water(key: bytes, ledger: str, mark: HighWaterMark) -> None:
+    """Record ``mark`` for ``ledger`` (atomically, under a lock shared by every ledger of the key)."""
+    path = high_water_file()
+    if path is None:
+        return
+    try:
+        with open(path.with_name(path.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            marks = _read_marks(path)
+            marks[ledger] = {"seq": mark.seq, "hash": mark.hash, "committed": mark.committed,
+                             "prev_seq": mark.prev_seq, "prev_hash": mark.prev_hash, "mac": mark.mac(key, ledger)}
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(marks, fh, indent=1, sort_keys=True)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+            dfd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the keyed high-water mark {path} ({exc.strerror}): the key's directory must "
+                          "be writable by the release account; nothing was charged") from None
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """Something recorded outside the ledger that the ledger must hold.
+
+    With ``seq`` and ``hash``: a head (a manifest's, an MLflow anchor's): entry ``seq`` with that hash. With ``seq``
+    and ``release_id`` only: a spend MLflow mirrors: entry ``seq`` is a spend of that release. With ``release_id``
+    only: a directory under ``releases/``: the release is published or has a publication intent. ``problem``: an
+    anchor that could not be read, never held.
+    """
+
+    where: str
+    seq: int | None = None
+    hash: str | None = None
+    release_id: str | None = None
+    mac: str | None = None
+    problem: str | None = None
+
+
+FORGED_ANCHOR = "its MAC does not match the key (not written by this tool)"
+
+
+def unmet_anchors(entries: Sequence["LedgerEntry"], intent_release_ids: set[str], anchors: Sequence[Anchor],
+                  key: bytes | None = None) -> list[tuple[Anchor, str]]:
+    """The anchors ``entries`` do not hold, each with what is wrong (no value of any entry), newest first."""
+    by_seq = {e.seq: e for e in entries}
+    published = {e.release_id for e in entries if e.entry_type == PUBLISHED}
+    out = []
+    for a in anchors:
+        if a.problem is not None:
+            out.append((a, a.problem))
+        elif a.seq is not None and a.hash is not None:
+            e = by_seq.get(a.seq)
+            if a.seq == 0:
+                if a.hash != GENESIS_HASH:
+                    out.append((a, "it anchors an empty ledger with a non-genesis hash"))
+            elif e is None:
+                out.append((a, f"entry {a.seq} is missing"))
+            elif e.hash != a.hash:
+                out.append((a, f"entry {a.seq} has another hash"))
+            elif key and a.mac is not None and not hmac.compare_digest(a.mac, anchor_mac(key, a.seq, a.hash)):
+                out.append((a, FORGED_ANCHOR))
+        elif a.seq is not None:
+            e = by_seq.get(a.seq)
+            if e is None:
+                out.append((a, f"spend {a.seq} of '{a.release_id}' is missing"))
+            elif e.entry_type != SPEND or e.release_id != a.release_id:
+                out.append((a, f"entry {a.seq} is not a spend of '{a.release_id}'"))
+        elif a.release_id is not None and a.release_id not in published and a.release_id not in intent_release_ids:
+            out.append((a, f"release '{a.release_id}' is neither published nor being published on the ledger"))
+    return sorted(out, key=lambda x: -1 if x[0].seq is None else x[0].seq, reverse=True)
+
+
+def rollback_message(path: Path, unmet: list[tuple[Anchor, str]], head: int,
+                     outcome: str = "nothing was charged") -> str:
+    """One line: the newest anchor the ledger lacks, what follows, and how to reconcile."""
+    anchor, reason = unmet[0]
+    more = f" ({len(unmet)} anchors unmet)" if len(unmet) > 1 else ""
+    if reason.startswith(FORGED_ANCHOR):
+        return (f"{anchor.where} carries a MAC that does not match the ledger key: it was not written by this tool"
+                f"{more}; {outcome}. Run `transit-release audit` and see {RECONCILE_DOC}")
+    return (f"the ledger {path} (head: entry {head}) lacks what {anchor.where} records: {reason}{more}. It is older "
+            f"than this home's records (a restored backup?) and would spend again what it forgot; {outcome}. Restore "
+            f"the newest backup (one that holds it), or reconcile as {RECONCILE_DOC} says; `transit-release audit` "
+            "counts the spends MLflow mirrors that the ledger lacks")
 
 
 @dataclass(frozen=True)
@@ -222,6 +417,22 @@ class PublicationIntent:
 SpendCheck = Callable[[list[LedgerEntry], Sequence[Any]], None]
 
 
+def _unreadable_is_integrity(method):
+    """A ledger file whose tables were dropped or whose bytes are not a database is an integrity failure (exit 4,
+    one line), not a crash; a busy database stays what it is."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.DatabaseError as exc:
+            text = str(exc)
+            if isinstance(exc, sqlite3.OperationalError) and not text.startswith(("no such", "table ")):
+                raise
+            raise LedgerIntegrityError(f"{self.path}: not a readable privacy ledger ({text}); restore it from a "
+                                       "backup") from None
+    return wrapper
+
+
 class Ledger:
     """One SQLite file; every method opens its own connection (safe across processes).
 
@@ -233,16 +444,28 @@ class Ledger:
         self.path = Path(path)
         self.timeout_s = timeout_s
         self.read_only = read_only
-        self.key = key_from_environment() if key is None else (key or None)
+        # a key is never read from inside the ledger's own directory (the commands check the home too, first)
+        self.key = key_from_environment(self.path.resolve().parent) if key is None else (key or None)
+        if self.path.is_symlink():  # its records beside the key name the path: a link could point them elsewhere
+            raise LedgerIntegrityError(f"{self.path}: the privacy ledger is a symbolic link; put the ledger file "
+                                       "itself there")
         if read_only:
             if not self.path.is_file():
                 raise LedgerIntegrityError(f"{self.path}: the privacy ledger does not exist")
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         new = not self.path.exists()
-        with closing(self._connect()) as con:
-            con.execute("PRAGMA journal_mode=WAL")
-            con.executescript(_SCHEMA)
+        try:
+            with closing(self._connect()) as con:
+                # a ledger of this schema version keeps what it has: a dropped trigger is not put back unseen
+                # (writes are refused, the audit names it); an older or new file gets the schema it lacks
+                if con.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                    con.execute("PRAGMA journal_mode=WAL")
+                    con.executescript(_SCHEMA)
+                    con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except sqlite3.DatabaseError as exc:
+            raise LedgerIntegrityError(f"{self.path}: not a readable privacy ledger ({exc}); restore it from a "
+                                       "backup") from None
         if new:
             os.chmod(self.path, 0o600)
 
@@ -261,10 +484,12 @@ class Ledger:
         ).fetchall()
         return [LedgerEntry(*row) for row in rows]
 
+    @_unreadable_is_integrity
     def entries(self) -> list[LedgerEntry]:
         with closing(self._connect()) as con:
             return self._read(con)
 
+    @_unreadable_is_integrity
     def head(self) -> Head:
         """The newest entry's sequence number and hash (``0`` and the genesis hash when empty)."""
         with closing(self._connect()) as con:
@@ -298,7 +523,7 @@ class Ledger:
         record = keyed_ledgers_record()
         if record is None:
             return
-        me = str(self.path.resolve())
+        me = self._key_side_name()
         try:
             if me not in (record.read_text(encoding="utf-8").splitlines() if record.exists() else []):
                 fd = os.open(record, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -311,7 +536,7 @@ class Ledger:
         record = keyed_ledgers_record()
         try:
             return (record is not None and record.exists()
-                    and str(self.path.resolve()) in record.read_text(encoding="utf-8").splitlines())
+                    and self._key_side_name() in record.read_text(encoding="utf-8").splitlines())
         except OSError:
             return False
 
@@ -332,6 +557,70 @@ class Ledger:
                 "and you are introducing one, check it with `transit-release audit` and run `transit-release repair "
                 "--adopt-ledger-key`; if it had a key, entries were written or rewritten without it: restore the "
                 "ledger from a backup")
+
+    def _protections(self, con: sqlite3.Connection) -> None:
+        """Refuse to write to a ledger whose append-only triggers were dropped."""
+        missing = _missing_triggers(con)
+        if missing:
+            raise LedgerIntegrityError(f"{self.path}: the append-only trigger(s) {', '.join(missing)} were dropped, so "
+                                       "entries could have been edited or deleted unseen; nothing was written. Check "
+                                       "it with `transit-release audit` and restore the ledger from a backup")
+
+    def _key_side_name(self) -> str:
+        """The ledger's name in the key's records: its directory resolved, the file itself as named."""
+        return str(self.path.parent.resolve() / self.path.name)
+
+    def _check_high_water(self, con: sqlite3.Connection) -> None:
+        """With a key: the ledger holds the high-water mark kept beside the key (see :class:`HighWaterMark`)."""
+        if not self.key:
+            return
+        mark = read_high_water(self.key, self._key_side_name())
+        if mark is None:
+            return
+        row = con.execute("SELECT hash FROM entries WHERE seq = ?", (mark.seq,)).fetchone()
+        if (row[0] if row else (GENESIS_HASH if mark.seq == 0 else None)) == mark.hash:
+            return
+        last = con.execute("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone() or (0, GENESIS_HASH)
+        if not mark.committed and tuple(last) == (mark.prev_seq, mark.prev_hash):
+            return  # the write that set the mark stopped before it committed
+        reason = f"entry {mark.seq} is missing" if row is None else f"entry {mark.seq} has another hash"
+        anchor = Anchor(f"the keyed high-water mark ({high_water_file()})", mark.seq, mark.hash)
+        raise LedgerRollbackError(rollback_message(self.path, [(anchor, reason)], last[0]))
+
+    def _commit(self, con: sqlite3.Connection, written: Sequence["LedgerEntry"]) -> None:
+        """COMMIT; with a key, the high-water mark is advanced before (unconfirmed) and confirmed after."""
+        if not (self.key and written) or high_water_file() is None:
+            con.execute("COMMIT")
+            return
+        prev = (written[0].seq - 1, written[0].prev_hash)
+        new = written[-1]
+        write_high_water(self.key, self._key_side_name(), HighWaterMark(new.seq, new.hash, False, *prev))
+        con.execute("COMMIT")
+        try:
+            write_high_water(self.key, self._key_side_name(), HighWaterMark(new.seq, new.hash, True, *prev))
+        except ConfigError:
+            pass  # committed: the unconfirmed mark already names these entries, which the ledger holds
+
+    def missing_triggers(self) -> list[str]:
+        """The append-only triggers (:data:`TRIGGERS`) the file lacks."""
+        with closing(self._connect()) as con:
+            return _missing_triggers(con)
+
+    def schema_version(self) -> int:
+        with closing(self._connect()) as con:
+            return con.execute("PRAGMA user_version").fetchone()[0]
+
+    def check_high_water(self) -> None:
+        """Raise :class:`LedgerRollbackError` if, with a key, the ledger lacks its keyed high-water mark."""
+        with closing(self._connect()) as con:
+            self._check_high_water(con)
+
+    def unmet(self, anchors: Sequence[Anchor]) -> list[tuple[Anchor, str]]:
+        """The ``anchors`` this ledger does not hold (see :func:`unmet_anchors`)."""
+        with closing(self._connect()) as con:
+            entries = self._read(con)
+            intents = {r[0] for r in con.execute("SELECT release_id FROM publication_intents")}
+        return unmet_anchors(entries, intents, anchors, self.key)
 
     def adopt_key(self) -> int:
         """MAC every entry that has none (introducing a key on a ledger with history); returns how many.
@@ -365,15 +654,23 @@ class Ledger:
                 con.execute("ROLLBACK")
                 raise
         self._remember_keyed()
+        head = self.head()
+        write_high_water(self.key, self._key_side_name(), HighWaterMark(head.seq, head.hash, True, head.seq, head.hash))
         return len(rows)
 
-    def charge(self, events: Sequence[Any], check: SpendCheck | None = None) -> list[LedgerEntry]:
+    @_unreadable_is_integrity
+    def charge(self, events: Sequence[Any], check: SpendCheck | None = None,
+               anchors: Callable[[], Sequence[Anchor]] | None = None) -> list[LedgerEntry]:
         """Atomically check and record spends; returns the written entries.
 
         ``check(existing_entries, events)`` runs inside the write transaction and
         raises to refuse; then nothing is written. A release id that already has
         spends (an earlier or concurrent run under the same id) is refused here
-        too, so two runs can never both spend under one id.
+        too, so two runs can never both spend under one id. Before any of it, the
+        ledger must be whole: its triggers in place, its chain (and MACs) intact,
+        the keyed high-water mark and every anchor ``anchors()`` names held
+        (:class:`LedgerRollbackError` otherwise: a ledger older than the home's
+        records would spend again what it forgot).
         """
         if not events:
             return []
@@ -389,16 +686,25 @@ class Ledger:
                 # the budget is checked against a ledger whose history is intact (an entry edited in place
                 # to give budget back is refused here, not only by a later audit)
                 self._check_chain(existing, dict(con.execute("SELECT seq, mac FROM entry_macs").fetchall()))
+                self._protections(con)
+                self._check_high_water(con)
+                if anchors is not None:
+                    intents = {r[0] for r in con.execute("SELECT release_id FROM publication_intents")}
+                    unmet = unmet_anchors(existing, intents, anchors(), self.key)
+                    if unmet:
+                        head = existing[-1].seq if existing else 0
+                        raise LedgerRollbackError(rollback_message(self.path, unmet, head))
                 refuse_second_charge(existing, release_id)
                 if check is not None:
                     check(existing, events)
                 written = self._append(con, SPEND, release_id, [e.to_json() for e in events])
-                con.execute("COMMIT")
+                self._commit(con, written)
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
         return written
 
+    @_unreadable_is_integrity
     def record_intent(self, release_id: str, manifest_sha256: str, staging_dir: Path, final_dir: Path,
                       mlflow_run_id: str | None) -> PublicationIntent:
         """Before the rename: what is about to be published, so a crash can be completed or rolled back."""
@@ -406,6 +712,7 @@ class Ledger:
         with closing(self._connect()) as con:
             con.execute("BEGIN IMMEDIATE")
             try:
+                self._protections(con)
                 cur = con.execute("INSERT INTO publication_intents (recorded_at, release_id, manifest_sha256, "
                                   "staging_dir, final_dir, mlflow_run_id) VALUES (?, ?, ?, ?, ?, ?)",
                                   (now, release_id, manifest_sha256, str(staging_dir), str(final_dir),
@@ -433,36 +740,51 @@ class Ledger:
             raise LedgerIntegrityError(f"publication intent {intent.id} carries no valid MAC: it was not written "
                                        "with the ledger key; nothing was renamed or removed")
 
+    @_unreadable_is_integrity
     def intents(self) -> list[PublicationIntent]:
         with closing(self._connect()) as con:
             rows = con.execute("SELECT id, recorded_at, release_id, manifest_sha256, staging_dir, final_dir, "
                                "mlflow_run_id FROM publication_intents ORDER BY id").fetchall()
         return [PublicationIntent(*r) for r in rows]
 
+    @_unreadable_is_integrity
     def record_publication(self, release_id: str, manifest_sha256: str) -> LedgerEntry:
         payload = json.dumps({"release_id": release_id, "manifest_sha256": manifest_sha256},
                              sort_keys=True, separators=(",", ":"))
         with closing(self._connect()) as con:
             con.execute("BEGIN IMMEDIATE")
             try:
+                self._protections(con)
                 self._check_keying(con)
+                self._check_high_water(con)
                 if con.execute("SELECT 1 FROM entries WHERE entry_type = 'published' AND release_id = ?",
                                (release_id,)).fetchone():
                     raise ReleaseExistsError(f"release '{release_id}' is already recorded as published")
                 (entry,) = self._append(con, PUBLISHED, release_id, [payload])
-                con.execute("COMMIT")
+                self._commit(con, [entry])
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
         return entry
 
+    @_unreadable_is_integrity
+    def charged_release_ids(self) -> set[str]:
+        """Every release id with at least one spend."""
+        with closing(self._connect()) as con:
+            return {r[0] for r in con.execute("SELECT DISTINCT release_id FROM entries WHERE entry_type = ?",
+                                              (SPEND,))}
+
     def spends(self, release_id: str | None = None) -> list[LedgerEntry]:
         return [e for e in self.entries()
                 if e.entry_type == SPEND and (release_id is None or e.release_id == release_id)]
 
+    @_unreadable_is_integrity
     def published(self) -> dict[str, LedgerEntry]:
         """Release id → its publication entry."""
-        return {e.release_id: e for e in self.entries() if e.entry_type == PUBLISHED}
+        with closing(self._connect()) as con:
+            rows = con.execute("SELECT seq, recorded_at, entry_type, release_id, payload, prev_hash, hash FROM entries "
+                               "WHERE entry_type = ? ORDER BY seq", (PUBLISHED,)).fetchall()
+        return {e.release_id: e for e in (LedgerEntry(*r) for r in rows)}
 
     def check_anchor(self, seq: int, digest: str) -> str | None:
         """None if entry ``seq`` still has hash ``digest``; otherwise what is wrong (no value of any entry)."""
@@ -476,6 +798,7 @@ class Ledger:
             return f"entry {seq} it anchors has a different hash (history before it was rewritten)"
         return None
 
+    @_unreadable_is_integrity
     def keyed(self) -> bool:
         """Does the ledger hold MACs (was it ever written with a key)?"""
         with closing(self._connect()) as con:

@@ -1,0 +1,212 @@
+"""Ledger integrity through the real command: a restored backup is refused before it can overspend, the newest
+spends of a keyed ledger cannot be erased unseen, and a key inside the home is refused on every path before
+anything starts (the library-level tamper corpus is tests/test_tamper_corpus.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import WEEK_FLAGS
+from transit_release.accounting.ledger import KEY_FILE_ENV, TRIGGERS, Ledger, _SCHEMA
+from transit_release.cli import EXIT_AUDIT_FAILED, main
+
+pytestmark = pytest.mark.flow
+
+
+def two_release_policy(tmp_path: Path) -> Path:
+    """The default policy with a cap per partition that fits two releases."""
+    from transit_release.accounting.policy import default_policy_path
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(default_policy_path().read_text().replace("      epsilon: 8.0\n      delta: 1.0e-6\n",
+                                                                "      epsilon: 16.0\n      delta: 1.0e-5\n", 1))
+    return policy
+
+
+def release(week, home: Path, rid: str, *extra: str) -> list[str]:
+    return ["release", "--trips", str(week["trips"]), "--stops", str(week["stops"]), "--home", str(home),
+            "--release-id", rid, "--workers", "0", *WEEK_FLAGS, *extra]
+
+
+def show(text: str) -> None:
+    """The scenario's output, past pytest's capture (seen with ``-s``)."""
+    sys.__stdout__.write(text)
+
+
+def audit_json(home: Path, capsys) -> tuple[int, dict]:
+    capsys.readouterr()
+    rc = main(["audit", "--home", str(home), "--json"])
+    out = capsys.readouterr().out
+    return rc, json.loads(out[out.index("{"):])
+
+
+def restore(backup: Path, home: Path) -> None:
+    """The documented manual restore: the backup's ledger over the home's, its -wal and -shm removed."""
+    for suffix in ("-wal", "-shm"):
+        Path(f"{home / 'ledger.sqlite'}{suffix}").unlink(missing_ok=True)
+    shutil.copyfile(backup / "ledger.sqlite", home / "ledger.sqlite")
+
+
+def test_a_restored_backup_is_refused_before_it_overspends_and_the_audit_counts_what_it_forgot(
+        prefect_harness, tiny_week, tmp_path, capsys):
+    """The issue's rollback scenario: r1; a backup; r2 exhausts the cap; the backup is restored; r3 is refused
+    (exit 4, one line naming the newest anchor the ledger lacks), nothing charged or published; the audit fails
+    and its loss counts r2's spends, which only MLflow still holds."""
+    home, saved = tmp_path / "home", tmp_path / "backup"
+    policy = two_release_policy(tmp_path)
+    assert main(release(tiny_week, home, "r1", "--policy", str(policy))) == 0
+    assert main(["backup", "--home", str(home), "--to", str(saved)]) == 0
+    out = capsys.readouterr().out
+    assert "backed up 169 ledger entries (head: entry 169)" in out
+    record = json.loads((saved / "anchors.json").read_text())
+    assert record["head"]["seq"] == 169 and record["anchors"]
+    assert main(release(tiny_week, home, "r2", "--policy", str(policy))) == 0
+    restore(saved, home)
+    capsys.readouterr()
+    assert main(release(tiny_week, home, "r3", "--policy", str(policy))) == EXIT_AUDIT_FAILED
+    err = capsys.readouterr().err
+    show(err)
+    assert err.count("\n") == 1 and "transit-release: error: the ledger" in err
+    assert "(head: entry 169) lacks what" in err and "entry 338" in err and "nothing was charged" in err
+    assert not (home / "releases" / "r3").exists()
+    assert Ledger(home / "ledger.sqlite", key=b"").head().seq == 169  # nothing charged
+    rc, result = audit_json(home, capsys)
+    show(json.dumps({k: result[k] for k in ("ok", "loss_counts_mirrored")}) + "\n" + "\n".join(
+        result["discrepancies"][:4]) + "\n" + json.dumps(result["loss"]["trip"]["basic"]) + "\n")
+    assert rc == EXIT_AUDIT_FAILED and not result["ok"]
+    assert result["loss_counts_mirrored"] == {"r2": 168}
+    assert result["loss"]["trip"]["basic"]["epsilon"] == 16.0  # r1 and r2, although the ledger holds r1 only
+    assert any("MLflow mirrors but the ledger lacks (r2)" in t for t in result["threat_model"])
+    assert "release: r2: in releases/ but never recorded as published on the ledger" in result["discrepancies"]
+
+
+def test_keyed_erase_of_the_newest_spends_with_their_anchor_is_caught(prefect_harness, tiny_week, tmp_path, capsys,
+                                                                     monkeypatch):
+    """The issue's keyed-erase scenario: a release killed after its charge; its entries and their MACs
+    deleted, sqlite_sequence reset, the triggers put back, its one MLflow anchor run hard-deleted. The audit
+    fails on the keyed high-water mark and the next charge is refused, nothing charged."""
+    from prefect.settings import get_current_settings
+
+    key = tmp_path / "keys" / "ledger.key"
+    key.parent.mkdir()
+    key.write_bytes(os.urandom(48).hex().encode())
+    key.chmod(0o600)
+    monkeypatch.setenv(KEY_FILE_ENV, str(key))
+    home = tmp_path / "home"
+    policy = str(two_release_policy(tmp_path))
+    assert main(release(tiny_week, home, "k1", "--policy", policy)) == 0
+    # k2 as a run killed right after its charge and its anchor leaves it (tests/test_hardening.py kills real runs)
+    from tasks.budget import charge_budget
+    from tasks.track import anchor_ledger
+    from tests.test_accounting import partition_events
+    from transit_release.accounting.policy import load_budget_policy
+    from transit_release.home import Home
+
+    charge_budget.fn(Home.at(home), partition_events("k2", date="20160809"), load_budget_policy(policy))
+    anchor_ledger.fn(Home.at(home), "k2", "charge")
+    con = sqlite3.connect(home / "ledger.sqlite")
+    first = con.execute("SELECT min(seq) FROM entries WHERE release_id = 'k2'").fetchone()[0]
+    for t in TRIGGERS:
+        con.execute(f"DROP TRIGGER IF EXISTS {t}")
+    con.execute(f"DELETE FROM entries WHERE seq >= {first}")
+    con.execute(f"DELETE FROM entry_macs WHERE seq >= {first}")
+    con.execute(f"UPDATE sqlite_sequence SET seq = {first - 1} WHERE name = 'entries'")
+    con.commit()
+    con.executescript(_SCHEMA)
+    con.close()
+    store = sqlite3.connect(home / "mlflow.db")
+    runs = [r[0] for r in store.execute("SELECT run_uuid FROM tags WHERE key = 'release_id' AND value = 'k2'")]
+    assert runs  # its one anchor run
+    for table in ("params", "metrics", "latest_metrics", "tags", "runs"):
+        store.executemany(f"DELETE FROM {table} WHERE run_uuid = ?", [(r,) for r in runs])
+    store.commit()
+    store.close()
+    rc, result = audit_json(home, capsys)
+    show(json.dumps({k: result[k] for k in ("ok", "discrepancies", "charged_not_published")}, indent=1) + "\n")
+    assert rc == EXIT_AUDIT_FAILED and result["charged_not_published"] == {}
+    assert any(d.startswith("anchor: keyed high-water mark: ") and f"entry {first + 5} is missing" in d
+               for d in result["discrepancies"])
+    # the next charge (the command's refusal of a restored ledger is the rollback test's)
+    from transit_release.errors import LedgerRollbackError
+
+    with pytest.raises(LedgerRollbackError, match="lacks what the keyed high-water mark") as refused:
+        charge_budget.fn(Home.at(home), partition_events("k3", date="20160810"), load_budget_policy(policy))
+    show(f"transit-release: error: {refused.value}\n")
+    assert Ledger(home / "ledger.sqlite").head().seq == first - 1
+
+
+COMMANDS = {
+    "release": ["release", "--trips", "t.csv", "--stops", "s.csv", *WEEK_FLAGS],
+    "demo": ["demo"],
+    "sequences": ["sequences", "--input", "x", "--locations", "y", "--epsilon", "1", "--height", "3", *WEEK_FLAGS],
+    "trajectories": ["trajectories", "--input", "x", "--locations", "y", "--epsilon", "1", "--height", "3",
+                     "--period-start", "2016-08-08", "--period-end", "2016-08-14"],
+    "sets": ["sets", "--input", "x", "--locations", "y", "--epsilon", "1", *WEEK_FLAGS],
+    "budget": ["budget"], "audit": ["audit"], "repair": ["repair"], "backup": ["backup", "--to", "elsewhere"],
+    "serve": ["serve"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_key_inside_the_home_is_refused_on_every_path_before_anything_starts(command, tmp_path, monkeypatch,
+                                                                                capsys):
+    home = tmp_path / "home"
+    (home / "keys").mkdir(parents=True)
+    key = home / "keys" / "ledger.key"
+    key.write_bytes(b"k" * 48)
+    key.chmod(0o600)
+    monkeypatch.setenv(KEY_FILE_ENV, str(key))
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    before = sorted(p.name for p in home.rglob("*"))
+    assert main([*COMMANDS[command], "--home", str(home)]) == 2
+    err = capsys.readouterr().err
+    assert f"ledger key file {key} lies inside the home {home}" in err and err.count("\n") == 1
+    assert sorted(p.name for p in home.rglob("*")) == before  # no .ledgers, .heads, ledger or Prefect home
+
+
+def test_the_deployments_path_refuses_a_key_inside_the_home(tmp_path, monkeypatch):
+    from tasks.home import prepare_home
+    from transit_release.errors import ConfigError
+
+    key = tmp_path / "home" / "ledger.key"
+    key.parent.mkdir()
+    key.write_bytes(b"k" * 48)
+    key.chmod(0o600)
+    monkeypatch.setenv(KEY_FILE_ENV, str(key))
+    with pytest.raises(ConfigError, match="lies inside the home"):
+        prepare_home.fn(str(tmp_path / "home"), None)
+    other = tmp_path / "ledgers" / "ledger.sqlite"  # --ledger elsewhere: the key may not sit beside it either
+    moved = other.parent / "ledger.key"
+    other.parent.mkdir()
+    shutil.copy(key, moved)
+    moved.chmod(0o600)
+    monkeypatch.setenv(KEY_FILE_ENV, str(moved))
+    with pytest.raises(ConfigError, match="lies inside the home"):
+        prepare_home.fn(str(tmp_path / "home2"), str(other))
+
+
+def test_a_backup_is_refused_inside_the_home_or_over_another(tmp_path, capsys):
+    from tests.test_accounting import partition_events
+    from transit_release.home import Home
+
+    home = Home.at(tmp_path / "home").prepare()
+    Ledger(home.ledger).charge(partition_events("r1"))
+    assert main(["backup", "--home", str(home.root), "--to", str(home.root / "b")]) == 2
+    assert "lies inside the home" in capsys.readouterr().err
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    assert main(["backup", "--home", str(home.root), "--to", str(tmp_path / "full")]) == 2
+    assert "is not an empty directory" in capsys.readouterr().err
+    assert main(["backup", "--home", str(home.root), "--to", str(tmp_path / "b")]) == 0
+    assert Ledger(tmp_path / "b" / "ledger.sqlite", key=b"", read_only=True).verify() == 6
+    (home.releases / "r9").mkdir()  # a release the ledger does not know: a backup would keep the forgetting
+    assert main(["backup", "--home", str(home.root), "--to", str(tmp_path / "c")]) == EXIT_AUDIT_FAILED
+    assert "release 'r9' is neither published nor being published" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()

@@ -1,0 +1,589 @@
+"""A standing tamper corpus: every way we know of making the ledger forget, forge or hide a spend, in homes with
+and without a ledger key. Each case asserts the audit's exact exit code and one line naming the problem, and that
+no later charge succeeds (the ledger is unchanged after it).
+
+The homes are built once per module at the library level (real ledger entries, real staged and committed
+releases, real MLflow anchor and mirror runs, real backups; no Prefect flow), then copied for each case:
+
+    r1 charged and published      -> backup 1
+    r2 charged                    -> backup 2
+    r2 published                  -> backup 3
+    r3 charged, never published   (a run killed after its charge)
+
+The real command runs the rollback and the keyed-erase scenarios end to end (tests/test_ledger_integrity.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.test_accounting import partition_events
+from tests.test_publish import manifest as release_manifest, tables
+from transit_release.accounting.ledger import (KEY_FILE_ENV, _SCHEMA, Ledger, entry_hash, read_high_water,
+                                               write_high_water)
+from transit_release.errors import LedgerIntegrityError, TransitReleaseError
+from transit_release.home import Home
+
+LATER = ("later", "20160811")  # a release whose spends the policy would allow on an intact home
+
+
+@dataclass
+class Built:
+    root: Path
+    key: Path | None
+    backups: list[Path]
+
+
+def _with_key(key: Path | None):
+    if key is None:
+        os.environ.pop(KEY_FILE_ENV, None)
+    else:
+        os.environ[KEY_FILE_ENV] = str(key)
+
+
+def _build(base: Path, keyed: bool) -> Built:
+    from tasks.budget import charge_budget
+    from tasks.publish import commit_release, stage_release
+    from tasks.track import anchor_ledger, check_store, mark_published, track_release
+    from transit_release import recovery
+    from transit_release.accounting.policy import load_budget_policy
+    from transit_release.anchors import home_anchors
+    from transit_release.releases.opal import render_datacard
+
+    key = None
+    if keyed:
+        key = base / "keys" / "ledger.key"
+        key.parent.mkdir(parents=True)
+        key.write_bytes(os.urandom(48).hex().encode())
+        key.chmod(0o600)
+    _with_key(key)
+    home = Home.at(base / "home").prepare()
+    policy = load_budget_policy()
+    check_store.fn(home)
+    backups = []
+
+    def charge(rid, date):
+        charged = charge_budget.fn(home, partition_events(rid, date=date), policy)
+        anchor_ledger.fn(home, rid, "charge")
+        return charged
+
+    def publish(rid, charged):
+        staged = stage_release.fn(home, rid, tables(), {}, release_manifest(rid), render_datacard, charged)
+        run = track_release.fn(home, staged.manifest, charged, {"kind": "opal", "mechanism": "sbh"}, None)
+        commit_release.fn(home, staged, run)
+        anchor_ledger.fn(home, rid, "publication")
+        mark_published.fn(home, run)
+
+    def backup():
+        to = base / f"backup{len(backups) + 1}"
+        recovery.backup_ledger(home, Ledger(home.ledger), to, home_anchors(home))
+        backups.append(to)
+
+    publish("r1", charge("r1", "20160808"))
+    backup()
+    r2 = charge("r2", "20160809")
+    backup()
+    publish("r2", r2)
+    backup()
+    charge("r3", "20160810")
+    _with_key(None)
+    return Built(home.root, key, backups)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    saved = os.environ.get(KEY_FILE_ENV)
+    try:
+        yield {False: _build(tmp_path_factory.mktemp("unkeyed"), False),
+               True: _build(tmp_path_factory.mktemp("keyed"), True)}
+    finally:
+        _with_key(Path(saved) if saved else None)
+
+
+@dataclass
+class Case:
+    """A copy of a built home, its key (moved with it) and its backups."""
+
+    home: Path
+    key: Path | None
+    backups: list[Path]
+
+    @property
+    def ledger(self) -> Path:
+        return self.home / "ledger.sqlite"
+
+    def sql(self, *statements: str, params=()) -> None:
+        con = sqlite3.connect(self.ledger)
+        for s in statements:
+            con.execute(s, params) if "?" in s else con.execute(s)
+        con.commit()
+        con.close()
+
+    def mlflow(self, *statements: str) -> None:
+        con = sqlite3.connect(self.home / "mlflow.db")
+        for s in statements:
+            con.execute(s)
+        con.commit()
+        con.close()
+
+
+@pytest.fixture
+def case_of(built, tmp_path, monkeypatch):
+    def make(keyed: bool) -> Case:
+        src = built[keyed]
+        # a new path for every copy: MLflow keeps its store's connections open per tracking URI
+        home = tmp_path / f"home-{'keyed' if keyed else 'unkeyed'}"
+        shutil.copytree(src.root, home)
+        key = None
+        if keyed:  # the key and its records move with the copy, its marks re-keyed to the copy's ledger path
+            shutil.copytree(src.key.parent, tmp_path / "keys")
+            key = tmp_path / "keys" / src.key.name
+            secret = key.read_bytes().strip()
+            monkeypatch.setenv(KEY_FILE_ENV, str(src.key))
+            mark = read_high_water(secret, str((src.root / "ledger.sqlite").resolve()))
+            monkeypatch.setenv(KEY_FILE_ENV, str(key))
+            (tmp_path / "keys" / (key.name + ".heads")).unlink()
+            write_high_water(secret, str((home / "ledger.sqlite").resolve()), mark)
+            (tmp_path / "keys" / (key.name + ".ledgers")).write_text(str((home / "ledger.sqlite").resolve()) + "\n")
+        else:
+            monkeypatch.delenv(KEY_FILE_ENV, raising=False)
+        return Case(home, key, src.backups)
+
+    return make
+
+
+def audit(home: Path) -> tuple[int, list[str]]:
+    """The audit flow's steps at the library level: its exit code (0 passed, 4 failed, 1 crashed) and discrepancies."""
+    from tasks.audit import read_ledger, reconcile, verify_ledger
+    from tasks.track import read_anchors, read_mirror, read_mirrored_spends
+
+    where = Home.at(home)
+    problems = verify_ledger.fn(where)
+    entries = read_ledger.fn(where)
+    mirror = read_mirror.fn(where)
+    result = reconcile.fn(where, entries, problems, mirror, read_anchors.fn(where), 1e-7,
+                          read_mirrored_spends.fn(where, mirror, entries))
+    return (0 if result["ok"] else 4), result["discrepancies"]
+
+
+def later_charge(home: Path) -> tuple[int, str]:
+    """Try to charge a release the policy allows; (exit code the command would give, message). Asserts that a
+    refused charge changed nothing."""
+    from tasks.budget import charge_budget
+    from transit_release.accounting.policy import load_budget_policy
+
+    ledger = home / "ledger.sqlite"
+    before = ledger.read_bytes() if ledger.exists() else None
+    try:
+        charge_budget.fn(Home.at(home), partition_events(*LATER[:1], date=LATER[1]), load_budget_policy())
+    except TransitReleaseError as exc:
+        if before is not None:
+            con = sqlite3.connect(f"{ledger.resolve().as_uri()}?mode=ro", uri=True)
+            try:
+                later = con.execute("SELECT count(*) FROM entries WHERE release_id = 'later'").fetchone()[0]
+            except sqlite3.Error:
+                later = 0
+            con.close()
+            assert later == 0
+        return (4 if isinstance(exc, LedgerIntegrityError) else 2), str(exc)
+    return 0, "charged"
+
+
+# ---- the tampering ---------------------------------------------------------------------------------------------
+
+def _drop_triggers(c: Case, *names: str) -> None:
+    c.sql(*(f"DROP TRIGGER IF EXISTS {n}" for n in names))
+
+
+def _restore_triggers(c: Case) -> None:
+    """What a careful insider does after the edit: put the triggers back, so only the data tells."""
+    con = sqlite3.connect(c.ledger)
+    con.executescript(_SCHEMA)
+    con.close()
+
+
+def _rechain(c: Case) -> None:
+    """Recompute every hash from the first entry on (what an insider without the key can do)."""
+    con = sqlite3.connect(c.ledger)
+    rows = con.execute("SELECT seq, recorded_at, entry_type, release_id, payload FROM entries ORDER BY seq").fetchall()
+    prev = "0" * 64
+    for seq, at, kind, rid, payload in rows:
+        digest = entry_hash(prev, seq, at, kind, rid, payload)
+        con.execute("UPDATE entries SET prev_hash = ?, hash = ? WHERE seq = ?", (prev, digest, seq))
+        prev = digest
+    con.commit()
+    con.close()
+
+
+def _give_budget_back(c: Case, seq: int = 1, rechain: bool = False) -> None:
+    _drop_triggers(c, "entries_no_update")
+    c.sql("UPDATE entries SET payload = replace(payload, '\"epsilon\":2.0', '\"epsilon\":0.2') WHERE seq = ?",
+          params=(seq,))
+    if rechain:
+        _rechain(c)
+    _restore_triggers(c)
+
+
+def edit(c):
+    _give_budget_back(c, 5)
+
+
+def edit_rechained(c):
+    _give_budget_back(c, 5, rechain=True)
+
+
+def insert_middle_rechained(c):
+    """A spend of r1 (seq 3) duplicated as a new row in the middle: every later seq moves up by one."""
+    _drop_triggers(c, "entries_no_update", "entry_macs_no_update")
+    con = sqlite3.connect(c.ledger)
+    rows = con.execute("SELECT seq FROM entries ORDER BY seq DESC").fetchall()
+    for (seq,) in rows:
+        if seq >= 4:
+            con.execute("UPDATE entries SET seq = seq + 1 WHERE seq = ?", (seq,))
+    con.execute("INSERT INTO entries (seq, recorded_at, entry_type, release_id, payload, prev_hash, hash) "
+                "SELECT 4, recorded_at, entry_type, release_id, payload, '', 'x' FROM entries WHERE seq = 3")
+    con.commit()
+    con.close()
+    _rechain(c)
+    _restore_triggers(c)
+
+
+def insert_unkeyed_at_end(c):
+    """A valid-looking spend appended by hand, chained but without the key's MAC."""
+    con = sqlite3.connect(c.ledger)
+    seq, prev, payload = con.execute("SELECT seq, hash, payload FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
+    at = "2026-01-01T00:00:00+00:00"
+    p = payload.replace('"release_id":"r3"', '"release_id":"forged"')
+    con.execute("INSERT INTO entries (seq, recorded_at, entry_type, release_id, payload, prev_hash, hash) VALUES "
+                "(?, ?, 'spend', 'forged', ?, ?, ?)", (seq + 1, at, p, prev, entry_hash(prev, seq + 1, at, "spend",
+                                                                                      "forged", p)))
+    con.commit()
+    con.close()
+
+
+def negative_epsilon_rechained(c):
+    """The issue's finding: a spend with ε < 0 inserted with the triggers dropped and the chain recomputed."""
+    _drop_triggers(c, "entries_spend_is_a_cost", "entries_no_update")
+    con = sqlite3.connect(c.ledger)
+    seq, payload = con.execute("SELECT seq, payload FROM entries WHERE entry_type = 'spend' ORDER BY seq DESC "
+                               "LIMIT 1").fetchone()
+    p = payload.replace('"epsilon":2.0', '"epsilon":-8.0').replace('"epsilon":1.0', '"epsilon":-8.0')
+    con.execute("INSERT INTO entries (seq, recorded_at, entry_type, release_id, payload, prev_hash, hash) VALUES "
+                "(?, 'now', 'spend', 'r3', ?, '', 'y')", (seq + 1, p))
+    con.commit()
+    con.close()
+    _rechain(c)
+    _restore_triggers(c)
+
+
+def delete_middle(c):
+    _drop_triggers(c, "entries_no_delete")
+    c.sql("DELETE FROM entries WHERE seq = 3")
+    _restore_triggers(c)
+
+
+def _r3_seqs(c: Case) -> tuple[int, int]:
+    con = sqlite3.connect(c.ledger)
+    lo, hi = con.execute("SELECT min(seq), max(seq) FROM entries WHERE release_id = 'r3'").fetchone()
+    con.close()
+    return lo, hi
+
+
+def delete_newest(c):
+    """The newest spends (r3, charged, never published) deleted with their MACs; sqlite_sequence reset."""
+    lo, _ = _r3_seqs(c)
+    _drop_triggers(c, "entries_no_delete", "entry_macs_no_delete")
+    c.sql(f"DELETE FROM entries WHERE seq >= {lo}", f"DELETE FROM entry_macs WHERE seq >= {lo}",
+          f"UPDATE sqlite_sequence SET seq = {lo - 1} WHERE name = 'entries'")
+    _restore_triggers(c)
+
+
+def _hard_delete_runs(c: Case, where: str) -> None:
+    """What `mlflow gc` does to a run: gone from every table."""
+    runs = f"(SELECT run_uuid FROM tags WHERE {where})"
+    c.mlflow(f"CREATE TEMP TABLE doomed AS {runs[1:-1]}",
+             *(f"DELETE FROM {t} WHERE run_uuid IN (SELECT run_uuid FROM doomed)"
+               for t in ("params", "metrics", "latest_metrics", "tags", "runs")))
+
+
+def delete_newest_and_its_anchor(c):
+    """The issue's keyed-erase finding: the newest spends, their MACs and their one MLflow anchor run."""
+    delete_newest(c)
+    _hard_delete_runs(c, "key = 'release_id' AND value = 'r3'")
+
+
+def delete_anchor_runs_of_a_publication(c):
+    _hard_delete_runs(c, "key = 'release_id' AND value = 'r2' AND run_uuid IN (SELECT r.run_uuid FROM runs r "
+                         "JOIN experiments e ON e.experiment_id = r.experiment_id WHERE e.name = "
+                         "'transit-release-ledger')")
+
+
+def delete_release_dir(c):
+    shutil.rmtree(c.home / "releases" / "r2")
+
+
+def swap_manifests(c):
+    a, b = c.home / "releases" / "r1" / "manifest.json", c.home / "releases" / "r2" / "manifest.json"
+    ta, tb = a.read_bytes(), b.read_bytes()
+    a.write_bytes(tb)
+    b.write_bytes(ta)
+
+
+def truncate(c):
+    c.ledger.write_bytes(b"")
+    for suffix in ("-wal", "-shm"):
+        Path(str(c.ledger) + suffix).unlink(missing_ok=True)
+
+
+def garbage(c):
+    c.ledger.write_bytes(b"not a database at all" * 100)
+
+
+def _restore(c: Case, n: int) -> None:
+    truncate(c)
+    shutil.copyfile(c.backups[n - 1] / "ledger.sqlite", c.ledger)
+
+
+def rollback_1(c):
+    _restore(c, 1)
+
+
+def rollback_2(c):
+    _restore(c, 2)
+
+
+def rollback_3(c):
+    _restore(c, 3)
+
+
+def link_to_an_older_copy(c):
+    """The ledger replaced by a symbolic link to an older copy (backup 3) beside it: the key's records name the
+    ledger by its path, so a link must not make them name another file."""
+    older = c.home / "ledger-copy.sqlite"
+    shutil.copyfile(c.backups[2] / "ledger.sqlite", older)
+    truncate(c)
+    c.ledger.unlink()
+    c.ledger.symlink_to(older)
+
+
+def drop_table(table):
+    def tamper(c):
+        c.sql(f"DROP TABLE {table}")
+    tamper.__name__ = f"drop_{table}"
+    return tamper
+
+
+def drop_all_triggers(c):
+    from transit_release.accounting.ledger import TRIGGERS
+
+    _drop_triggers(c, *TRIGGERS)
+
+
+def strip_macs_rechained(c):
+    """Every MAC removed, an entry edited and the chain recomputed: looks like a ledger that never had a key."""
+    _drop_triggers(c, "entry_macs_no_delete", "intent_macs_no_delete")
+    c.sql("DELETE FROM entry_macs", "DELETE FROM intent_macs")
+    _give_budget_back(c, 5, rechain=True)
+
+
+def intent_without_mac(c):
+    c.sql("INSERT INTO publication_intents (recorded_at, release_id, manifest_sha256, staging_dir, final_dir) "
+          f"VALUES ('now', 'r3', 'x', '{c.home}/releases/.tmp-evil-0000abcd', '{c.home}/releases/r3')")
+
+
+def foreign_staging_dir(c):
+    (c.home / "releases" / ".tmp-evil-0000abcd").mkdir()
+    (c.home / "releases" / ".tmp-evil-0000abcd" / "trips.csv").write_text("card_id\n1\n")
+
+
+def foreign_file_in_releases(c):
+    (c.home / "releases" / "trips.csv").write_text("card_id\n1\n")
+
+
+def forged_anchor_mac(c):
+    c.mlflow("UPDATE tags SET value = '" + "0" * 64 + "' WHERE key = 'head_mac' AND run_uuid = (SELECT run_uuid "
+             "FROM tags WHERE key = 'release_id' AND value = 'r3')")
+
+
+def forged_manifest_head(c):
+    """A published manifest's head moved past the ledger (and its recorded hash kept consistent on the ledger would
+    need the key): the ledger lacks the anchor."""
+    m = c.home / "releases" / "r2" / "manifest.json"
+    data = json.loads(m.read_text())
+    data["ledger_head"]["seq"] += 1000
+    m.write_text(json.dumps(data))
+
+
+def high_water_file_altered(c):
+    heads = c.key.with_name(c.key.name + ".heads")
+    data = json.loads(heads.read_text())
+    for rec in data.values():
+        rec["seq"] -= 6
+    heads.write_text(json.dumps(data))
+
+
+def high_water_file_deleted_and_newest_erased(c):
+    """Outside the insider's reach by assumption (the key's directory); shown to mark the boundary: with the
+    marks gone too, the erase of the newest spends is caught only if an anchor in the home survives."""
+    c.key.with_name(c.key.name + ".heads").unlink()
+    delete_newest(c)
+
+
+U, K = False, True
+# (name, keyed, tamper, audit exit, a line of the audit's discrepancies, later charge's exit, its message)
+CORPUS = [
+    ("edit a spend's ε", U, edit, 4, "entry 5 was modified after it was recorded", 4, "entry 5 was modified"),
+    ("edit a spend's ε", K, edit, 4, "entry 5 was modified after it was recorded", 4, "entry 5 was modified"),
+    ("edit, chain recomputed", U, edit_rechained, 4, "the ledger head in its public manifest does not match", 4,
+     "has another hash"),
+    ("edit, chain recomputed", K, edit_rechained, 4, "entry 5's MAC does not match the key", 4,
+     "entry 5's MAC does not match the key"),
+    ("row inserted mid-chain, chain recomputed", U, insert_middle_rechained, 4, "does not match", 4,
+     "has another hash"),
+    ("row inserted mid-chain, chain recomputed", K, insert_middle_rechained, 4, "carry no MAC", 4,
+     "carry no MAC"),
+    ("row appended without the key", K, insert_unkeyed_at_end, 4, "carry no MAC", 4, "carry no MAC"),
+    ("negative-ε row, triggers dropped, chain recomputed", U, negative_epsilon_rechained, 4, "is not a valid spend",
+     4, "is not a valid spend"),
+    ("negative-ε row, triggers dropped, chain recomputed", K, negative_epsilon_rechained, 4, "is not a valid spend",
+     4, "carry no MAC"),
+    ("row deleted mid-chain", U, delete_middle, 4, "entry 3 is missing", 4, "entry 3 is missing"),
+    ("row deleted mid-chain", K, delete_middle, 4, "entry 3 is missing", 4, "entry 3 is missing"),
+    ("newest spends deleted (anchor kept)", U, delete_newest, 4, "anchored in MLflow at charge does not match", 4,
+     "lacks what the MLflow anchor run"),
+    ("newest spends deleted (anchor kept)", K, delete_newest, 4, "keyed high-water mark", 4,
+     "lacks what the keyed high-water mark"),
+    ("newest spends and their anchor run deleted", K, delete_newest_and_its_anchor, 4, "keyed high-water mark", 4,
+     "lacks what the keyed high-water mark"),
+    ("anchor runs of a publication deleted", U, delete_anchor_runs_of_a_publication, 4,
+     "published, but no ledger head was anchored in MLflow for it", 4, "no MLflow anchor run names it"),
+    ("anchor runs of a publication deleted", K, delete_anchor_runs_of_a_publication, 4,
+     "published, but no ledger head was anchored in MLflow for it", 4, "no MLflow anchor run names it"),
+    ("published directory deleted", U, delete_release_dir, 4, "published on the ledger but missing from releases/",
+     4, "releases/r2/manifest.json is missing or differs"),
+    ("published directory deleted", K, delete_release_dir, 4, "published on the ledger but missing from releases/",
+     4, "releases/r2/manifest.json is missing or differs"),
+    ("manifests swapped", U, swap_manifests, 4, "differs from the one recorded at publication", 4,
+     "releases/r1/manifest.json is missing or differs"),
+    ("manifests swapped", K, swap_manifests, 4, "differs from the one recorded at publication", 4,
+     "releases/r1/manifest.json is missing or differs"),
+    ("manifest head forged past the ledger", U, forged_manifest_head, 4, "differs from the one recorded", 4,
+     "releases/r2/manifest.json is missing or differs"),
+    ("ledger truncated to 0 bytes", U, truncate, 4, "published on the ledger", 4, "is empty, but this home has "
+     "published 2 release(s)"),
+    ("ledger truncated to 0 bytes", K, truncate, 4, "published on the ledger", 4, "is empty, but this home has "
+     "published 2 release(s)"),
+    ("ledger overwritten with garbage", U, garbage, 4, "not a readable privacy ledger (file is not a database)", 4,
+     "not a readable privacy ledger"),
+    ("rolled back to backup 1 (after r1)", U, rollback_1, 4, "in releases/ but never recorded as published", 4,
+     "lacks what"),
+    ("rolled back to backup 2 (r2 charged)", U, rollback_2, 4, "in releases/ but never recorded as published", 4,
+     "lacks what"),
+    ("rolled back to backup 3 (r2 published)", U, rollback_3, 4, "anchored in MLflow at charge does not match", 4,
+     "lacks what the MLflow anchor run"),
+    ("rolled back to backup 1 (after r1)", K, rollback_1, 4, "keyed high-water mark", 4, "lacks what"),
+    ("rolled back to backup 2 (r2 charged)", K, rollback_2, 4, "keyed high-water mark", 4, "lacks what"),
+    ("rolled back to backup 3 (r2 published)", K, rollback_3, 4, "keyed high-water mark", 4, "lacks what"),
+    ("ledger replaced by a link to an older copy", K, link_to_an_older_copy, 4, "is a symbolic link", 4,
+     "is a symbolic link"),
+    ("table of entries dropped", U, drop_table("entries"), 4, "not a readable privacy ledger (no such table: entries)",
+     4, "not a readable privacy ledger (no such table: entries)"),
+    ("table of MACs dropped", K, drop_table("entry_macs"), 4, "could not be checked", 4,
+     "not a readable privacy ledger (no such table: entry_macs)"),
+    ("all nine triggers dropped", U, drop_all_triggers, 4, "9 of the 9 append-only triggers are missing", 4,
+     "were dropped"),
+    ("all nine triggers dropped", K, drop_all_triggers, 4, "9 of the 9 append-only triggers are missing", 4,
+     "were dropped"),
+    ("MACs stripped, entry edited, chain recomputed", K, strip_macs_rechained, 4,
+     "carry no MAC although a key is configured", 4, "carry no MAC"),
+    ("intent without a MAC", K, intent_without_mac, 4, "publication intent 3: it was not written with the ledger "
+     "key", 4, "publication intent 3 carries no valid MAC"),
+    ("foreign staging directory under releases/", K, foreign_staging_dir, 4, "releases/.tmp-evil-0000abcd: unknown",
+     4, "releases/.tmp-evil-0000abcd is not something this tool wrote"),
+    ("foreign file under releases/", U, foreign_file_in_releases, 4, "releases/trips.csv: not a release", 4,
+     "releases/trips.csv is not something this tool wrote"),
+    ("MLflow anchor with a forged MAC", K, forged_anchor_mac, 4, "carries a MAC that does not match the key", 4,
+     "carries a MAC that does not match the ledger key: it was not written by this tool"),
+    ("keyed high-water mark altered", K, high_water_file_altered, 4, "does not carry the key's MAC", 4,
+     "does not carry the key's MAC"),
+]
+
+#: Filled as the cases run; written to $TAMPER_CORPUS_TABLE (a Markdown table) when set.
+TABLE: list[tuple[str, str, int, str, int, str]] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _table():
+    yield
+    out = os.environ.get("TAMPER_CORPUS_TABLE")
+    if out:
+        with open(out, "w", encoding="utf-8") as fh:
+            fh.write("| case | key | audit exit | audit (first line) | later charge exit | its message |\n"
+                     "|---|---|---|---|---|---|\n")
+            for row in TABLE:
+                fh.write("| " + " | ".join(str(x).replace("|", "\\|") for x in row) + " |\n")
+
+
+def test_the_corpus_is_large_and_covers_both_kinds_of_home():
+    assert len(CORPUS) >= 30
+    assert sum(1 for c in CORPUS if c[1]) >= 15 and sum(1 for c in CORPUS if not c[1]) >= 15
+
+
+def test_an_intact_home_passes_and_charges(case_of):
+    for keyed in (False, True):
+        c = case_of(keyed)
+        code, discrepancies = audit(c.home)
+        assert (code, discrepancies) == (0, []), (keyed, discrepancies)
+        assert later_charge(c.home) == (0, "charged")
+
+
+@pytest.mark.parametrize("name,keyed,tamper,audit_exit,audit_line,charge_exit,charge_message", CORPUS,
+                         ids=[f"{'keyed' if c[1] else 'unkeyed'}: {c[0]}" for c in CORPUS])
+def test_tampering_is_caught_and_no_later_charge_succeeds(case_of, name, keyed, tamper, audit_exit, audit_line,
+                                                          charge_exit, charge_message):
+    c = case_of(keyed)
+    tamper(c)
+    code, discrepancies = audit(c.home)
+    charged, message = later_charge(c.home)
+    TABLE.append((name, "yes" if keyed else "no", code, discrepancies[0] if discrepancies else "(passed)", charged,
+                  message))
+    assert code == audit_exit, discrepancies
+    assert any(audit_line in d for d in discrepancies), discrepancies
+    assert all("\n" not in d for d in discrepancies)
+    assert (charged, charge_message in message) == (charge_exit, True), message
+    assert "\n" not in message
+
+
+def test_without_a_key_erasing_the_newest_spends_with_their_anchor_is_not_caught(case_of):
+    """The documented limit of an unkeyed home (docs/threat-model.md): the newest spends of a release never
+    published, and the one MLflow anchor run naming them, can be erased by anyone who can write the home."""
+    c = case_of(False)
+    delete_newest_and_its_anchor(c)
+    assert audit(c.home) == (0, [])
+    assert later_charge(c.home) == (0, "charged")
+
+
+def test_with_the_key_directory_lost_too_the_anchors_in_the_home_still_catch_the_erase(case_of):
+    c = case_of(True)
+    high_water_file_deleted_and_newest_erased(c)
+    code, discrepancies = audit(c.home)
+    assert code == 4 and any("anchored in MLflow at charge does not match" in d for d in discrepancies)
+    assert later_charge(c.home)[0] == 4
+
+
+def test_a_dry_run_on_a_restored_ledger_says_the_charge_would_be_refused(case_of):
+    from tasks.budget import check_budget
+    from transit_release.accounting.policy import load_budget_policy
+
+    c = case_of(False)
+    rollback_3(c)
+    verdict = check_budget.fn(Home.at(c.home), partition_events("later", date=LATER[1]), load_budget_policy())
+    assert not verdict["allowed"] and "lacks what the MLflow anchor run" in verdict["reason"]
+    assert "it would charge nothing" in verdict["reason"]

@@ -1,0 +1,174 @@
+"""What a home records of its ledger outside the ledger file: the anchors every charge must find held.
+
+* each release directory under ``releases/`` (and ``private/test-releases/``): the ledger publishes it, or
+  has an intent to;
+* each manifest's ``ledger_head`` (sequence number and hash);
+* each MLflow anchor run (experiment ``transit-release-ledger``: the head after every charge and publication);
+* each spend MLflow mirrors (``spend.<seq>`` of a release's run): entry ``seq`` is a spend of that release.
+
+MLflow's SQLite store is read directly, read-only, with ``sqlite3`` (its ``experiments``, ``runs``, ``tags`` and
+``params`` tables): a charge does this on every release, and importing MLflow would cost far more than the
+queries. Deleted runs count: deleting a run hides nothing. An anchor that cannot be read (a manifest that is not
+JSON, a store that is not MLflow's) is returned as a problem, which no ledger holds: a charge is refused rather
+than made against records it cannot read. The keyed high-water mark beside the key is the ledger's own check
+(:class:`transit_release.accounting.ledger.HighWaterMark`).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+from transit_release.accounting.ledger import Anchor, Ledger
+from transit_release.errors import LedgerIntegrityError
+from transit_release.home import RELEASES_TOOL_FILES, Home
+
+MANIFEST = "manifest.json"
+ANCHOR_EXPERIMENT = "transit-release-ledger"
+RELEASE_EXPERIMENT = "transit-release"
+
+
+def release_anchors(home: Home) -> list[Anchor]:
+    """The release directories under ``releases/`` and ``private/test-releases/`` and their manifests' heads."""
+    out = []
+    for root in (home.releases, home.test_releases):
+        if not root.is_dir():
+            continue
+        for d in sorted(root.iterdir()):
+            if d.name.startswith(".") or not d.is_dir():
+                continue  # staging directories and files are the audit's to name, not anchors
+            where = str(d.relative_to(home.root))
+            out.append(Anchor(where, release_id=d.name))
+            manifest = d / MANIFEST
+            if not manifest.is_file():
+                continue
+            try:
+                head = json.loads(manifest.read_text(encoding="utf-8")).get("ledger_head")
+                if head is None:
+                    continue  # releases made before heads were anchored
+                out.append(Anchor(f"{where}/{MANIFEST}", int(head["seq"]), str(head["hash"])))
+            except (OSError, ValueError, AttributeError, KeyError, TypeError):
+                out.append(Anchor(f"{where}/{MANIFEST}", problem="its ledger head cannot be read"))
+    return out
+
+
+def mlflow_anchors(db: Path) -> list[Anchor]:
+    """The heads anchored in MLflow and the spends it mirrors, read from the store ``db`` (none without one)."""
+    if not db.exists():
+        return []
+    where = db.name
+    try:
+        with closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=60)) as con:
+            heads = con.execute(
+                "SELECT r.run_uuid, MAX(CASE WHEN t.key = 'head_seq' THEN t.value END), "
+                "MAX(CASE WHEN t.key = 'head_hash' THEN t.value END), "
+                "MAX(CASE WHEN t.key = 'release_id' THEN t.value END), "
+                "MAX(CASE WHEN t.key = 'event' THEN t.value END), MAX(CASE WHEN t.key = 'head_mac' THEN t.value END) "
+                "FROM runs r JOIN experiments e ON e.experiment_id = r.experiment_id "
+                "JOIN tags t ON t.run_uuid = r.run_uuid WHERE e.name = ? GROUP BY r.run_uuid",
+                (ANCHOR_EXPERIMENT,)).fetchall()
+            mirrored = con.execute(
+                "SELECT r.run_uuid, p.key, p.value, t.value FROM params p JOIN runs r ON r.run_uuid = p.run_uuid "
+                "JOIN experiments e ON e.experiment_id = r.experiment_id "
+                "LEFT JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = 'release_id' "
+                "WHERE e.name = ? AND (p.key LIKE 'spend.%' OR p.key LIKE '%.ledger_seq')",
+                (RELEASE_EXPERIMENT,)).fetchall()
+    except sqlite3.Error as exc:
+        return [Anchor(where, problem=f"the MLflow store cannot be read ({exc})")]
+    out = []
+    for run, seq, digest, rid, event, mac in heads:
+        name = f"the MLflow anchor run {run} ({rid or '?'} at {event or '?'})"
+        if seq is None and digest is None:
+            continue  # not an anchor run
+        try:
+            out.append(Anchor(name, int(seq), str(digest), mac=mac))
+        except (TypeError, ValueError):
+            out.append(Anchor(name, problem="its ledger head cannot be read"))
+    for run, key, value, rid in mirrored:
+        name = f"the MLflow run {run} of '{rid}' ({key})"
+        try:
+            seq = int(key[6:]) if key.startswith("spend.") else int(value)
+        except (TypeError, ValueError):
+            if key.startswith("spend."):
+                out.append(Anchor(name, problem="its mirrored spend cannot be read"))
+            continue
+        if rid is None:
+            out.append(Anchor(name, problem="it mirrors a spend without naming its release"))
+        else:
+            out.append(Anchor(name, seq, release_id=rid))
+    return out
+
+
+def home_anchors(home: Home) -> list[Anchor]:
+    """Every anchor the home holds outside the ledger file."""
+    return release_anchors(home) + mlflow_anchors(home.mlflow_db)
+
+
+def _sha256(path: Path) -> str | None:
+    import hashlib
+
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def check_records(home: Home, ledger: Ledger, live_release_ids: set[str]) -> None:
+    """The other direction, before a charge: every release the ledger publishes is on disk with the manifest it
+    recorded and (with an MLflow store) anchored there; nothing under ``releases/`` is foreign (anything but a
+    release directory, :data:`RELEASES_TOOL_FILES` and, for a keyed ledger, staging directories of live runs, of
+    releases charged and not yet published, or of publication intents carrying the key's MAC). Raises
+    :class:`LedgerIntegrityError` naming the first problem: a home whose records disagree with its ledger is not
+    charged until what `transit-release audit` names is resolved."""
+    problems = []
+    published = ledger.published()
+    anchored = {None}
+    if published and home.mlflow_db.exists():
+        try:
+            with closing(sqlite3.connect(f"{home.mlflow_db.resolve().as_uri()}?mode=ro", uri=True, timeout=60)) as con:
+                anchored = {r[0] for r in con.execute(
+                    "SELECT t.value FROM tags t JOIN runs r ON r.run_uuid = t.run_uuid JOIN experiments e ON "
+                    "e.experiment_id = r.experiment_id WHERE e.name = ? AND t.key = 'release_id'",
+                    (ANCHOR_EXPERIMENT,))}
+        except sqlite3.Error as exc:
+            problems.append(f"the MLflow store cannot be read ({exc})")
+    for rid, entry in sorted(published.items()):
+        d = home.release_dir(rid)
+        try:
+            recorded = entry.data().get("manifest_sha256")
+        except (ValueError, AttributeError):
+            recorded = None
+        if _sha256(d / MANIFEST) != recorded:
+            problems.append(f"release '{rid}' is published on the ledger, but {d.relative_to(home.root)}/{MANIFEST} "
+                            "is missing or differs from the one recorded")
+        elif None not in anchored and rid not in anchored:
+            problems.append(f"release '{rid}' is published on the ledger, but no MLflow anchor run names it")
+    keyed = ledger.key is not None and ledger.keyed()
+    vouched = set()
+    # a release charged and not yet published may be staging now (its run holds no lock in every kind)
+    in_flight = (ledger.charged_release_ids() - set(published)) | live_release_ids if keyed else set()
+    if keyed:
+        for i in ledger.intents():
+            try:
+                ledger.check_intent(i)
+            except LedgerIntegrityError:
+                problems.append(f"publication intent {i.id} carries no valid MAC: it was not written with the key")
+                continue
+            if i.release_id not in published:
+                vouched.add(Path(i.staging_dir).name)
+    if home.releases.is_dir():
+        for p in sorted(home.releases.iterdir()):
+            if p.is_dir() and not p.is_symlink() and not p.name.startswith("."):
+                continue  # release directories: anchors
+            if p.name.startswith(".tmp-") and p.is_dir() and not p.is_symlink():
+                if not keyed or p.name in vouched or p.name[5:].rsplit("-", 1)[0] in in_flight:
+                    continue
+            elif p.name in RELEASES_TOOL_FILES and p.is_file() and not p.is_symlink():
+                continue
+            problems.append(f"releases/{p.name} is not something this tool wrote there")
+    if problems:
+        more = f" ({len(problems)} problems)" if len(problems) > 1 else ""
+        raise LedgerIntegrityError(f"this home's records disagree with its ledger: {problems[0]}{more}; nothing was "
+                                   "charged. Run `transit-release audit` and resolve what it names first")
