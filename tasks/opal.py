@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 import pandas as pd
 
 from tasks import data_task
+from transit_release.accounting.events import DEFAULT_POPULATION
 from transit_release.config import ReleaseConfig
 from transit_release.partition_store import PartitionDataset
 from transit_release.releases import opal
@@ -27,7 +28,7 @@ def same_release(config: ReleaseConfig, fingerprint) -> Callable[[list], bool]:
 
 @data_task(name="plan-spends")
 def plan_spends(release_id: str, period, config: ReleaseConfig, fingerprint: str, code_version: str,
-                population: str) -> list:
+                population: str = DEFAULT_POPULATION) -> list:
     """Describe every mechanism run as an event (one per partition of the declared period and marginal)."""
     return opal.plan_spends(period, config, release_id, fingerprint, code_version, population)
 

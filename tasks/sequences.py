@@ -8,6 +8,7 @@ from pathlib import Path
 from prefect import get_run_logger
 
 from tasks import data_task
+from transit_release.accounting.events import DEFAULT_POPULATION
 from tasks.budget import same_spend
 from transit_release.errors import InputDataError
 from transit_release.inputs import universe as universes
@@ -78,7 +79,7 @@ def sequence_budget(mechanism: str, universe: universes.LocationUniverse, epsilo
 
 @data_task(name="plan-sequence-spend")
 def plan_sequence_spend(release_id: str, period: Period, budget: sequences.Budget, fingerprint: str,
-                        code_version: str, population: str):
+                        code_version: str, population: str = DEFAULT_POPULATION):
     return sequences.plan_spend(release_id, period, budget, fingerprint, code_version, population)
 
 

@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tasks import data_task
+from transit_release.accounting.events import DEFAULT_POPULATION
 from tasks.sequences import check_quarantine
 from transit_release.inputs import universe as universes
 from transit_release.inputs.screening import Period
@@ -44,7 +45,7 @@ def sets_from_taps(trips, stops, period: Period, universe: universes.LocationUni
 
 @data_task(name="plan-set-spend")
 def plan_set_spend(release_id: str, period: Period, budget: DiffPartBudget, fingerprint: str, code_version: str,
-                   population: str):
+                   population: str = DEFAULT_POPULATION):
     return sets.plan_spend(release_id, period, budget, fingerprint, code_version, population)
 
 

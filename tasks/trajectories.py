@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tasks import data_task
+from transit_release.accounting.events import DEFAULT_POPULATION
 from tasks.sequences import check_quarantine
 from transit_release.inputs import universe as universes
 from transit_release.inputs.screening import Period
@@ -74,7 +75,7 @@ def trajectories_from_taps(trips, stops, period: Period, mode: str) -> Trajector
 
 @data_task(name="plan-trajectory-spend")
 def plan_trajectory_spend(release_id: str, period: Period, setup: SafePathSetup, fingerprint: str,
-                          code_version: str, population: str):
+                          code_version: str, population: str = DEFAULT_POPULATION):
     return trajectories.plan_spend(release_id, period, setup, fingerprint, code_version, population)
 
 

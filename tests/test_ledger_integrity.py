@@ -26,13 +26,14 @@ def two_release_policy(tmp_path: Path) -> Path:
 
     policy = tmp_path / "policy.yaml"
     policy.write_text(default_policy_path().read_text().replace("      epsilon: 8.0\n      delta: 1.0e-6\n",
-                                                                "      epsilon: 16.0\n      delta: 1.0e-5\n", 1))
+                                                                "      epsilon: 16.0\n      delta: 1.0e-5\n", 1)
+                      .replace("allow_unbounded_person_loss: false", "allow_unbounded_person_loss: true"))
     return policy
 
 
 def release(week, home: Path, rid: str, *extra: str) -> list[str]:
     return ["release", "--trips", str(week["trips"]), "--stops", str(week["stops"]), "--home", str(home),
-            "--release-id", rid, "--workers", "0", *WEEK_FLAGS, *extra]
+            "--release-id", rid, "--workers", "0", "--unit", "trip", *WEEK_FLAGS, *extra]
 
 
 def show(text: str) -> None:
