@@ -70,12 +70,12 @@ def set_release(epsilon: float, input: str | None = None, locations: str | None 
         with progress.stage("partitioning (DiffPart)"):
             release, noise_kind = sanitize_sets(data, budget, charged, rid)
         with progress.stage("evaluating"):
-            metrics = evaluate_sets(data, release, queries, top_k if top_k is not None else list(sets.TOP_K))
+            metrics, figures = evaluate_sets(data, release, queries, top_k if top_k is not None else list(sets.TOP_K))
         with progress.stage("publishing"):
             tables, texts, manifest = set_outputs(rid, period, universe, sets.describe_input(bool(trips), modes),
                                                   budget, event, noise_kind, code_version(), release)
             staged = stage_release(where, rid, tables, texts, manifest, sets.render_datacard, charged)
-            report = write_sequence_report(where, staged.manifest, metrics, quarantine)
+            report = write_sequence_report(where, staged.manifest, metrics, quarantine, figures)
             run_id = publish_staged(where, staged, charged, tracking_record(staged.manifest, metrics, quarantine),
                                     report)
     except BaseException:

@@ -57,8 +57,11 @@ def sanitize_sets(data: SetInput, budget: DiffPartBudget, charged: list, release
 
 
 @data_task(name="evaluate-sets")
-def evaluate_sets(data: SetInput, release: list, queries: int, top_k: list[int]) -> dict:
-    return sets.evaluate(data.sets, release, queries, tuple(top_k))
+def evaluate_sets(data: SetInput, release: list, queries: int, top_k: list[int]) -> tuple[dict, dict]:
+    """(metrics, figures): the utility figures against the raw sets and the arrays the report plots."""
+    figures: dict = {}
+    metrics = sets.evaluate(data.sets, release, queries, tuple(top_k), figures=figures)
+    return metrics, figures
 
 
 @data_task(name="set-outputs")

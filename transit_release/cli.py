@@ -162,7 +162,8 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--fanout", type=int, help="build the taxonomy by grouping F locations of the universe per parent")
     _add_release_options(q, "sequences-<mechanism>-<start>-<end>")
 
-    t = sub.add_parser("trajectories", help="release passenger trajectories (station, hour of the week) with SafePath")
+    t = sub.add_parser("trajectories", help="release passenger trajectories (station, hour of the week): SafePath's "
+                                            "tree, or the factored Markov model (--mechanism markov, recommended)")
     _add_record_inputs(t, "trajectory", "trajectories", "one trajectory per line: station@hour tokens, the hour of "
                        "the week 0-167 from Monday 00:00", "week")
     tax = t.add_mutually_exclusive_group()
@@ -174,13 +175,21 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--location-taxonomy-height", type=int, help="with a fan-out: levels of groups (default 6)")
     t.add_argument("--time-fanout", type=int, help="blocks of F consecutive hours per node (default 2)")
     t.add_argument("--time-taxonomy-height", type=int, help="levels of hour blocks (default 6)")
-    t.add_argument("--thresholds", choices=("paper", "node"), default="paper",
-                   help="threshold rule (default paper: the lower count-query error in the measurements)")
+    t.add_argument("--mechanism", choices=("safepath", "markov"), default="safepath",
+                   help="safepath (the SafePath prefix tree, default) or markov (days, stations and hours of the day "
+                        "as three noisy models, trajectories drawn from them): on a commuter week at ε = 1 markov "
+                        "keeps the frequent points, ordered pairs and patterns the tree loses (see the README)")
+    t.add_argument("--budget", choices=("paper", "joint"), default="paper",
+                   help="SafePath's budget split: paper (over two taxonomies, default) or joint (one test of the "
+                        "(station, hour) pair per level; near noise-free at large ε)")
+    t.add_argument("--nmax", type=int, help="markov: the longest gram of its station and hour models (default 3)")
+    t.add_argument("--thresholds", choices=("paper", "node"),
+                   help="SafePath's paper budget: threshold rule (default paper)")
     t.add_argument("--epsilon", type=float, required=True)
     t.add_argument("--height", type=int, required=True, help="longest released trajectory (taps)")
     t.add_argument("--period-start", required=True, help="the Monday of the week the trajectories cover, YYYY-MM-DD")
     t.add_argument("--period-end", required=True, help="the Sunday of that week, YYYY-MM-DD")
-    _add_release_options(t, "trajectories-safepath-<start>-<end>")
+    _add_release_options(t, "trajectories-<mechanism>-<start>-<end>")
 
     st = sub.add_parser("sets", help="release passengers' station sets with DiffPart")
     _add_home(st)
@@ -262,8 +271,11 @@ def _print_summary(summary: dict) -> None:
         print(f"  {f}: {n:,} rows")
     if summary.get("thresholds"):
         print("  thresholds: " + ", ".join(f"{k}={v}" for k, v in summary["thresholds"].items()))
-    for k, v in (summary.get("metrics") or {}).items():
-        print(f"  {k}: {v:.4g}")
+    if summary.get("metrics"):
+        from transit_release.passenger_report import headline
+
+        for label, value in headline(summary.get("kind", ""), summary["metrics"], summary["epsilon"]):
+            print(f"  {label}: {value}")
     print(f"  release: {summary['release_dir']}")
     if summary.get("noise_source") == "test-seed":
         print("  (made with the test-only noise seed: kept under private/test-releases/, never published)")
@@ -544,7 +556,7 @@ def _trajectories(args, home: Home) -> int:
     from transit_release import preflight
     from transit_release.inputs.screening import parse_period
     from transit_release.inputs.universe import load_universe, read_taxonomy_file, with_taxonomy
-    from transit_release.releases.trajectories import check_period, safepath_setup
+    from transit_release.releases.trajectories import check_period, trajectory_setup
 
     _check_passenger_release_args(args)
     check_period(parse_period(args.period_start, args.period_end))
@@ -557,10 +569,11 @@ def _trajectories(args, home: Home) -> int:
     else:
         preflight.readable_file(args.input, "trajectory")
         universe = load_universe(args.locations, args.location_taxonomy, "--location-taxonomy")
-    # refuses a configuration the public universe cannot carry (the ε_ng guard, scales, tree size) before Prefect
-    safepath_setup(universe, args.epsilon, args.height, location_fanout=args.location_fanout,
-                   location_taxonomy_height=args.location_taxonomy_height, time_fanout=args.time_fanout,
-                   time_taxonomy_height=args.time_taxonomy_height, rule=args.thresholds)
+    # refuses a configuration the public universe cannot carry (flags, the ε_ng guard, scales, sizes) before Prefect
+    trajectory_setup(universe, args.epsilon, args.height, mechanism=args.mechanism, budget=args.budget,
+                     location_fanout=args.location_fanout, location_taxonomy_height=args.location_taxonomy_height,
+                     time_fanout=args.time_fanout, time_taxonomy_height=args.time_taxonomy_height,
+                     rule=args.thresholds, max_gram=args.nmax)
     with _prefect(home, args.verbose):
         from flows.trajectory_release import trajectory_release
 
@@ -571,7 +584,7 @@ def _trajectories(args, home: Home) -> int:
             locations=resolve(args.locations), location_taxonomy=resolve(args.location_taxonomy),
             location_fanout=args.location_fanout, location_taxonomy_height=args.location_taxonomy_height,
             time_fanout=args.time_fanout, time_taxonomy_height=args.time_taxonomy_height, thresholds=args.thresholds,
-            home=str(home.root), release_id=args.release_id, policy=args.policy, ledger=args.ledger,
+            mechanism=args.mechanism, budget=args.budget, nmax=args.nmax, home=str(home.root), release_id=args.release_id, policy=args.policy, ledger=args.ledger,
             quarantine_limit=args.quarantine_limit, queries=args.queries, dry_run=args.dry_run)
     _print_summary(result)
     return 0

@@ -93,13 +93,42 @@ def sanitize(sets: ItemSets, budget: DiffPartBudget, noise: NoiseSource, release
 
 
 def evaluate(sets: ItemSets, release: list, n_queries: int = DEFAULT_QUERIES, top_k: tuple[int, ...] = TOP_K,
-             seed: int = 0) -> dict:
+             seed: int = 0, figures: dict | None = None, frequent_k: int = 100) -> dict:
     """Internal figures (:mod:`transit_release.utility.sets`): ``count_query.relative_error.max_q<L>`` — mean
     relative error of count queries of up to L stations, for the thesis's subsets (L = i·max|D|/5) and for
-    L = 3 — and ``itemsets.top<K>.{tp,loss,loss_share}`` of the top-K frequent itemsets; 0 / () turns one off."""
+    L = 3 — and ``itemsets.top<K>.{tp,loss,loss_share}`` of the top-K frequent itemsets; 0 / () turns one off.
+    Also ``sets.input``, ``sets.released``, ``itemsets.top{k}.relative_error`` (the containment counts of the ``k``
+    most frequent itemsets), ``sizes.total_variation`` and ``records.share_released``; ``figures``, if given,
+    receives the arrays the report plots."""
+    import numpy as np
+
+    from transit_release.utility.sets import relative_errors, top_k_itemsets
+    from transit_release.utility.trajectories import length_shares, total_variation
+
     universe_size = sets.universe_size
     original = release_pairs(sets)
-    out: dict[str, float] = {}
+    n_released = sum(c for _, c in release)
+    out: dict[str, float] = {"sets.input": float(len(sets)), "sets.released": float(n_released),
+                             "sets.distinct_released": float(len(release))}
+    released_sets = {s for s, c in release if c > 0}
+    out["records.share_released"] = (sum(c for s, c in original if s in released_sets) / len(sets)) if len(sets) \
+        else 0.0
+    largest = int(sets.sizes.max()) if len(sets) else 0
+    true_size = length_shares(sets.sizes, height=largest)
+    got_size = (length_shares(np.array([len(s) for s, _ in release], dtype=np.int64),
+                              np.array([c for _, c in release], dtype=float), largest) if release else
+                np.zeros(largest + 1))
+    out["sizes.total_variation"] = total_variation(true_size, got_size)
+    if figures is not None:
+        figures.update({"lengths.true": true_size.tolist(), "lengths.released": got_size.tolist()})
+    if frequent_k and len(sets):
+        top = top_k_itemsets(original, universe_size, frequent_k)
+        queries = [np.array(s, dtype=np.int64) for s in top]
+        true = np.array(list(top.values()), dtype=np.int64)
+        got = WeightedSets.of(release, universe_size).count(queries)
+        out[f"itemsets.top{frequent_k}.relative_error"] = float(relative_errors(true, got, len(sets)).mean())
+        if figures is not None:
+            figures.update({"top_patterns.true": true.tolist(), "top_patterns.released": got.tolist()})
     if n_queries > 0 and len(sets):
         largest = int(sets.sizes.max())
         sizes = sorted({min(universe_size, max(1, (i * largest) // N_SUBSETS)) for i in range(1, N_SUBSETS + 1)}
