@@ -229,6 +229,24 @@ class SetTaxonomy:
 
 # ---- budget ---------------------------------------------------------------------------------------
 
+#: the fan-out rule's bounds (:func:`fanout_for`)
+MIN_RULE_FANOUT, MAX_RULE_FANOUT = 4, 10
+
+
+def fanout_for(universe_size: int) -> int:
+    """The fan-out from the public universe size alone: ``f = round(log2 |I|)``, kept within 4..10.
+
+    A taxonomy of fan-out ``f`` has about ``log_f |I|`` levels and ``(|I| − 1)/(f − 1)`` internal nodes, and
+    every split tests ``2^f − 1`` candidates. With ``f ≈ log2 |I|`` a split's candidates (about ``|I|``) stay
+    in proportion to the universe while the number of levels stays small (``log |I| / log log |I|``); below 4
+    the splits are many and their budgets thin, above 10 the empty candidates make C1 and C2 large. Measured
+    on universes of 16 to 1,012 items in ``benchmarks/experiment_fanout.py``.
+    """
+    if universe_size < 1:
+        raise ValueError(f"the universe must have at least one item. Found {universe_size}.")
+    return int(min(MAX_RULE_FANOUT, max(MIN_RULE_FANOUT, round(math.log2(max(universe_size, 2))))))
+
+
 def c_for_phantoms(fanout: int, expected: Fraction | float) -> Fraction:
     """The threshold constant ``C`` at which a height-1 test of ``2^f − 1`` empty candidates keeps ``expected``.
 

@@ -29,7 +29,7 @@ from transit_release.accounting.events import DiffPartEvent
 from transit_release.errors import InputDataError, NoiseParameterError
 from transit_release.inputs.universe import LocationUniverse
 from transit_release.mechanisms.diffpart import (DiffPartBudget, ItemSets, check_partition_size, delta_slack,
-                                                 sanitize_sets)
+                                                 fanout_for, sanitize_sets)
 from transit_release.noise import NoiseSource
 from transit_release.publish import CSV_NEUTRALISATION
 from transit_release.releases.passengers import (PERIOD_COMPOSITION, counted_table, cumulative_text,
@@ -41,7 +41,9 @@ KIND = "sets"
 UNIT = "passenger-set"
 NEIGHBOURING = "add-remove-one"
 MECHANISMS = ("diffpart",)
-DEFAULT_FANOUT = 10
+#: without ``--fanout`` the fan-out follows the public universe size (:func:`~transit_release.mechanisms.diffpart.fanout_for`)
+DEFAULT_FANOUT = None
+FANOUT_RULE = "round(log2 |I|) within 4..10, from the public universe size |I|"
 DEFAULT_QUERIES = 50_000  # the thesis's workload: 5 subsets of 10,000
 TOP_K = (10, 50, 100)
 #: The query length every evaluation reports (``count_query.relative_error.max_q3``), beside the thesis's subsets.
@@ -61,9 +63,17 @@ def describe_input(from_taps: bool, modes: tuple[str, ...] | None = None) -> dic
                       "Opal release's location files")}
 
 
-def set_budget(universe: LocationUniverse, epsilon: float, fanout: int = DEFAULT_FANOUT) -> DiffPartBudget:
-    """Budget from public inputs only (universe size, ε, fan-out; C1, C2 follow the fan-out); refuses an ε the
+def fanout_rule(fanout: int | None) -> str:
+    """How the release's fan-out was chosen (for the manifest): given, or the rule on the universe size."""
+    return "given (--fanout)" if fanout is not None else FANOUT_RULE
+
+
+def set_budget(universe: LocationUniverse, epsilon: float, fanout: int | None = DEFAULT_FANOUT) -> DiffPartBudget:
+    """Budget from public inputs only (universe size, ε, fan-out — given, or from the universe size by
+    :func:`~transit_release.mechanisms.diffpart.fanout_for`; C1, C2 follow the fan-out); refuses an ε the
     samplers cannot honour and a partitioning whose phantoms would explode, before any data is read."""
+    if fanout is None:
+        fanout = fanout_for(max(len(universe), 1))
     try:
         budget = DiffPartBudget.of(epsilon, len(universe), fanout)
         check_partition_size(budget)
@@ -150,7 +160,8 @@ def set_table(release: list[tuple[tuple[int, ...], int]], universe: LocationUniv
 
 
 def build_manifest(release_id: str, period, universe: LocationUniverse, described: dict, budget: DiffPartBudget,
-                   event: DiffPartEvent, noise_kind: str, code_version: str, created_at: str) -> dict:
+                   event: DiffPartEvent, noise_kind: str, code_version: str, created_at: str,
+                   fanout_rule: str = FANOUT_RULE) -> dict:
     """Everything public about the release except files, ledger head and cumulative loss (added at staging)."""
     tax = budget.taxonomy
     return {
@@ -172,6 +183,7 @@ def build_manifest(release_id: str, period, universe: LocationUniverse, describe
                          "VLDB 2011)",
             "mechanism_id": "diffpart",
             "fanout": budget.fanout,
+            "fanout_rule": fanout_rule,
             "c1": float(budget.c_leaf),
             "c2": float(budget.c_split),
             "taxonomy_height": tax.height,
@@ -208,7 +220,7 @@ never the stations found in the data.
 
 ## How they were made
 The stations were grouped into a fixed hierarchy ({p['fanout']} per group, {p['taxonomy_height']} levels above
-the stations), built from the public list alone. Starting from all passengers, groups of passengers
+the stations; fan-out {p.get('fanout_rule', 'given')}), built from the public list alone. Starting from all passengers, groups of passengers
 were split level by level by which parts of the hierarchy their stations fall in; every group got a
 noisy size, and groups whose noisy size fell below a threshold were dropped with their passengers
 ({p['mechanism']}; C1 = {p['c1']:g}, C2 = {p['c2']:g}).
@@ -230,7 +242,8 @@ deviation of the integer noise sampler). Composition: {p['composition']}.
 
 def tracking(manifest: dict, metrics: dict, quarantine: dict) -> dict:
     p = manifest["privacy"]
-    params = {"epsilon": p["epsilon"], "fanout": p["fanout"], "c1": p["c1"], "c2": p["c2"],
+    params = {"epsilon": p["epsilon"], "fanout": p["fanout"], "fanout_rule": p.get("fanout_rule", ""),
+              "c1": p["c1"], "c2": p["c2"],
               "taxonomy.height": p["taxonomy_height"], "universe.locations": manifest["universe"]["locations"],
               "universe.sha256": manifest["universe"]["sha256"]}
     m = {**metrics, **{f"input.quarantined.{k}": v for k, v in quarantine.items()}}
