@@ -57,6 +57,7 @@ def test_sets_command_publishes_charges_once_and_passes_the_audit(prefect_harnes
     assert manifest["noise_source"] == "test-seed" and manifest["universe"]["locations"] == 68
     assert p["unit_of_privacy"] == "passenger-set" and p["mechanism_id"] == "diffpart" and p["epsilon"] == 1.0
     assert p["fanout"] == 6 and p["taxonomy_height"] == 3  # 68 → 12 → 2 → 1
+    assert p["fanout_rule"] == "given (--fanout)"
     assert p["c1"] == float(c_for_phantoms(6, DEFAULT_PHANTOMS_PER_LEAF_SPLIT))
     assert p["c2"] == float(c_for_phantoms(6, DEFAULT_PHANTOMS_PER_SPLIT))
     assert 0 < p["delta"] < 1e-12
@@ -69,7 +70,8 @@ def test_sets_command_publishes_charges_once_and_passes_the_audit(prefect_harnes
                   "location ids of the public locations file", "never the stations found in the data"):
         assert words in card, words
     report = (home / "release_reports" / RID / "report.html").read_text()
-    assert "count_query.relative_error.max_q3" in report and "itemsets.top10.tp" in report
+    assert "count queries of up to 3 stations: error" in report and "frequent station sets found (of 10)" in report
+    assert "count_query.relative_error" not in report and "In five figures" in report
     assert (home / "release_reports" / "index.html").exists()  # (test-seed releases are not listed in it)
 
     spends = Ledger(home / "ledger.sqlite").spends()

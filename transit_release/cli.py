@@ -213,9 +213,11 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--queries", type=int, default=50_000, help="count queries of the utility workload")
     st.add_argument("--dry-run", action="store_true", help="validate, print the spend and the policy's verdict, stop")
 
-    m = sub.add_parser("synth-metro", help="write a synthetic Montréal-shaped metro: sequences and taxonomy")
-    m.add_argument("--out", required=True, help="output directory (sequences.txt, taxonomy.csv, locations.txt)")
-    m.add_argument("--passengers", type=int, default=850_000)
+    m = sub.add_parser("synth-metro", help="write a synthetic Montréal-shaped metro: sequences, a week of trajectories, "
+                                           "station sets, taxonomies and the station list")
+    m.add_argument("--out", required=True, help="output directory (sequences.txt, trajectories.txt, sets.txt, "
+                                                "taxonomy.csv, stations.csv, locations.txt)")
+    m.add_argument("--passengers", type=int, default=850_000, help="passengers of each file (default 850,000)")
     m.add_argument("--seed", type=int, default=0)
 
     b = sub.add_parser("budget", help="what each unit of privacy has spent and what remains under each cap")
@@ -705,6 +707,10 @@ def _synth_metro(args) -> int:
     from transit_release.inputs.sequences import format_sequences
     from transit_release.synth.metro import synthesize_metro
 
+    from transit_release.inputs.trajectories import write_trajectory_file
+    from transit_release.mechanisms.diffpart import ItemSets
+    from transit_release.synth.trajectories import metro_location_table, synthesize_metro_trajectories
+
     seqs, metro = synthesize_metro(args.passengers, seed=args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -719,7 +725,21 @@ def _synth_metro(args) -> int:
                   "name": metro.names}).to_csv(out / "taxonomy.csv", index=False)
     (out / "locations.txt").write_text("# the metro's stations: the public universe\n" + "\n".join(ids) + "\n",
                                        encoding="utf-8")
-    print(f"sequences: {out / 'sequences.txt'}\ntaxonomy: {out / 'taxonomy.csv'}\nlocations: {out / 'locations.txt'}")
+    # the same passengers' station sets, and a week of (other) passengers' trajectories with the stations' taxonomy
+    sets = ItemSets.from_arrays(seqs.locations, seqs.offsets, metro.n_stations)
+    set_counts: dict[tuple[int, ...], int] = {}
+    for s in sets.to_lists():
+        set_counts[s] = set_counts.get(s, 0) + 1
+    lines = "".join((" ".join(ids[i] for i in s) + "\n") * c for s, c in sorted(set_counts.items()))
+    (out / "sets.txt").write_text("# synthetic metro: the stations of each passenger, one a line\n" + lines,
+                                  encoding="utf-8")
+    trajs, _ = synthesize_metro_trajectories(args.passengers, seed=args.seed)
+    write_trajectory_file(out / "trajectories.txt", [(t, 1) for t in trajs.to_lists()], ids,
+                          header="synthetic metro week: station@hour of the week (0-167 from Monday 00:00), "
+                                 "one passenger a line")
+    metro_location_table(metro).to_csv(out / "stations.csv", index=False)
+    for name in ("sequences.txt", "trajectories.txt", "sets.txt", "taxonomy.csv", "stations.csv", "locations.txt"):
+        print(f"{name.split('.')[0]}: {out / name}")
     return 0
 
 

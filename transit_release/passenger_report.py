@@ -250,8 +250,8 @@ def write_report(out_dir: Path, manifest: dict, metrics: dict, quarantine: dict,
     if _lengths(figures, out_dir / "lengths.png", kind):
         imgs.append(("Length distributions", "lengths.png", "The share of records of each length, in the data as "
                      "the release can hold it and in the release."))
-    if _error_by_size(metrics, out_dir / "count_query_error.png", kind):
-        imgs.append(("Error by query size", "count_query_error.png", "Mean relative error of count queries, by the "
+    if _error_by_size(metrics, out_dir / "error_by_query_size.png", kind):
+        imgs.append(("Error by query size", "error_by_query_size.png", "Mean relative error of count queries, by the "
                      "largest number of elements a query may have."))
     heads = "".join(f"<dt>{html.escape(a)}</dt><dd>{html.escape(b)}</dd>" for a, b in headline(kind, metrics,
                                                                                              p["epsilon"]))

@@ -60,7 +60,7 @@ DAYS_PER_WEEK = HOURS_PER_WEEK // HOURS_PER_DAY
 #: the days' share of ε (their histogram has large counts and few cells)
 DAY_SHARE = Fraction(1, 10)
 DEFAULT_MAX_GRAM = 3
-#: refuse a day histogram with more cells than this (``C(h + 7, 7) − 1``: h ≤ 21)
+#: refuse a day histogram with more cells than this (``C(h + 7, 7) − 1``: h ≤ 22)
 MAX_DAY_CELLS = 2_000_000
 
 __all__ = ["DEFAULT_MAX_GRAM", "MarkovBudget", "MarkovRelease", "day_cell", "day_sequence", "delta_slack",
@@ -74,6 +74,14 @@ class MarkovParameterError(ValueError):
 def _cells_of_length(length: int) -> int:
     """Non-decreasing sequences of ``length`` days over a week: ``C(length + 6, 6)``."""
     return math.comb(length + DAYS_PER_WEEK - 1, DAYS_PER_WEEK - 1)
+
+
+def max_day_height() -> int:
+    """The largest height whose day histogram has at most :data:`MAX_DAY_CELLS` cells."""
+    h = 1
+    while math.comb(h + 1 + DAYS_PER_WEEK, DAYS_PER_WEEK) - 1 <= MAX_DAY_CELLS:
+        h += 1
+    return h
 
 
 @dataclass(frozen=True)
@@ -99,7 +107,7 @@ class MarkovBudget:
         if budget.day_cells > MAX_DAY_CELLS:
             raise MarkovParameterError(
                 f"the day histogram of trajectories of up to {height} points has {budget.day_cells:,} cells (limit "
-                f"{MAX_DAY_CELLS:,}); use a height of at most 21")
+                f"{MAX_DAY_CELLS:,}); use a height of at most {max_day_height()}")
         check_scale(1 / budget.day_epsilon, epsilon=eps, where="trajectory Markov model, day histogram (scale 10/ε)")
         try:
             budget.station_budget()

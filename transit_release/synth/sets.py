@@ -78,7 +78,7 @@ def stm_like_sets(n_records: int = STM_RECORDS, n_stations: int = STM_STATIONS, 
     item = np.clip(item, 0, n_stations - 1)
     # heavy users: 20..max_size distinct stations by popularity
     heavy_ids = np.flatnonzero(heavy)
-    heavy_size = rng.integers(20, max_size + 1, heavy_ids.size)
+    heavy_size = rng.integers(min(20, max_size), max_size + 1, heavy_ids.size)  # small universes: at most all
     heavy_size[:1] = max_size  # the largest set has max_size stations, as in the STM data
     heavy_items = [rng.choice(n_stations, int(k), replace=False, p=popularity) for k in heavy_size]
     who = np.concatenate([who, np.repeat(heavy_ids, heavy_size)])
