@@ -3,8 +3,10 @@
     nice -n 10 python benchmarks/experiment_fanout.py [--records 200000] [--runs 2] [--fanouts 3,4,5,6,8,10]
         [--sizes 16,68,278,1012] [--big-records 989818] [--out release_reports/experiments-fanout]
 
-For each universe size |I|, a synthetic STM-shaped set data set (:func:`transit_release.synth.sets.stm_like_sets`,
-``--records`` sets over |I| stations); for each fan-out f, DiffPart at ε = 1 (C1, C2 from f): the mean relative
+For each universe size |I|, a synthetic set data set of the small-universe shape
+(:func:`transit_release.synth.sets.small_universe_sets`: most sets of one or two items, Zipf popularity, related
+items together; ``--records`` sets over |I| items) or, with ``--shape stm``, of the STM shape
+(:func:`transit_release.synth.sets.stm_like_sets`: about 4.8 stations per set, most sets unique); for each fan-out f, DiffPart at ε = 1 (C1, C2 from f): the mean relative
 error of containment queries of 1–3 items (10,000 queries, sanity bound 0.1% of |D|) and the top-100 frequent
 itemsets found, mean of ``--runs`` runs. The rule's choice
 (:func:`transit_release.mechanisms.diffpart.fanout_for`) is marked. Then the target data set: ≈1 M sets over a
@@ -54,18 +56,20 @@ def main() -> None:
     ap.add_argument("--big-records", type=int, default=989_818)
     ap.add_argument("--big-runs", type=int, default=3)
     ap.add_argument("--top", action="store_true", help="also the top-100 itemsets of every setting (slower)")
+    ap.add_argument("--shape", choices=("small", "stm"), default="small")
     ap.add_argument("--out", type=Path, default=Path("release_reports/experiments-fanout"))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for size in [int(x) for x in args.sizes.split(",")]:
-        sets = stm_like_sets(args.records, size, seed=size, max_size=min(64, size))
+        sets = (small_universe_sets(args.records, size, seed=size) if args.shape == "small"
+                else stm_like_sets(args.records, size, seed=size, max_size=min(64, size)))
         pairs = release_pairs(sets)
         weighted = WeightedSets.of(pairs, size)
         workload = query_workload(size, 3, per_subset=10_000, seed=12, max_sizes=[3])
         rule = fanout_for(size)
         for f in [int(x) for x in args.fanouts.split(",")]:
-            r = {"data": f"stm-like {args.records:,}", "universe": size, "fanout": f, "rule": f == rule,
+            r = {"data": f"{args.shape} {args.records:,}", "universe": size, "fanout": f, "rule": f == rule,
                  **score(sets, pairs, weighted, workload, f, args.runs, args.top)}
             rows.append(r)
             print(r, flush=True)

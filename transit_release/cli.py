@@ -145,14 +145,18 @@ def _parser() -> argparse.ArgumentParser:
             r.add_argument("--scale", type=float, default=0.1)
             r.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
 
-    q = sub.add_parser("sequences", help="release passenger sequences (noisy prefix tree or variable-length n-grams)")
+    q = sub.add_parser("sequences", help="release passenger sequences (variable-length n-grams, recommended, or a "
+                                         "noisy prefix tree)")
     _add_record_inputs(q, "sequence", "sequences", "one sequence per line (location ids separated by spaces)", "period")
     q.add_argument("--taxonomy", help="CSV location,group (e.g. station,line): the hybrid tree's taxonomy; its "
                                       "locations are the universe unless --locations is given too")
     q.add_argument("--epsilon", type=float, required=True)
     q.add_argument("--mechanism", choices=("prefix-tree", "ngram"), default="prefix-tree",
-                   help="prefix-tree (Chen et al., KDD 2012; needs --height) or ngram (variable-length n-grams, "
-                        "Chen, Ács & Castelluccia, CCS 2012: also publishes the noisy n-gram table)")
+                   help="ngram is recommended (variable-length n-grams, Chen, Ács & Castelluccia, CCS 2012; also "
+                        "publishes the noisy n-gram table): on the synthetic metro at ε = 1 its count-query error is "
+                        "0.13-0.14x the prefix tree's and it finds 97 of the 100 most frequent runs of stations "
+                        "against 82-91 (README). prefix-tree (Chen et al., KDD 2012; needs --height, the default) "
+                        "keeps journeys from their first station")
     q.add_argument("--height", type=int, help="prefix tree: the longest sequence released (required for it)")
     q.add_argument("--lmax", type=int, help="n-grams: locations kept per sequence, longer ones are cut (default 20)")
     q.add_argument("--nmax", type=int, help="n-grams: the longest gram, end marker included (default 5)")

@@ -41,24 +41,32 @@ its threshold (an integer: ``c ≥ θ`` is ``c ≥ ⌈θ⌉``). Two public rules
   taxonomy node at that depth): the expected number of empty siblings that
   pass is about ``m·½e^{−ln m} = ½`` per tested group, whatever the depth.
 
-Both are measured in ``benchmarks/experiment_safepath.py`` (850,000 synthetic
-metro week trajectories, both taxonomies of height 6 with 2 children, two runs
-per setting) and ``paper`` is the default: it has the lower count-query error
-at every ε (0.5–1.5) and every h (3–18) measured — at ε = 1, h = 12, ``|q| ≤ 4``:
-4.25% against 4.43% (the paper's uniform queries) and 13.5% against 13.9%
-(non-empty queries) — and finds 10 of the top-100 sequential patterns of size
-> 1 against 2–4 (PrefixSpan), for about twice the nodes (1,695 against 901; both build in
-under a second). The node rule's thresholds at the general levels (2,215 for a
-depth-1 block of hours at noise scale 2016, against the paper's 68) cut more
-populated nodes, and the paper's low general thresholds cost little because
-the leaves' thresholds still stop almost every empty candidate. Where the
-node rule wins is the tree's size: with low taxonomies (height 0 or 1 at
-h = 2) the paper's rule is refused by the size check, the node rule is not,
-and at height 0 it gave the lowest error of the taxonomy sweep (5.2% against
-the paper's best 5.4%, non-empty queries, ``|q| = 2``). Neither rule fixes the
-budget split itself: general nodes get ``2jε_s/|U|``, so at ε = 1, h = 12 the
-tree rarely grows past level 2 and its error is dominated by trajectories cut
-at the first levels (see the experiment report).
+Both are measured in ``benchmarks/experiment_safepath.py``; ``paper`` is the default.
+
+Where the paper's split loses the journeys. A general node at depth ``j`` gets
+``2jε_s/|U|``: along one level a trajectory passes ``H_L + H_T + 2`` tests, most
+of them at scales of hundreds or thousands (``|U|/(2jε_s)``), each of which can
+cut it. A node held by a few passengers survives a level only by luck, even at a
+large ε, and the mass of a cut child is released as trajectories ending at its
+parent (the terminating release): the release fills with single points. The
+same tree with exact counts releases the same thing (its node set is the loss,
+not the noise on its counts). ``benchmarks/experiment_trajectories.py`` shows it
+in numbers.
+
+Joint rule (``JointBudget``, :func:`build_joint_tree`). No taxonomies and one
+test per level: every candidate (location, hour) pair under a node gets one
+noisy count at ``ε_ℓ = min(ε/h, 16)`` (16: the samplers' finest scale), kept
+when it reaches ``θ = ⌈ln(|L|·|T|)/ε_ℓ⌉`` (about ``½`` empty child per tested
+node: ``m·½e^{−ε_ℓθ} ≤ ½``). Privacy: a trajectory adds 1 to exactly one
+candidate per level (the pair it takes there; none once it has ended or been
+cut), so its neighbours' histograms differ by 1 in one count per level — L1
+sensitivity 1 — and the counts of one level are one discrete Laplace histogram
+at ``1/ε_ℓ`` (the empty candidates' sampler is equal in distribution); the
+candidates of a level depend only on the noisy counts of the levels above
+(adaptive sequential composition over ``h`` levels). Every root-to-leaf path
+spends ``h·ε_ℓ ≤ ε``, and exactly ``ε`` when ``ε/h ≤ 16``
+(:meth:`JointBudget.path_spend`, exact fractions). Consistency and release as
+below, both post-processing.
 
 Time rule (public, costs no privacy). The paper's Definition 3.3 has
 non-decreasing timestamps; with ``monotone=True`` (the default) the children of
