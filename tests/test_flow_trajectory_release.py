@@ -98,6 +98,28 @@ def test_trajectories_command_publishes_charges_once_and_passes_the_audit(prefec
     assert result["ok"] and result["loss"]["passenger-trajectory"]["basic"]["epsilon"] == 1.0
 
 
+def test_the_markov_mechanism_publishes_its_own_release_and_event(prefect_harness, metro, tmp_path, capsys,
+                                                                    test_seed):
+    home = tmp_path / "home"
+    assert main(_args(metro, home, "--mechanism", "markov", "--queries", "300")) == 0
+    out = capsys.readouterr().out
+    rid = "trajectories-markov-20260105-20260111"
+    assert f"Release {rid}: published" in out and "thresholds: day_threshold=" in out
+    assert "error of the 100 most frequent queries: points " in out
+    rel = home / "private" / "test-releases" / rid
+    lines = [x for x in (rel / "trajectories.txt").read_text().splitlines() if not x.startswith("#")]
+    assert lines and all(1 <= len(x.split()) <= 6 for x in lines)
+    p = json.loads((rel / "manifest.json").read_text())["privacy"]
+    assert p["mechanism_id"] == "trajectory-markov" and p["epsilon_days"] == 0.1 and p["max_gram"] == 3
+    assert "drawn from the models" in (rel / "DATACARD.md").read_text()
+    (spend,) = Ledger(home / "ledger.sqlite").spends()
+    assert spend.event().kind == "trajectory_markov" and spend.event().epsilon == 1.0
+    assert main([*_args(metro, home, "--mechanism", "markov", "--nmax", "3", "--queries", "300")]) == 0
+    assert "already published: nothing drawn or spent" in capsys.readouterr().out
+    assert main(_args(metro, home, "--mechanism", "markov", "--thresholds", "node")) == 2
+    assert "--thresholds go(es) with SafePath's paper budget" in capsys.readouterr().err
+
+
 def test_dry_run_cap_and_the_release_index(prefect_harness, metro, tmp_path, capsys):
     """A dry run writes and charges nothing; the default cap (ε ≤ 2 per week) refuses with exit 3; a published
     release (OS noise: under releases/) is listed in release_reports/index.html with its utility."""

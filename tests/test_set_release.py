@@ -73,7 +73,12 @@ def test_evaluation_names_the_shared_metrics():
     m = sets.evaluate(data, release, n_queries=300, top_k=(10,))
     assert {"count_query.relative_error.max_q1", "count_query.relative_error.max_q3", "itemsets.top10.tp",
             "itemsets.top10.loss"} <= set(m)
-    assert sets.evaluate(data, release, n_queries=0, top_k=()) == {}
+    assert {"sets.input", "sets.released", "records.share_released", "itemsets.top100.relative_error",
+            "sizes.total_variation"} <= set(m) and m["sets.input"] == 600
+    off = sets.evaluate(data, release, n_queries=0, top_k=(), frequent_k=0)
+    assert not any(k.startswith(("count_query", "itemsets")) for k in off)
+    assert set(off) == {"sets.input", "sets.released", "sets.distinct_released", "records.share_released",
+                        "sizes.total_variation"}
 
 
 def test_without_a_fanout_the_rule_chooses_it_from_the_universe_and_the_manifest_says_so():
