@@ -90,6 +90,6 @@ def test_without_a_fanout_the_rule_chooses_it_from_the_universe_and_the_manifest
     given = sets.build_manifest("sets-x", JAN, UNIVERSE, described, sets.set_budget(UNIVERSE, 1.0, 5), e, "test-seed",
                                 "0", "2026", sets.fanout_rule(5))
     assert rule["privacy"]["fanout"] == given["privacy"]["fanout"] == 5
-    assert rule["privacy"]["fanout_rule"] == "round(log2 |I|) within 4..10, from the public universe size |I|"
+    assert rule["privacy"]["fanout_rule"] == "round(log2 |I|) within 4..6, from the public universe size |I|"
     assert given["privacy"]["fanout_rule"] == "given (--fanout)"
-    assert "fan-out round(log2 |I|) within 4..10" in sets.render_datacard({**rule, "files": {}})
+    assert "fan-out round(log2 |I|) within 4..6" in sets.render_datacard({**rule, "files": {}})

@@ -208,7 +208,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="with --trips: keep the taps of this mode only (default: every mode of the stop table)")
     st.add_argument("--epsilon", type=float, required=True)
     st.add_argument("--fanout", type=int, help="locations per group of DiffPart's taxonomy (default: from the universe "
-                                              "size, round(log2 |I|) within 4..10; see the README)")
+                                              "size, round(log2 |I|) within 4..6; see the README)")
     st.add_argument("--period-start", required=True, help="first day the sets cover, YYYY-MM-DD (public)")
     st.add_argument("--period-end", required=True, help="last day the sets cover, YYYY-MM-DD")
     st.add_argument("--release-id", help="default: sets-diffpart-<start>-<end>")

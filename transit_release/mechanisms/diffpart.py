@@ -230,17 +230,17 @@ class SetTaxonomy:
 # ---- budget ---------------------------------------------------------------------------------------
 
 #: the fan-out rule's bounds (:func:`fanout_for`)
-MIN_RULE_FANOUT, MAX_RULE_FANOUT = 4, 10
+MIN_RULE_FANOUT, MAX_RULE_FANOUT = 4, 6
 
 
 def fanout_for(universe_size: int) -> int:
-    """The fan-out from the public universe size alone: ``f = round(log2 |I|)``, kept within 4..10.
+    """The fan-out from the public universe size alone: ``f = round(log2 |I|)``, kept within 4..6.
 
-    A taxonomy of fan-out ``f`` has about ``log_f |I|`` levels and ``(|I| − 1)/(f − 1)`` internal nodes, and
-    every split tests ``2^f − 1`` candidates. With ``f ≈ log2 |I|`` a split's candidates (about ``|I|``) stay
-    in proportion to the universe while the number of levels stays small (``log |I| / log log |I|``); below 4
-    the splits are many and their budgets thin, above 10 the empty candidates make C1 and C2 large. Measured
-    on universes of 16 to 1,012 items in ``benchmarks/experiment_fanout.py``.
+    A split tests the ``2^f − 1`` non-empty subsets of a node's children: below 4 the taxonomy has many levels
+    and each split a thin budget (``α = ε̃/n(cut)``, with ``n(root) ≈ (|I| − 1)/(f − 1)`` internal nodes); above
+    6 the empty candidates (``2^f − 1`` per split) make C1 and C2, so the thresholds, large. In between, a
+    small universe takes the smaller fan-outs (16 items: 4), larger ones 6. Measured on universes of 16 to
+    1,012 items in ``benchmarks/experiment_fanout.py``.
     """
     if universe_size < 1:
         raise ValueError(f"the universe must have at least one item. Found {universe_size}.")

@@ -43,7 +43,7 @@ NEIGHBOURING = "add-remove-one"
 MECHANISMS = ("diffpart",)
 #: without ``--fanout`` the fan-out follows the public universe size (:func:`~transit_release.mechanisms.diffpart.fanout_for`)
 DEFAULT_FANOUT = None
-FANOUT_RULE = "round(log2 |I|) within 4..10, from the public universe size |I|"
+FANOUT_RULE = "round(log2 |I|) within 4..6, from the public universe size |I|"
 DEFAULT_QUERIES = 50_000  # the thesis's workload: 5 subsets of 10,000
 TOP_K = (10, 50, 100)
 #: The query length every evaluation reports (``count_query.relative_error.max_q3``), beside the thesis's subsets.
