@@ -139,8 +139,9 @@ def test_refusals_before_prefect_starts(metro, tmp_path, capsys, monkeypatch):
     assert main([*sets, "--epsilon", "1", "--locations", str(metro / "locations.txt"), "--mode", "train"]) == 2
     assert "--stops and --mode go with --trips" in capsys.readouterr().err
     assert main([*sets, "--epsilon", "1e-6", "--locations", str(metro / "locations.txt")]) == 2
-    assert "DiffPart (fan-out 10, 68 items, the root's tests (scale 2·n(root)/ε)): ε = 1e-06 gives noise scale " \
-           "1.6e+07, above the largest supported scale" in capsys.readouterr().err
+    err = capsys.readouterr().err  # without --fanout: the rule's f = 6 for 68 stations, 15 internal nodes
+    assert "DiffPart (fan-out 6, 68 items, the root's tests (scale 2·n(root)/ε)): ε = 1e-06 gives noise scale " \
+           "3e+07, above the largest supported scale" in err
     assert main([*sets, "--epsilon", "1", "--locations", str(metro / "locations.txt"), "--fanout", "17"]) == 2
     assert "fan-out must be between 2 and 16. Found 17." in capsys.readouterr().err
     assert main(["sets", "--trips", str(metro / "sequences.txt"), "--epsilon", "1", "--home", str(home),
