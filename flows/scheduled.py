@@ -73,8 +73,8 @@ def weekly_trajectory_release(input_pattern: str, epsilon: float, height: int, l
 
 
 @flow(name="monthly-set-release")
-def monthly_set_release(input_pattern: str, epsilon: float, locations: str, fanout: int = 10, home: str = ".",
-                        policy: str | None = None, timezone: str = "America/Montreal",
+def monthly_set_release(input_pattern: str, epsilon: float, locations: str, fanout: int | None = None,
+                        home: str = ".", policy: str | None = None, timezone: str = "America/Montreal",
                         month_of: str | None = None, population: str | None = None) -> dict:
     """Publish the previous calendar month's station sets (``input_pattern`` e.g. ``sets-{year}-{month}.txt``) over
     the public universe of the ``locations`` file; the month is the declared period."""

@@ -76,14 +76,14 @@ def sequence_release(epsilon: float, height: int | None = None, input: str | Non
         with progress.stage(f"sanitizing ({mechanism})"):
             release, noise_kind = sanitize_sequences(quote(data), budget, tax, charged, rid)
         with progress.stage("evaluating"):
-            metrics = evaluate_sequences(quote(data), quote(release), budget, queries,
-                                         top_k if top_k is not None else [100, 200, 300])
+            metrics, figures = evaluate_sequences(quote(data), quote(release), budget, queries,
+                                                  top_k if top_k is not None else [100, 200, 300])
         with progress.stage("publishing"):
             tables, texts, manifest = sequence_outputs(rid, period, universe, budget, event, noise_kind, code_version(),
                                                        quote(release))
             staged = stage_release(where, rid, tables, texts, manifest, sequences.render_datacard, charged,
                                    budget_policy)
-            report = write_sequence_report(where, staged.manifest, metrics, data.quarantine_counts)
+            report = write_sequence_report(where, staged.manifest, metrics, data.quarantine_counts, figures)
             run_id = publish_staged(where, staged, charged, tracking_record(staged.manifest, metrics,
                                                                             data.quarantine_counts), report)
     except BaseException:

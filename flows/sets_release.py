@@ -25,7 +25,7 @@ from transit_release.version import code_version
 
 @flow(name="set-release")
 def set_release(epsilon: float, input: str | None = None, locations: str | None = None,
-                period_start: str | None = None, period_end: str | None = None, fanout: int = sets.DEFAULT_FANOUT,
+                period_start: str | None = None, period_end: str | None = None, fanout: int | None = sets.DEFAULT_FANOUT,
                 trips: str | None = None, stops: str | None = None, mode: str | None = None, home: str = ".",
                 release_id: str | None = None, policy: str | None = None, ledger: str | None = None,
                 quarantine_limit: float = 0.01, queries: int = sets.DEFAULT_QUERIES, top_k: list[int] | None = None,
@@ -35,7 +35,7 @@ def set_release(epsilon: float, input: str | None = None, locations: str | None 
     Input: a one-set-a-line file over the public universe of a ``locations`` file, or tap data (``trips``
     and ``stops``: one set per card over the period, the stop table's ``mode:location`` ids of ``mode``, or
     of every mode, as universe). Everything computed from the universe before the data is read is public:
-    the taxonomy, C1 and C2, the noise scales and the size check.
+    the taxonomy (its fan-out given, or from the universe size), C1 and C2, the noise scales and the size check.
     """
     population = population_named(population)  # a malformed name is refused before anything else
     where = prepare_home(home, ledger)
@@ -72,13 +72,14 @@ def set_release(epsilon: float, input: str | None = None, locations: str | None 
         with progress.stage("partitioning (DiffPart)"):
             release, noise_kind = sanitize_sets(data, budget, charged, rid)
         with progress.stage("evaluating"):
-            metrics = evaluate_sets(data, release, queries, top_k if top_k is not None else list(sets.TOP_K))
+            metrics, figures = evaluate_sets(data, release, queries, top_k if top_k is not None else list(sets.TOP_K))
         with progress.stage("publishing"):
             tables, texts, manifest = set_outputs(rid, period, universe, sets.describe_input(bool(trips), modes),
-                                                  budget, event, noise_kind, code_version(), release)
+                                                  budget, event, noise_kind, code_version(), release,
+                                                  sets.fanout_rule(fanout))
             staged = stage_release(where, rid, tables, texts, manifest, sets.render_datacard, charged,
                                    budget_policy)
-            report = write_sequence_report(where, staged.manifest, metrics, quarantine)
+            report = write_sequence_report(where, staged.manifest, metrics, quarantine, figures)
             run_id = publish_staged(where, staged, charged, tracking_record(staged.manifest, metrics, quarantine),
                                     report)
     except BaseException:

@@ -1,4 +1,4 @@
-"""The trajectory release: week → universe → SafePath setup → read → charge → tree → evaluate → publish → track."""
+"""The trajectory release: week → universe → setup → read → charge → tree or models → evaluate → publish → track."""
 
 from __future__ import annotations
 
@@ -15,11 +15,10 @@ from tasks.sequences import declared_period, stop_universe
 from tasks.summary import summarize, summarize_dry_run
 from tasks.track import anchor_ledger, check_store
 from tasks.trajectories import (check_trajectory_period, evaluate_trajectories, plan_trajectory_spend,
-                                read_trajectories, safepath_setup, same_release, sanitize_trajectories,
-                                tracking_record, trajectories_from_taps, trajectory_outputs, trajectory_universe)
+                                read_trajectories, same_release, sanitize_trajectories, tracking_record,
+                                trajectories_from_taps, trajectory_outputs, trajectory_setup, trajectory_universe)
 from tasks.validate import validate_stops
 from transit_release import progress
-from transit_release.mechanisms.safepath import DEFAULT_RULE
 from transit_release.releases import trajectories
 from transit_release.config import population_named
 from transit_release.version import code_version
@@ -30,17 +29,20 @@ def trajectory_release(epsilon: float, height: int, input: str | None = None, pe
                        period_end: str | None = None, locations: str | None = None,
                        location_taxonomy: str | None = None, location_fanout: int | None = None,
                        location_taxonomy_height: int | None = None, time_fanout: int | None = None,
-                       time_taxonomy_height: int | None = None, thresholds: str = DEFAULT_RULE,
+                       time_taxonomy_height: int | None = None, thresholds: str | None = None,
+                       mechanism: str = trajectories.DEFAULT_MECHANISM, budget: str = trajectories.DEFAULT_BUDGET,
+                       nmax: int | None = None,
                        trips: str | None = None, stops: str | None = None, mode: str = "train", home: str = ".",
                        release_id: str | None = None, policy: str | None = None, ledger: str | None = None,
                        quarantine_limit: float = 0.01, queries: int = 40_000, top_k: list[int] | None = None,
                        dry_run: bool = False, population: str | None = None) -> dict:
-    """Publish an ε-DP release of the passenger trajectories of one declared week (one spend: the whole tree).
+    """Publish an ε-DP release of the passenger trajectories of one declared week (one spend: the whole tree, or the
+    three models of ``mechanism="markov"``).
 
     Input: a ``station@hour`` one-a-line file over a public universe (``locations`` and/or
     ``location_taxonomy`` files), or tap data (``trips`` and ``stops``: one trajectory per card over the
     week, the stop table's ``mode`` stations as universe). Everything computed before the data is read
-    is public: both taxonomies, the budget split, the thresholds, the ε_ng guard and the size check.
+    is public: the taxonomies, the budget split, the thresholds, the guards and the size checks.
     """
     population = population_named(population)  # a malformed name is refused before anything else
     where = prepare_home(home, ledger)
@@ -49,9 +51,9 @@ def trajectory_release(epsilon: float, height: int, input: str | None = None, pe
     stop_table = validate_stops(ingest_stops(stops), stops) if trips else None
     universe = trajectory_universe(locations, location_taxonomy,
                                    stop_universe(stop_table, mode, stops) if trips else None)
-    setup = safepath_setup(universe, epsilon, height, location_fanout, location_taxonomy_height, time_fanout,
-                           time_taxonomy_height, thresholds)
-    wanted = release_id or trajectories.default_release_id(period)
+    setup = trajectory_setup(universe, epsilon, height, mechanism, budget, location_fanout, location_taxonomy_height,
+                             time_fanout, time_taxonomy_height, thresholds, nmax)
+    wanted = release_id or trajectories.default_release_id(period, mechanism)
     inputs = [p for p in (input, locations, location_taxonomy, trips, stops) if p]
     fingerprint = fingerprint_inputs(where, inputs)
     target = resolve_release(where, wanted, same_release(setup, fingerprint), fingerprint, inputs)
@@ -74,17 +76,17 @@ def trajectory_release(epsilon: float, height: int, input: str | None = None, pe
     try:
         charged = charge_budget(where, [event], budget_policy)
         anchor_ledger(where, rid, "charge")
-        with progress.stage("building the SafePath tree"):
+        with progress.stage("building the SafePath tree" if mechanism == "safepath" else "building the models"):
             release, n_nodes, noise_kind = sanitize_trajectories(data, setup, charged, rid)
         with progress.stage("evaluating"):
-            metrics = evaluate_trajectories(data, release, height, queries,
-                                            top_k if top_k is not None else list(trajectories.TOP_K), n_nodes)
+            metrics, figures = evaluate_trajectories(data, release, height, queries,
+                                                     top_k if top_k is not None else list(trajectories.TOP_K), n_nodes)
         with progress.stage("publishing"):
             tables, texts, manifest = trajectory_outputs(rid, period, universe, setup, event, noise_kind,
                                                          code_version(), release)
             staged = stage_release(where, rid, tables, texts, manifest, trajectories.render_datacard, charged,
                                    budget_policy)
-            report = write_sequence_report(where, staged.manifest, metrics, data.quarantine_counts)
+            report = write_sequence_report(where, staged.manifest, metrics, data.quarantine_counts, figures)
             run_id = publish_staged(where, staged, charged, tracking_record(staged.manifest, metrics,
                                                                             data.quarantine_counts), report)
     except BaseException:

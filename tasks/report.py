@@ -63,12 +63,14 @@ def write_report(home: Home, work: str, manifest: dict, utility: pd.DataFrame, q
 
 
 @data_task(name="write-sequence-report")
-def write_sequence_report(home: Home, manifest: dict, metrics: dict, quarantine: dict) -> str:
-    """The internal report of a sequence-like release (utility against the raw records) and its index summary."""
+def write_sequence_report(home: Home, manifest: dict, metrics: dict, quarantine: dict,
+                          figures: dict | None = None) -> str:
+    """The internal report of a passenger-level release (utility against the raw records, ``figures`` the arrays it
+    plots) and its index summary."""
     out = home.reports / manifest["release_id"]
     out.mkdir(parents=True, exist_ok=True)
     from transit_release import report  # matplotlib: imported when a report is drawn
-    report.write_sequence_report(out, manifest, metrics, quarantine, _links(home, manifest, out))
+    report.write_sequence_report(out, manifest, metrics, quarantine, _links(home, manifest, out), figures)
     _write_summary(out, metrics)
     return str(out)
 

@@ -96,9 +96,12 @@ def sanitize_sequences(data: SequenceInput, budget: sequences.Budget, taxonomy: 
 
 @data_task(name="evaluate-sequences")
 def evaluate_sequences(data: SequenceInput, release: sequences.SequenceRelease, budget: sequences.Budget,
-                       queries: int, top_k: list[int]) -> dict:
-    return sequences.evaluate(data.sequences, release.sequences, sequences.workload_height(budget), queries,
-                              tuple(top_k))
+                       queries: int, top_k: list[int]) -> tuple[dict, dict]:
+    """(metrics, figures): the utility figures against the raw sequences and the arrays the report plots."""
+    figures: dict = {}
+    metrics = sequences.evaluate(data.sequences, release.sequences, sequences.workload_height(budget), queries,
+                                 tuple(top_k), figures=figures)
+    return metrics, figures
 
 
 @data_task(name="sequence-outputs")

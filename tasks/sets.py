@@ -23,7 +23,7 @@ def stop_locations(stops, modes: tuple[str, ...] | None, path: str) -> universes
 
 
 @data_task(name="set-budget")
-def set_budget(universe: universes.LocationUniverse, epsilon: float, fanout: int) -> DiffPartBudget:
+def set_budget(universe: universes.LocationUniverse, epsilon: float, fanout: int | None) -> DiffPartBudget:
     """Budget, C1/C2, scale and size checks from the public universe and parameters only (before the data is read)."""
     return sets.set_budget(universe, epsilon, fanout)
 
@@ -59,18 +59,21 @@ def sanitize_sets(data: SetInput, budget: DiffPartBudget, charged: list, release
 
 
 @data_task(name="evaluate-sets")
-def evaluate_sets(data: SetInput, release: list, queries: int, top_k: list[int]) -> dict:
-    return sets.evaluate(data.sets, release, queries, tuple(top_k))
+def evaluate_sets(data: SetInput, release: list, queries: int, top_k: list[int]) -> tuple[dict, dict]:
+    """(metrics, figures): the utility figures against the raw sets and the arrays the report plots."""
+    figures: dict = {}
+    metrics = sets.evaluate(data.sets, release, queries, tuple(top_k), figures=figures)
+    return metrics, figures
 
 
 @data_task(name="set-outputs")
 def set_outputs(release_id: str, period: Period, universe: universes.LocationUniverse, described: dict,
                 budget: DiffPartBudget, event, noise_kind: str, code_version: str,
-                release: list) -> tuple[dict, dict, dict]:
+                release: list, fanout_rule: str = sets.FANOUT_RULE) -> tuple[dict, dict, dict]:
     """(tables, texts, manifest) of a set release."""
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     manifest = sets.build_manifest(release_id, period, universe, described, budget, event, noise_kind, code_version,
-                                   created)
+                                   created, fanout_rule)
     text = format_sets(release, universe, header=f"{release_id}: one set of stations per line")
     return {"sets": sets.set_table(release, universe)}, {"sets.txt": text}, manifest
 

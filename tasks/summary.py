@@ -14,6 +14,7 @@ def summarize(home: Home, manifest: dict, status: str, mlflow_run_id: str | None
     p = manifest["privacy"]
     return {
         "release_id": rid,
+        "kind": manifest.get("kind", ""),
         "status": status,
         "period": f"{manifest['period']['start']} .. {manifest['period']['end']}",
         "epsilon": p["epsilon"],
@@ -40,8 +41,8 @@ def _thresholds(p: dict) -> dict:
         return {k: v["threshold"] for k, v in p["marginals"].items()}
     steps = {k[: -len("_taxonomy")]: "/".join(map(str, p[k]["thresholds"]))
              for k in ("location_taxonomy", "time_taxonomy") if isinstance(p.get(k), dict) and "thresholds" in p[k]}
-    return steps or {k: p[k] for k in ("generalized_threshold", "station_threshold", "level1_threshold")
-                     if p.get(k) is not None}
+    return steps or {k: p[k] for k in ("generalized_threshold", "station_threshold", "level1_threshold",
+                                       "pair_threshold", "day_threshold") if p.get(k) is not None}
 
 
 @data_task(name="summarize-dry-run")

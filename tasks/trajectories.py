@@ -1,4 +1,4 @@
-"""Tasks of the trajectory release kind (SafePath)."""
+"""Tasks of the trajectory release kind (SafePath, the factored Markov model)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from transit_release.inputs.screening import Period
 from transit_release.inputs.trajectories import TrajectoryInput, read_trajectory_file, trajectories_from_trips
 from transit_release.noise import NoiseSource
 from transit_release.releases import trajectories
-from transit_release.releases.trajectories import SafePathSetup
+from transit_release.releases.trajectories import SafePathSetup, Setup
 
 
 @data_task(name="check-trajectory-period")
@@ -46,14 +46,43 @@ def safepath_setup(universe: universes.LocationUniverse, epsilon: float, height:
                                        time_taxonomy_height=time_taxonomy_height, rule=rule)
 
 
-def same_release(setup: SafePathSetup, fingerprint: str) -> Callable[[list], bool]:
-    """An earlier spend of the same inputs and public parameters (ε, h, both taxonomy heights, threshold rule)."""
+@data_task(name="trajectory-setup")
+def trajectory_setup(universe: universes.LocationUniverse, epsilon: float, height: int, mechanism: str, budget: str,
+                     location_fanout: int | None, location_taxonomy_height: int | None, time_fanout: int | None,
+                     time_taxonomy_height: int | None, rule: str | None, max_gram: int | None) -> Setup:
+    """The mechanism's public setup (taxonomies, budget split, thresholds, size checks) from public inputs only."""
+    return trajectories.trajectory_setup(universe, epsilon, height, mechanism=mechanism, budget=budget,
+                                         location_fanout=location_fanout,
+                                         location_taxonomy_height=location_taxonomy_height, time_fanout=time_fanout,
+                                         time_taxonomy_height=time_taxonomy_height, rule=rule, max_gram=max_gram)
+
+
+def _public_parameters(e) -> tuple:
+    """What makes two spends the same trajectory release besides ε and the inputs (None for other kinds)."""
+    if e.kind == "safepath":
+        return ("paper", e.height, e.location_taxonomy_height, e.time_taxonomy_height, e.thresholds)
+    if e.kind == "safepath_joint":
+        return ("joint", e.height)
+    if e.kind == "trajectory_markov":
+        return ("markov", e.height, e.max_gram)
+    return (None,)
+
+
+def _setup_parameters(setup: Setup) -> tuple[str, tuple]:
     b = setup.budget
-    wanted = ("safepath", float(b.epsilon), fingerprint, b.height, b.location.taxonomy_height,
-              b.time.taxonomy_height, setup.rule)
-    return lambda earlier: wanted in {(e.component, e.epsilon, e.input_fingerprint, getattr(e, "height", None),
-                                       getattr(e, "location_taxonomy_height", None),
-                                       getattr(e, "time_taxonomy_height", None), getattr(e, "thresholds", None))
+    if isinstance(setup, trajectories.MarkovSetup):
+        return "trajectory_markov", ("markov", b.height, b.max_gram)
+    if isinstance(setup, trajectories.JointSetup):
+        return "safepath_joint", ("joint", b.height)
+    return "safepath", ("paper", b.height, b.location.taxonomy_height, b.time.taxonomy_height, setup.rule)
+
+
+def same_release(setup: Setup, fingerprint: str) -> Callable[[list], bool]:
+    """An earlier spend of the same inputs and public parameters (mechanism, ε, h and what the mechanism fixes:
+    both taxonomy heights and the threshold rule, or the gram size)."""
+    kind, params = _setup_parameters(setup)
+    wanted = (kind, float(setup.budget.epsilon), fingerprint, params)
+    return lambda earlier: wanted in {(e.kind, e.epsilon, e.input_fingerprint, _public_parameters(e))
                                       for e in earlier}
 
 
@@ -74,31 +103,35 @@ def trajectories_from_taps(trips, stops, period: Period, mode: str) -> Trajector
 
 
 @data_task(name="plan-trajectory-spend")
-def plan_trajectory_spend(release_id: str, period: Period, setup: SafePathSetup, fingerprint: str,
+def plan_trajectory_spend(release_id: str, period: Period, setup: Setup, fingerprint: str,
                           code_version: str, population: str = DEFAULT_POPULATION):
     return trajectories.plan_spend(release_id, period, setup, fingerprint, code_version, population)
 
 
 @data_task(name="sanitize-trajectories")
-def sanitize_trajectories(data: TrajectoryInput, setup: SafePathSetup, charged: list,
+def sanitize_trajectories(data: TrajectoryInput, setup: Setup, charged: list,
                           release_id: str) -> tuple[list, int, str]:
-    """Build the SafePath tree only after its spend is on the ledger; returns the release, the tree's size and
-    the noise source kind."""
-    if not any(e.event().kind == "safepath" and e.release_id == release_id for e in charged):
+    """Build the tree (or the models) only after its spend is on the ledger; returns the release, the tree's or
+    models' size and the noise source kind."""
+    kinds = {"safepath", "safepath_joint", "trajectory_markov"}
+    if not any(e.event().kind in kinds and e.release_id == release_id for e in charged):
         raise RuntimeError("no ledger charge for this trajectory release: noise is never drawn before its spend")
     noise = NoiseSource.from_environment()
-    tree, release = trajectories.sanitize(data.trajectories, setup, noise, release_id)
-    return release, tree.n_nodes, noise.kind
+    size, release = trajectories.sanitize(data.trajectories, setup, noise, release_id)
+    return release, size, noise.kind
 
 
 @data_task(name="evaluate-trajectories")
 def evaluate_trajectories(data: TrajectoryInput, release: list, height: int, queries: int, top_k: list[int],
-                          n_nodes: int) -> dict:
-    return trajectories.evaluate(data.trajectories, release, height, queries, tuple(top_k), n_nodes)
+                          n_nodes: int) -> tuple[dict, dict]:
+    """(metrics, figures): the utility figures against the raw trajectories and the arrays the report plots."""
+    figures: dict = {}
+    metrics = trajectories.evaluate(data.trajectories, release, height, queries, tuple(top_k), n_nodes, figures)
+    return metrics, figures
 
 
 @data_task(name="trajectory-outputs")
-def trajectory_outputs(release_id: str, period: Period, universe: universes.LocationUniverse, setup: SafePathSetup,
+def trajectory_outputs(release_id: str, period: Period, universe: universes.LocationUniverse, setup: Setup,
                        event, noise_kind: str, code_version: str, release: list) -> tuple[dict, dict, dict]:
     """(tables, texts, manifest) of a trajectory release."""
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -366,3 +366,11 @@ def test_sampled_empty_candidates_equal_explicit_per_candidate_noise():
 
     assert same(ps, pe, ts, te)
     assert not same(ps, pn, ts, tn)  # negative control: without empty candidates the difference is detected
+
+
+def test_the_fanout_follows_the_universe_size_alone():
+    from transit_release.mechanisms.diffpart import fanout_for
+
+    assert [fanout_for(u) for u in (1, 2, 16, 17, 68, 278, 1012, 100_000)] == [4, 4, 4, 4, 6, 6, 6, 6]
+    with pytest.raises(ValueError, match="at least one item"):
+        fanout_for(0)

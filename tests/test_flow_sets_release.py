@@ -57,6 +57,7 @@ def test_sets_command_publishes_charges_once_and_passes_the_audit(prefect_harnes
     assert manifest["noise_source"] == "test-seed" and manifest["universe"]["locations"] == 68
     assert p["unit_of_privacy"] == "passenger-set" and p["mechanism_id"] == "diffpart" and p["epsilon"] == 1.0
     assert p["fanout"] == 6 and p["taxonomy_height"] == 3  # 68 → 12 → 2 → 1
+    assert p["fanout_rule"] == "given (--fanout)"
     assert p["c1"] == float(c_for_phantoms(6, DEFAULT_PHANTOMS_PER_LEAF_SPLIT))
     assert p["c2"] == float(c_for_phantoms(6, DEFAULT_PHANTOMS_PER_SPLIT))
     assert 0 < p["delta"] < 1e-12
@@ -69,7 +70,8 @@ def test_sets_command_publishes_charges_once_and_passes_the_audit(prefect_harnes
                   "location ids of the public locations file", "never the stations found in the data"):
         assert words in card, words
     report = (home / "release_reports" / RID / "report.html").read_text()
-    assert "count_query.relative_error.max_q3" in report and "itemsets.top10.tp" in report
+    assert "count queries of up to 3 stations: error" in report and "frequent station sets found (of 10)" in report
+    assert "count_query.relative_error" not in report and "In five figures" in report
     assert (home / "release_reports" / "index.html").exists()  # (test-seed releases are not listed in it)
 
     spends = Ledger(home / "ledger.sqlite").spends()
@@ -137,8 +139,9 @@ def test_refusals_before_prefect_starts(metro, tmp_path, capsys, monkeypatch):
     assert main([*sets, "--epsilon", "1", "--locations", str(metro / "locations.txt"), "--mode", "train"]) == 2
     assert "--stops and --mode go with --trips" in capsys.readouterr().err
     assert main([*sets, "--epsilon", "1e-6", "--locations", str(metro / "locations.txt")]) == 2
-    assert "DiffPart (fan-out 10, 68 items, the root's tests (scale 2·n(root)/ε)): ε = 1e-06 gives noise scale " \
-           "1.6e+07, above the largest supported scale" in capsys.readouterr().err
+    err = capsys.readouterr().err  # without --fanout: the rule's f = 6 for 68 stations, 15 internal nodes
+    assert "DiffPart (fan-out 6, 68 items, the root's tests (scale 2·n(root)/ε)): ε = 1e-06 gives noise scale " \
+           "3e+07, above the largest supported scale" in err
     assert main([*sets, "--epsilon", "1", "--locations", str(metro / "locations.txt"), "--fanout", "17"]) == 2
     assert "fan-out must be between 2 and 16. Found 17." in capsys.readouterr().err
     assert main(["sets", "--trips", str(metro / "sequences.txt"), "--epsilon", "1", "--home", str(home),

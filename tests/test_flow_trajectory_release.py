@@ -45,7 +45,10 @@ def test_trajectories_command_publishes_charges_once_and_passes_the_audit(prefec
     assert main(_args(metro, home)) == 0
     out = capsys.readouterr().out
     assert f"Release {RID}: published" in out
-    assert "thresholds: location=" in out and "count_query.relative_error.max_q2" in out
+    assert "thresholds: location=" in out and "count_query.relative_error" not in out  # raw keys stay in MLflow
+    for label in ("trajectories in: ", "trajectories released: ", "passengers whose exact trajectory is released: ",
+                  "error of the 100 most frequent queries: points ", "privacy: ε = 1 per passenger's trajectory"):
+        assert label in out, label
     rel = home / "private" / "test-releases" / RID  # made with the test seed: never under releases/
     assert not (home / "releases" / RID).exists()
     lines = [x for x in (rel / "trajectories.txt").read_text().splitlines() if not x.startswith("#")]
@@ -74,7 +77,11 @@ def test_trajectories_command_publishes_charges_once_and_passes_the_audit(prefec
     assert "hour of the week, 0 to 167 counted from Monday 00:00" in card
     assert "1-differential privacy for one **passenger's whole trajectory over the week**" in card
     report = (home / "release_reports" / RID / "report.html").read_text()
-    assert "count_query.relative_error.max_q1" in report and "patterns.top100.tp" in report
+    assert "count queries of up to 1 point: error" in report and "frequent patterns found (of 100)" in report
+    assert "count_query.relative_error" not in report and "In five figures" in report
+    assert report.index("up to 1 point: error") < report.index("up to 2 points: error")
+    for image in ("released_vs_true.png", "lengths.png", "error_by_query_size.png"):
+        assert (home / "release_reports" / RID / image).exists(), image
     (spend,) = Ledger(home / "ledger.sqlite").spends()
     event = spend.event()
     assert event.kind == "safepath" and event.period == (pd.Timestamp("2026-01-05").date(),
@@ -89,6 +96,28 @@ def test_trajectories_command_publishes_charges_once_and_passes_the_audit(prefec
     audit_out = capsys.readouterr().out
     result = json.loads(audit_out[audit_out.index("{"):])
     assert result["ok"] and result["loss"]["passenger-trajectory"]["basic"]["epsilon"] == 1.0
+
+
+def test_the_markov_mechanism_publishes_its_own_release_and_event(prefect_harness, metro, tmp_path, capsys,
+                                                                    test_seed):
+    home = tmp_path / "home"
+    assert main(_args(metro, home, "--mechanism", "markov", "--queries", "300")) == 0
+    out = capsys.readouterr().out
+    rid = "trajectories-markov-20260105-20260111"
+    assert f"Release {rid}: published" in out and "thresholds: day_threshold=" in out
+    assert "error of the 100 most frequent queries: points " in out
+    rel = home / "private" / "test-releases" / rid
+    lines = [x for x in (rel / "trajectories.txt").read_text().splitlines() if not x.startswith("#")]
+    assert lines and all(1 <= len(x.split()) <= 6 for x in lines)
+    p = json.loads((rel / "manifest.json").read_text())["privacy"]
+    assert p["mechanism_id"] == "trajectory-markov" and p["epsilon_days"] == 0.1 and p["max_gram"] == 3
+    assert "drawn from the models" in (rel / "DATACARD.md").read_text()
+    (spend,) = Ledger(home / "ledger.sqlite").spends()
+    assert spend.event().kind == "trajectory_markov" and spend.event().epsilon == 1.0
+    assert main([*_args(metro, home, "--mechanism", "markov", "--nmax", "3", "--queries", "300")]) == 0
+    assert "already published: nothing drawn or spent" in capsys.readouterr().out
+    assert main(_args(metro, home, "--mechanism", "markov", "--thresholds", "node")) == 2
+    assert "--thresholds go(es) with SafePath's paper budget" in capsys.readouterr().err
 
 
 def test_dry_run_cap_and_the_release_index(prefect_harness, metro, tmp_path, capsys):

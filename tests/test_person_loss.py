@@ -220,3 +220,12 @@ def test_the_data_card_states_the_person_and_names_what_leaves_it_unbounded():
             "other population(s) (`montreal-metro`).") in unbounded
     assert "Trip-level releases may leave a passenger's loss unbounded: yes." in unbounded
     assert "Budget policy at publication: cap 'person-year': ε ≤ 80" in unbounded
+
+
+def test_every_kind_of_spend_is_classified_for_a_person():
+    """A new kind of release must say how it bounds a person (or it is read as leaving the person unbounded)."""
+    from transit_release.accounting.events import EVENT_TYPES
+    from transit_release.accounting.person import BOUNDS_A_PERSON
+
+    assert set(EVENT_TYPES) == set(BOUNDS_A_PERSON) | {"stability_histogram"}
+    assert set(EVENT_TYPES) <= set(KIND_NAMES)

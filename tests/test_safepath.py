@@ -362,3 +362,47 @@ def test_unique_counts_matches_numpy():
     nu, nc = np.unique(x, return_counts=True)
     assert u.tolist() == nu.tolist() and c.tolist() == nc.tolist()
     assert unique_counts(np.zeros(0, dtype=np.int64))[0].size == 0
+
+
+# ---- the joint budget rule -----------------------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 2000), st.integers(1, 400), st.integers(1, 30), st.fractions(min_value=Fraction(1, 100),
+                                                                                    max_value=400))
+def test_joint_rule_every_root_to_leaf_path_spends_at_most_epsilon_exactly(n_loc, n_hours, h, eps):
+    b = safepath.JointBudget(eps, h, n_loc, n_hours)  # the arithmetic (``of`` adds the scale check)
+    assert b.level_epsilon == min(eps / h, Fraction(16))
+    assert b.path_spend() == h * b.level_epsilon <= eps
+    if eps / h <= 16:
+        assert b.path_spend() == eps
+    assert b.threshold == math.ceil(math.log(n_loc * n_hours) / float(b.level_epsilon))
+
+
+def test_joint_rule_tests_each_pair_once_per_level_and_reproduces_the_data_at_large_epsilon():
+    data = [((0, 7), (1, 17)), ((0, 7), (1, 17)), ((2, 30),), ((0, 7), (3, 40), (3, 41))] * 3
+    trajs = Trajectories.from_lists(data, 4)
+    b = safepath.JointBudget.of(90, 3, 4)
+    assert b.level_epsilon == 16 and b.threshold == 1 and safepath.joint_delta_slack(b) < 1e-10
+    tree, release = safepath.sanitize_joint(trajs, b, NoiseSource(seed=TEST_SEED).stream("joint"))
+    assert dict(release) == {((0, 7), (1, 17)): 6, ((2, 30),): 3, ((0, 7), (3, 40), (3, 41)): 3}
+    assert [lv.count.size for lv in tree.levels] == [2, 2, 1]
+
+
+def test_joint_rule_release_does_not_depend_on_the_input_order_and_is_monotone():
+    from transit_release.synth.trajectories import synthesize_commuter_week
+
+    trajs, _ = synthesize_commuter_week(3000, seed=2)
+    lists = trajs.to_lists()
+    shuffled = Trajectories.from_lists(lists[::-1], 68)
+    b = safepath.JointBudget.of(2, 4, 68)
+    a = safepath.sanitize_joint(trajs, b, NoiseSource(seed=TEST_SEED).stream("j"))[1]
+    assert a == safepath.sanitize_joint(shuffled, b, NoiseSource(seed=TEST_SEED).stream("j"))[1]
+    assert a and all([h for _, h in t] == sorted(h for _, h in t) and len(t) <= 4 for t, _ in a)
+
+
+def test_joint_rule_refusals():
+    with pytest.raises(ValueError, match="height must be at least 1"):
+        safepath.JointBudget.of(1, 0, 68)
+    with pytest.raises(ValueError, match="above the largest supported scale"):
+        safepath.JointBudget.of(1e-6, 6, 68)
+    assert safepath.joint_false_nodes(safepath.JointBudget.of(1, 6, 68)) < 5_000_000

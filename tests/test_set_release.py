@@ -73,4 +73,23 @@ def test_evaluation_names_the_shared_metrics():
     m = sets.evaluate(data, release, n_queries=300, top_k=(10,))
     assert {"count_query.relative_error.max_q1", "count_query.relative_error.max_q3", "itemsets.top10.tp",
             "itemsets.top10.loss"} <= set(m)
-    assert sets.evaluate(data, release, n_queries=0, top_k=()) == {}
+    assert {"sets.input", "sets.released", "records.share_released", "itemsets.top100.relative_error",
+            "sizes.total_variation"} <= set(m) and m["sets.input"] == 600
+    off = sets.evaluate(data, release, n_queries=0, top_k=(), frequent_k=0)
+    assert not any(k.startswith(("count_query", "itemsets")) for k in off)
+    assert set(off) == {"sets.input", "sets.released", "sets.distinct_released", "records.share_released",
+                        "sizes.total_variation"}
+
+
+def test_without_a_fanout_the_rule_chooses_it_from_the_universe_and_the_manifest_says_so():
+    b = sets.set_budget(UNIVERSE, 1.0)  # 30 locations: round(log2 30) = 5
+    assert b.fanout == 5
+    e = sets.plan_spend("sets-x", JAN, b, "fp", "v1")
+    described = sets.describe_input(False)
+    rule = sets.build_manifest("sets-x", JAN, UNIVERSE, described, b, e, "test-seed", "0", "2026", sets.fanout_rule(None))
+    given = sets.build_manifest("sets-x", JAN, UNIVERSE, described, sets.set_budget(UNIVERSE, 1.0, 5), e, "test-seed",
+                                "0", "2026", sets.fanout_rule(5))
+    assert rule["privacy"]["fanout"] == given["privacy"]["fanout"] == 5
+    assert rule["privacy"]["fanout_rule"] == "round(log2 |I|) within 4..6, from the public universe size |I|"
+    assert given["privacy"]["fanout_rule"] == "given (--fanout)"
+    assert "fan-out round(log2 |I|) within 4..6" in sets.render_datacard({**rule, "files": {}})

@@ -103,11 +103,14 @@ def test_the_release_does_not_depend_on_the_input_order():
 def test_outputs_and_metrics_use_the_shared_names():
     trajs = _trajs()
     setup = kind.safepath_setup(METRO, 2, 6)
-    tree, release = kind.sanitize(trajs, setup, NoiseSource(seed=2), "x")
-    metrics = kind.evaluate(trajs, release, 6, 400, (100,), tree.n_nodes)
+    size, release = kind.sanitize(trajs, setup, NoiseSource(seed=2), "x")
+    figures = {}
+    metrics = kind.evaluate(trajs, release, 6, 400, (100,), size, figures)
     assert {"count_query.relative_error.max_q1", "count_query.relative_error.max_q2",
             "nonempty_query.relative_error.max_q2", "patterns.top100.tp", "pairs.top100.tp", "tree.nodes",
-            "trajectories.input", "trajectories.released"} <= set(metrics)
+            "trajectories.input", "trajectories.released", "points.top100.relative_error",
+            "ordered_pairs.top100.relative_error", "lengths.total_variation", "records.share_released"} <= set(metrics)
+    assert len(figures["top_points.true"]) == 100 and len(figures["lengths.true"]) == 7
     assert metrics["trajectories.released"] == sum(c for _, c in release)
     table = kind.trajectory_table(release, METRO)
     assert list(table.columns) == ["trajectory", "count"] and table["count"].sum() == sum(c for _, c in release)
@@ -141,3 +144,52 @@ def test_tap_data_take_the_stop_table_universe_with_an_optional_taxonomy(tmp_pat
     tax.write_text("location,group\nCentral,city\n", encoding="utf-8")
     with pytest.raises(InputDataError, match="2 location\\(s\\) of the universe have no group"):
         trajectory_universe.fn(None, str(tax), stops)
+
+
+# ---- the joint budget rule and the factored Markov model ------------------------------------------------------
+
+@pytest.mark.parametrize("epsilon,height", [(1, 6), (Fraction(7, 10), 9), (2, 3), (100, 6)])
+def test_the_other_mechanisms_spend_at_most_epsilon_exactly(epsilon, height):
+    joint = kind.trajectory_setup(METRO, epsilon, height, budget="joint")
+    b = joint.budget
+    assert b.level_epsilon == min(Fraction(epsilon) / height, 16) and b.path_spend() <= epsilon
+    if Fraction(epsilon) / height <= 16:
+        assert b.path_spend() == epsilon
+    markov = kind.trajectory_setup(METRO, epsilon, height, mechanism="markov")
+    m = markov.budget
+    assert m.path_spend() == epsilon and m.day_epsilon == Fraction(epsilon) / 10
+    assert m.station_epsilon == m.hour_epsilon == Fraction(epsilon) * 9 / 20
+
+
+def test_the_other_mechanisms_refuse_the_flags_they_do_not_take():
+    for options in ({"budget": "joint", "location_fanout": 2}, {"mechanism": "markov", "rule": "node"},
+                    {"mechanism": "markov", "time_taxonomy_height": 3}):
+        with pytest.raises(InputDataError, match="go\\(es\\) with SafePath's paper budget"):
+            kind.trajectory_setup(METRO, 1, 6, **options)
+    with pytest.raises(InputDataError, match="--nmax goes with --mechanism markov"):
+        kind.trajectory_setup(METRO, 1, 6, max_gram=3)
+    with pytest.raises(InputDataError, match="use a height of at most 22"):
+        kind.trajectory_setup(METRO, 1, 23, mechanism="markov")
+    with pytest.raises(InputDataError, match="trajectory mechanism must be one of safepath, markov"):
+        kind.trajectory_setup(METRO, 1, 6, mechanism="tree")
+
+
+@pytest.mark.parametrize("mechanism,budget,event_kind", [("safepath", "joint", "safepath_joint"),
+                                                         ("markov", "paper", "trajectory_markov")])
+def test_the_other_mechanisms_publish_through_the_same_outputs(mechanism, budget, event_kind):
+    trajs = _trajs()
+    setup = kind.trajectory_setup(METRO, 2, 6, mechanism=mechanism, budget=budget)
+    e = kind.plan_spend("r1", WEEK, setup, "f" * 64, "0")
+    assert e.kind == event_kind and e.epsilon == 2.0 and 0 < e.delta < 1e-12 and e.scope == "2026-01-05..2026-01-11"
+    assert event_from_dict(e.to_dict()) == e and event_from_json(e.to_json()) == e
+    lists = trajs.to_lists()
+    random.Random(3).shuffle(lists)
+    size, release = kind.sanitize(trajs, setup, NoiseSource(seed=9), "x")
+    assert release and (size, release) == kind.sanitize(Trajectories.from_lists(lists, 68), setup,
+                                                        NoiseSource(seed=9), "x")
+    assert all(1 <= len(t) <= 6 and [h for _, h in t] == sorted(h for _, h in t) for t, _ in release)
+    manifest = kind.build_manifest("x", WEEK, METRO, setup, e, "test-seed", "0", "2026-01-12T00:00:00+00:00")
+    record = kind.tracking(manifest, kind.evaluate(trajs, release, 6, 0, (), size), {})
+    assert record["mechanism"] == mechanism and record["params"]["height"] == 6
+    card = kind.render_datacard({**manifest, "files": {}})
+    assert "2-differential privacy" in card and ("drawn from the models" in card) == (mechanism == "markov")

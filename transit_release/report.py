@@ -346,43 +346,9 @@ def _person_section(population: str, person: dict) -> str:
 
 
 def write_sequence_report(out_dir: Path, manifest: dict, metrics: dict, quarantine: dict,
-                          links: dict[str, str] | None = None) -> Path:
-    """``report.html`` of a sequence-like release (sequences, n-grams, trajectories, sets): the utility figures
-    against the raw records, with a plot of the count-query error per query subset. Internal."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    errors = {k.rsplit(".", 1)[-1]: v for k, v in metrics.items() if k.startswith("count_query.relative_error.")}
-    img = ""
-    if errors:
-        plt = _pyplot()
-        fig, ax = plt.subplots(figsize=(7, 3.5))
-        ax.bar(list(errors), [100 * v for v in errors.values()])
-        ax.set_ylabel("mean relative error (%)")
-        ax.set_title("Count-query error per query subset (largest query size)")
-        fig.tight_layout()
-        fig.savefig(out_dir / "count_query_error.png", dpi=80)
-        plt.close(fig)
-        img = '<img src="count_query_error.png" alt="count-query error per subset">'
-    p = manifest["privacy"]
-    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.6g}</td></tr>" for k, v in sorted(metrics.items()))
-    qrows = "".join(f"<tr><td>{html.escape(r)}</td><td>{c:,}</td></tr>" for r, c in quarantine.items())
-    links_html = "".join(f'<li><a href="{html.escape(href)}">{html.escape(text)}</a></li>'
-                         for text, href in (links or {}).items())
-    period = manifest.get("period", {})
-    body = f"""<!doctype html><html><head><meta charset="utf-8"><title>Report {html.escape(manifest['release_id'])}</title>
-<style>{_CSS}</style></head><body>
-<h1>Release report: {html.escape(manifest['release_id'])}</h1>
-<p class="note">Internal document: it compares the release with the raw records. Do not publish.</p>
-<h2>What was released</h2>
-<p>{html.escape(manifest.get('product', ''))}; period {html.escape(period.get('start', ''))} to
-{html.escape(period.get('end', ''))}; universe of {manifest.get('universe', {}).get('locations', '—')} locations.
-Files: {', '.join(f"<code>{html.escape(k)}</code> ({v['rows']:,} rows)" for k, v in manifest['files'].items() if 'rows' in v)}.</p>
-<p>Privacy: ε = {p['epsilon']:g} (δ = {p['delta']:.2g}) per {html.escape(p['unit_of_privacy'])}
-({html.escape(p['neighbouring_relation'])}); {html.escape(p['mechanism'])}.</p>
-<ul>{links_html}</ul>
-<h2>Input quality</h2>{f"<table><tr><th>quarantined because</th><th>lines</th></tr>{qrows}</table>" if qrows else "<p>Nothing quarantined.</p>"}
-<h2>Utility</h2>{img}
-<table><tr><th>figure</th><th>value</th></tr>{rows}</table>
-</body></html>"""
-    path = out_dir / "report.html"
-    path.write_text(body, encoding="utf-8")
-    return path
+                          links: dict[str, str] | None = None, figures: dict | None = None) -> Path:
+    """``report.html`` of a passenger-level release (sequences, n-grams, trajectories, sets): headline figures, plots
+    and every utility figure in words (:mod:`transit_release.passenger_report`). Internal."""
+    from transit_release import passenger_report
+
+    return passenger_report.write_report(out_dir, manifest, metrics, quarantine, links, figures)

@@ -220,17 +220,17 @@ def test_runs_are_deterministic_with_a_seed(files):
 
 # ---- the public manifest is the same for neighbours ----------------------------------------------
 
-def manifest_from_file(path: Path, locations: Path) -> dict:
+def manifest_from_file(path: Path, locations: Path, fanout: int | None = 2) -> dict:
     """The manifest a set release of ``path`` publishes, built as ``flows/sets_release.py`` builds it: the universe
     (the public locations file) first, the budget from it, then the data, the spend, the manifest."""
     from tasks.sets import plan_set_spend, read_sets, set_budget
 
     universe = read_locations_file(locations)
-    budget = set_budget.fn(universe, 1.0, 2)
+    budget = set_budget.fn(universe, 1.0, fanout)
     read_sets.fn(str(path), universe, 0.05)
     event = plan_set_spend.fn("sets-audit", PERIOD, budget, "fingerprint", code_version())
     return set_release.build_manifest("sets-audit", PERIOD, universe, set_release.describe_input(False), budget,
-                                      event, "os-entropy", code_version(), CREATED)
+                                      event, "os-entropy", code_version(), CREATED, set_release.fanout_rule(fanout))
 
 
 def manifest_from_taps(trips: pd.DataFrame, stops: pd.DataFrame) -> dict:
@@ -266,3 +266,13 @@ def test_set_manifest_is_the_same_for_neighbours_from_taps():
                           "tap_on_stop": [20], "tap_off_stop": pd.array([pd.NA], dtype="Int64")})
     assert_same_public_manifest(manifest_from_taps(trips, stops),
                                 manifest_from_taps(pd.concat([trips, ferry], ignore_index=True), stops))
+
+
+def test_set_manifest_with_the_fanout_rule_is_the_same_for_neighbours(files):
+    """Without --fanout the fan-out follows the public universe's size (4 stations: f = 4), never the data: D′'s
+    passenger at a station nobody in D uses changes neither the fan-out nor anything else public."""
+    locations, f, f2 = files
+    manifests = [manifest_from_file(p, locations, fanout=None) for p in (f, f2)]
+    assert manifests[0]["privacy"]["fanout"] == 4
+    assert manifests[0]["privacy"]["fanout_rule"] == set_release.FANOUT_RULE
+    assert_same_public_manifest(*manifests)

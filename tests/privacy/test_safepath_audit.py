@@ -283,3 +283,57 @@ def test_trajectory_manifest_is_the_same_for_neighbours(source, tmp_path):
     manifests = [library_manifest(p, taxonomy, locations, 2 if locations else None) for p in (f, f2)]
     assert manifests[0]["universe"]["locations"] == 4  # S4, used by D′ only, is in both
     assert_same_public_manifest(*manifests)
+
+
+# ---- the joint budget rule (one test of the (station, hour) pair per level) --------------------------------
+
+#: D: (S1, 8) holds θ − 1 = 3 passengers (θ = ⌈ln(4·168)/2⌉ = 4 at ε = 2, h = 1); D′ adds one there.
+JOINT_NEAR = dict(passenger="S1@8", d=["S1@8"] * 3 + ["S2@9"] * 6 + ["S3@20"] * 5)
+
+
+def joint_setup(universe: LocationUniverse):
+    return trajectory_release.trajectory_setup(universe, EPSILON, HEIGHT, budget="joint")
+
+
+def joint_draw(data: TrajectoryInput, setup, generator):
+    """``draw(n)`` → ``n`` whole runs of the production joint-rule sanitizer, as ``tree_draw``."""
+    ids = data.universe.ids
+
+    def draw(n: int) -> list:
+        out = []
+        for _ in range(n):
+            tree, release = sp.sanitize_joint(data.trajectories, setup.budget, generator)
+            out.append((tree_nodes(tree, ids),
+                        {tuple(f"{ids[x]}@{t}" for x, t in traj): c for traj, c in release}))
+        return out
+
+    return draw
+
+
+def joint_case(runs, seed, neighbours, tmp, spec=JOINT_NEAR, control=""):
+    public = public_universe(tmp)
+    paths = neighbours(spec["d"], spec["passenger"])
+    d, d2 = read(paths[0], public), read(paths[1], public)
+    setup_d = setup_d2 = joint_setup(public)
+    assert setup_d.budget.threshold == 4, "the case's data were built for another threshold"
+    delta = sp.joint_delta_slack(setup_d.budget)  # what the release charges (plan_spend's SafePathJointEvent)
+    name = "SafePath joint rule: passenger at a (station, hour) at θ−1"
+    return run_case(f"{name}, ε={EPSILON:g}", "SafePath (joint)",
+                    joint_draw(d, setup_d, noise(seed, name, "D")), joint_draw(d2, setup_d2, noise(seed, name, "D′")),
+                    node_events(spec["passenger"], 4), runs, EPSILON, delta, chunk=500, control=control,
+                    notes=f"h={HEIGHT}, θ={setup_d.budget.threshold}, |D|={len(d.trajectories)}")
+
+
+@pytest.mark.slow
+def test_joint_rule_passenger_at_the_threshold(neighbours, tmp_path, audit_sizes, audit_seed, audit_report):
+    check(joint_case(audit_sizes.tree, audit_seed, neighbours, tmp_path), audit_report, "PASS", power=0.6)
+
+
+def test_control_joint_rule_noise_scale_halved_fails(monkeypatch, neighbours, tmp_path, audit_sizes, audit_seed,
+                                                     audit_report):
+    for module in (sp, empty_candidates):
+        original = module.discrete_laplace_table
+        monkeypatch.setattr(module, "discrete_laplace_table", lambda scale, original=original: original(scale / 2))
+    result = joint_case(audit_sizes.tree_control, audit_seed, neighbours, tmp_path,
+                        control="noise scale halved (tables at scale/2)")
+    check(result, audit_report, "FAIL")

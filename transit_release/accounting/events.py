@@ -435,6 +435,84 @@ class DiffPartEvent(_PeriodScoped):
         return "diffpart"
 
 
+@register
+@dataclass(frozen=True)
+class SafePathJointEvent(_PeriodScoped):
+    """One SafePath tree over the passenger trajectories of a declared period, with the *joint* budget rule
+    (:func:`~transit_release.mechanisms.safepath.build_joint_tree`): no taxonomies; at each of the ``height``
+    levels every candidate (location, hour) pair of a node (``locations × hours`` of them) gets one noisy count,
+    integer discrete Laplace at scale ``1/level_epsilon`` (sensitivity 1), kept when at least ``threshold``.
+    ``level_epsilon = min(epsilon/height, 16)``, so every root-to-leaf path spends at most ``epsilon``: ε-DP,
+    with ``delta`` the samplers' exact total-variation slack. ``time_rule`` and ``release_form`` as in
+    :class:`SafePathEvent`. Neighbouring relation: ``add-remove-one`` passenger trajectory over the period
+    ``period_start``..``period_end``.
+    """
+
+    kind: ClassVar[str] = "safepath_joint"
+
+    release_id: str
+    period_start: str
+    period_end: str
+    epsilon: float
+    delta: float
+    height: int
+    locations: int
+    hours: int
+    level_epsilon: float
+    threshold: int
+    time_rule: str
+    release_form: str
+    sensitivity: int
+    unit_of_privacy: str
+    neighbouring: str
+    input_fingerprint: str
+    code_version: str
+    population: str = population_field()
+
+    @property
+    def component(self) -> str:
+        return "safepath"
+
+
+@register
+@dataclass(frozen=True)
+class TrajectoryMarkovEvent(_PeriodScoped):
+    """One factored Markov release of the passenger trajectories of a declared period
+    (:mod:`transit_release.mechanisms.trajectory_markov`): three releases in sequence, ``epsilon_days`` on a
+    histogram of the day sequences (every non-decreasing sequence of 1..``height`` days a cell, sensitivity 1,
+    discrete Laplace at scale ``1/epsilon_days``), and the variable-length n-gram sanitizer
+    (:class:`NGramEvent`'s noise) at ``epsilon_stations`` over the station sequences and at ``epsilon_hours``
+    over the hours of the day, each with a length marker (``max_length = height + 1``, grams of at most
+    ``max_gram`` symbols, ``locations`` stations). ``epsilon`` is their sum (sequential composition); ε-DP
+    with ``delta`` the samplers' exact total-variation slack. Neighbouring relation: ``add-remove-one``
+    passenger trajectory over the period ``period_start``..``period_end``.
+    """
+
+    kind: ClassVar[str] = "trajectory_markov"
+
+    release_id: str
+    period_start: str
+    period_end: str
+    epsilon: float
+    delta: float
+    height: int
+    max_gram: int
+    locations: int
+    epsilon_days: float
+    epsilon_stations: float
+    epsilon_hours: float
+    sensitivity: int
+    unit_of_privacy: str
+    neighbouring: str
+    input_fingerprint: str
+    code_version: str
+    population: str = population_field()
+
+    @property
+    def component(self) -> str:
+        return "trajectory_markov"
+
+
 def event_from_dict(data: dict[str, Any]):
     """Inverse of ``to_dict``; unknown kinds or fields are an error, not ignored. A record without ``population``
     (written before events named one) is about the default population."""

@@ -64,6 +64,8 @@ KIND_NAMES = {
     "prefix_tree": "passenger sequences (prefix tree)",
     "ngram": "passenger sequences (n-grams)",
     "safepath": "passenger trajectories (SafePath)",
+    "safepath_joint": "passenger trajectories (SafePath, joint budget)",
+    "trajectory_markov": "passenger trajectories (Markov model)",
     "diffpart": "passenger station sets (DiffPart)",
 }
 
@@ -73,7 +75,7 @@ KIND_NAMES = {
 BOUNDS_A_PERSON = {
     "card_stability_histogram": "card", "truncated_card_stability_histogram": "card",
     "prefix_tree": "passenger-sequence", "ngram": "passenger-sequence", "safepath": "passenger-trajectory",
-    "diffpart": "passenger-set",
+    "safepath_joint": "passenger-trajectory", "trajectory_markov": "passenger-trajectory", "diffpart": "passenger-set",
 }
 
 

@@ -41,24 +41,32 @@ its threshold (an integer: ``c ≥ θ`` is ``c ≥ ⌈θ⌉``). Two public rules
   taxonomy node at that depth): the expected number of empty siblings that
   pass is about ``m·½e^{−ln m} = ½`` per tested group, whatever the depth.
 
-Both are measured in ``benchmarks/experiment_safepath.py`` (850,000 synthetic
-metro week trajectories, both taxonomies of height 6 with 2 children, two runs
-per setting) and ``paper`` is the default: it has the lower count-query error
-at every ε (0.5–1.5) and every h (3–18) measured — at ε = 1, h = 12, ``|q| ≤ 4``:
-4.25% against 4.43% (the paper's uniform queries) and 13.5% against 13.9%
-(non-empty queries) — and finds 10 of the top-100 sequential patterns of size
-> 1 against 2–4 (PrefixSpan), for about twice the nodes (1,695 against 901; both build in
-under a second). The node rule's thresholds at the general levels (2,215 for a
-depth-1 block of hours at noise scale 2016, against the paper's 68) cut more
-populated nodes, and the paper's low general thresholds cost little because
-the leaves' thresholds still stop almost every empty candidate. Where the
-node rule wins is the tree's size: with low taxonomies (height 0 or 1 at
-h = 2) the paper's rule is refused by the size check, the node rule is not,
-and at height 0 it gave the lowest error of the taxonomy sweep (5.2% against
-the paper's best 5.4%, non-empty queries, ``|q| = 2``). Neither rule fixes the
-budget split itself: general nodes get ``2jε_s/|U|``, so at ε = 1, h = 12 the
-tree rarely grows past level 2 and its error is dominated by trajectories cut
-at the first levels (see the experiment report).
+Both are measured in ``benchmarks/experiment_safepath.py``; ``paper`` is the default.
+
+Where the paper's split loses the journeys. A general node at depth ``j`` gets
+``2jε_s/|U|``: along one level a trajectory passes ``H_L + H_T + 2`` tests, most
+of them at scales of hundreds or thousands (``|U|/(2jε_s)``), each of which can
+cut it. A node held by a few passengers survives a level only by luck, even at a
+large ε, and the mass of a cut child is released as trajectories ending at its
+parent (the terminating release): the release fills with single points. The
+same tree with exact counts releases the same thing (its node set is the loss,
+not the noise on its counts). ``benchmarks/experiment_trajectories.py`` shows it
+in numbers.
+
+Joint rule (``JointBudget``, :func:`build_joint_tree`). No taxonomies and one
+test per level: every candidate (location, hour) pair under a node gets one
+noisy count at ``ε_ℓ = min(ε/h, 16)`` (16: the samplers' finest scale), kept
+when it reaches ``θ = ⌈ln(|L|·|T|)/ε_ℓ⌉`` (about ``½`` empty child per tested
+node: ``m·½e^{−ε_ℓθ} ≤ ½``). Privacy: a trajectory adds 1 to exactly one
+candidate per level (the pair it takes there; none once it has ended or been
+cut), so its neighbours' histograms differ by 1 in one count per level — L1
+sensitivity 1 — and the counts of one level are one discrete Laplace histogram
+at ``1/ε_ℓ`` (the empty candidates' sampler is equal in distribution); the
+candidates of a level depend only on the noisy counts of the levels above
+(adaptive sequential composition over ``h`` levels). Every root-to-leaf path
+spends ``h·ε_ℓ ≤ ε``, and exactly ``ε`` when ``ε/h ≤ 16``
+(:meth:`JointBudget.path_spend`, exact fractions). Consistency and release as
+below, both post-processing.
 
 Time rule (public, costs no privacy). The paper's Definition 3.3 has
 non-decreasing timestamps; with ``monotone=True`` (the default) the children of
@@ -105,19 +113,24 @@ from transit_release.mechanisms.prefix_tree import (MAX_ESTIMATED_FALSE_NODES, S
 from transit_release.noise import discrete_laplace_table, exact_fraction
 
 from transit_release.mechanisms.empty_candidates import candidate_total_variation
-from transit_release.noise import check_scale
+from transit_release.noise import MIN_SCALE, check_scale
 
 MECHANISM_NAME = "safepath"
 HOURS_PER_WEEK = 168
 THRESHOLD_RULES = ("paper", "node")
+#: How ε is split along a root-to-leaf path: ``paper`` (§4.1, taxonomies) or ``joint`` (one test per level).
+BUDGET_RULES = ("paper", "joint")
+#: The largest budget one noisy count of the ``joint`` rule gets: the samplers' finest scale (``1/MIN_SCALE``).
+MAX_COUNT_EPSILON = 1 / MIN_SCALE
 #: The default threshold rule (see the module docstring and ``benchmarks/experiment_safepath.py``).
 DEFAULT_RULE = "paper"
 RELEASES = ("terminating", "literal")
 
-__all__ = ["DEFAULT_RULE", "HOURS_PER_WEEK", "Hierarchy", "NoisySafePathTree", "SafePathBudget", "SubLevelBudget",
-           "TaxonomyBudgetError", "Thresholds", "Trajectories", "TreeTooLargeError", "build_safepath_tree",
-           "check_tree_size", "consistent_counts", "delta_slack", "estimated_false_nodes", "release_trajectories",
-           "sanitize_trajectories", "thresholds_for", "candidate_total_variation"]
+__all__ = ["BUDGET_RULES", "DEFAULT_RULE", "HOURS_PER_WEEK", "Hierarchy", "JointBudget", "NoisySafePathTree",
+           "SafePathBudget", "SubLevelBudget", "TaxonomyBudgetError", "Thresholds", "Trajectories", "TreeTooLargeError",
+           "build_joint_tree", "build_safepath_tree", "candidate_total_variation", "check_joint_size",
+           "check_tree_size", "consistent_counts", "delta_slack", "estimated_false_nodes", "joint_delta_slack",
+           "joint_false_nodes", "release_trajectories", "sanitize_joint", "sanitize_trajectories", "thresholds_for"]
 
 
 class TaxonomyBudgetError(ValueError):
@@ -168,6 +181,24 @@ class Trajectories:
         """The same trajectories as sequences of pair ids ``location·n_hours + hour``."""
         return Sequences(self.locations * self.n_hours + self.hours, self.offsets, self.n_locations * self.n_hours)
 
+    def truncated(self, height: int) -> "Trajectories":
+        """Each trajectory's first ``height`` points, up to (not including) its first decrease of the hour: what a
+        release of height ``height`` can hold."""
+        keep = np.minimum(self.monotone_lengths(), height)
+        offsets = np.zeros(keep.size + 1, dtype=np.int64)
+        np.cumsum(keep, out=offsets[1:])
+        pos = np.repeat(self.offsets[:-1], keep) + (np.arange(int(offsets[-1])) - np.repeat(offsets[:-1], keep))
+        return Trajectories(self.locations[pos], self.hours[pos], offsets, self.n_locations, self.n_hours)
+
+    def select(self, rows: np.ndarray) -> "Trajectories":
+        """The trajectories of ``rows`` (indices or a boolean mask), in that order."""
+        rows = np.flatnonzero(rows) if np.asarray(rows).dtype == bool else np.asarray(rows, dtype=np.int64)
+        lengths = self.lengths[rows]
+        offsets = np.zeros(rows.size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        pos = np.repeat(self.offsets[rows], lengths) + (np.arange(int(offsets[-1])) - np.repeat(offsets[:-1], lengths))
+        return Trajectories(self.locations[pos], self.hours[pos], offsets, self.n_locations, self.n_hours)
+
     def monotone_lengths(self) -> np.ndarray:
         """Each trajectory's length up to (not including) its first decrease of the hour."""
         n = len(self)
@@ -209,6 +240,8 @@ class _Step:
         """How many children of each ``parent`` end before ``floor`` (their first positions: interval taxonomies)."""
         if parent.size == 0:
             return np.zeros(0, dtype=np.int64)
+        if self.last_item.shape[0] == 1:  # one parent (a flat universe): its children's last items ascend
+            return np.searchsorted(self.last_item[0], floor, side="left").astype(np.int64)
         return (self.last_item[parent] < floor[:, None]).sum(axis=1).astype(np.int64)
 
 
@@ -516,6 +549,78 @@ def check_tree_size(budget: SafePathBudget, thresholds: Thresholds) -> None:
             f"{MAX_ESTIMATED_FALSE_NODES:,}). Use taller taxonomies, a lower height or higher thresholds.")
 
 
+# ---- the joint rule: one test of the (location, hour) pair per level ---------------------------------------
+
+@dataclass(frozen=True)
+class JointBudget:
+    """The ``joint`` rule: every level tests its candidate (location, hour) pairs once, at
+    ``ε_ℓ = min(ε/h, MAX_COUNT_EPSILON)``, against ``θ = ⌈ln(|L|·|T|)/ε_ℓ⌉`` (module docstring)."""
+
+    epsilon: Fraction
+    height: int
+    n_locations: int
+    n_hours: int = HOURS_PER_WEEK
+
+    @classmethod
+    def of(cls, epsilon: float | Fraction, height: int, n_locations: int,
+           n_hours: int = HOURS_PER_WEEK) -> "JointBudget":
+        """Public parameters only; refuses a scale the samplers do not support."""
+        if height < 1:
+            raise ValueError(f"height must be at least 1. Found {height}.")
+        eps = exact_fraction(epsilon)
+        if eps <= 0:
+            raise ValueError(f"epsilon must be positive. Found {float(eps)}.")
+        if n_locations < 1 or n_hours < 1:
+            raise ValueError(f"the universes need at least one item. Found {n_locations} locations, {n_hours} hours.")
+        budget = cls(eps, int(height), int(n_locations), int(n_hours))
+        check_scale(1 / budget.level_epsilon, epsilon=eps, where=f"SafePath, joint rule (height {height}, scale h/ε)")
+        return budget
+
+    @property
+    def level_epsilon(self) -> Fraction:
+        """``ε_ℓ``: the budget of every noisy count (one per level on a trajectory's path)."""
+        return min(self.epsilon / self.height, Fraction(MAX_COUNT_EPSILON))
+
+    @property
+    def candidates(self) -> int:
+        """``m = |L|·|T|``: the (location, hour) pairs a node's children are drawn from."""
+        return self.n_locations * self.n_hours
+
+    @property
+    def threshold(self) -> int:
+        """``⌈ln(m)/ε_ℓ⌉``: about ``½`` empty child passes per tested node (``m·½e^{−ε_ℓθ} ≤ ½``)."""
+        return math.ceil(math.log(max(self.candidates, 1)) / float(self.level_epsilon))
+
+    def path_spend(self) -> Fraction:
+        """ε spent along any root-to-leaf path of full height: ``h·ε_ℓ ≤ ε``."""
+        return self.height * self.level_epsilon
+
+    def thresholds(self) -> Thresholds:
+        return Thresholds("joint", (self.threshold,), ())
+
+
+def joint_delta_slack(budget: JointBudget) -> float:
+    """δ for the samplers' exact error: ``h·(1 + e^{ε_ℓ})·η(1/ε_ℓ)`` (one noisy count per level), rounded up."""
+    eps = budget.level_epsilon
+    return budget.height * (1 + math.exp(float(eps))) * candidate_total_variation(1 / eps) * (1.0 + 1e-12)
+
+
+def joint_false_nodes(budget: JointBudget) -> float:
+    """A data-independent size estimate: ``m`` chains of empty descendants, ``Σ_{i=1..h} g^i`` each, with
+    ``g = m·P(Z ≥ θ)`` the kept empty children of one kept empty node."""
+    g = budget.candidates * discrete_laplace_table(1 / budget.level_epsilon).upper_tail(budget.threshold)
+    return budget.candidates * sum(g ** i for i in range(1, budget.height + 1))
+
+
+def check_joint_size(budget: JointBudget) -> None:
+    """Raise ``TreeTooLargeError`` before any noise is drawn if the empty nodes alone could not be built."""
+    estimate = joint_false_nodes(budget)
+    if estimate > MAX_ESTIMATED_FALSE_NODES:
+        raise TreeTooLargeError(
+            f"SafePath (joint rule) over {budget.n_locations} locations × {budget.n_hours} hours at height "
+            f"{budget.height} would grow about {estimate:.2g} empty nodes (limit {MAX_ESTIMATED_FALSE_NODES:,}).")
+
+
 # ---- building (Algorithm 1, Procedures 1–2) -----------------------------------------------------------
 
 def unique_counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -541,7 +646,7 @@ class TrajectoryLevel:
 @dataclass(frozen=True)
 class NoisySafePathTree:
     levels: list[TrajectoryLevel]
-    budget: SafePathBudget
+    budget: "SafePathBudget | JointBudget"
     thresholds: Thresholds
     monotone: bool
 
@@ -644,6 +749,45 @@ def build_safepath_tree(trajs: Trajectories, budget: SafePathBudget, locations: 
     return NoisySafePathTree(levels, budget, thresholds, monotone)
 
 
+def build_joint_tree(trajs: Trajectories, budget: JointBudget, generator: np.random.Generator, *,
+                     monotone: bool = True) -> NoisySafePathTree:
+    """The joint rule's tree: at each level one noisy count per candidate (location, hour) pair.
+
+    The pairs are one flat universe of ``|L|·|T|`` items numbered hour-major (``hour·|L| + location``),
+    so the monotone time rule is "items ≥ parent hour·|L|"; empty candidates go through the shared
+    sampler as in Procedures 1–2.
+    """
+    if trajs.n_locations != budget.n_locations or trajs.n_hours != budget.n_hours:
+        raise ValueError(f"the trajectories use {trajs.n_locations} locations × {trajs.n_hours} hours but the budget "
+                         f"was planned for {budget.n_locations} × {budget.n_hours}")
+    check_joint_size(budget)
+    n_loc = budget.n_locations
+    pairs = Hierarchy.flat(budget.candidates, "pair")
+    level = SubLevelBudget("pair", budget.candidates, 0, budget.level_epsilon)
+    theta = (budget.threshold,)
+    lengths = trajs.monotone_lengths() if monotone else trajs.lengths
+    live = np.flatnonzero(lengths > 0)
+    node = np.zeros(live.size, dtype=np.int64)
+    start, lengths = trajs.offsets[live], lengths[live]
+    parent_hour = np.zeros(1, dtype=np.int64)
+    n_parents = 1
+    levels: list[TrajectoryLevel] = []
+    for depth in range(budget.height):
+        go = np.flatnonzero(lengths > depth)
+        node, start, lengths = node[go], start[go], lengths[go]
+        item = trajs.hours[start + depth] * n_loc + trajs.locations[start + depth]
+        g, kept, cnt, rec = _sublevel(generator, pairs, level, theta, node, item, n_parents,
+                                      parent_hour * n_loc if monotone else None)
+        if g.size == 0:
+            break
+        levels.append(TrajectoryLevel(g, kept % n_loc, kept // n_loc, cnt))
+        keep = np.flatnonzero(rec >= 0)
+        node, start, lengths = rec[keep], start[keep], lengths[keep]
+        parent_hour = kept // n_loc
+        n_parents = g.size
+    return NoisySafePathTree(levels, budget, budget.thresholds(), monotone)
+
+
 def _check_inputs(trajs: Trajectories, budget: SafePathBudget, locations: Hierarchy, hours: Hierarchy,
                   thresholds: Thresholds, monotone: bool) -> None:
     if locations.size != trajs.n_locations or budget.location.size != trajs.n_locations:
@@ -718,6 +862,15 @@ def sanitize_trajectories(trajs: Trajectories, budget: SafePathBudget, locations
         raise ValueError(f"release must be one of {RELEASES}. Found {release!r}.")
     thresholds = thresholds_for(budget, rule, locations, hours)
     tree = build_safepath_tree(trajs, budget, locations, hours, thresholds, generator, monotone=monotone)
+    return tree, release_trajectories(tree, consistent_counts(tree), release)
+
+
+def sanitize_joint(trajs: Trajectories, budget: JointBudget, generator: np.random.Generator, *,
+                   monotone: bool = True, release: str = "terminating"):
+    """The joint rule's ε-DP pipeline: noisy tree, consistency, release. Returns ``(tree, release)``."""
+    if release not in RELEASES:
+        raise ValueError(f"release must be one of {RELEASES}. Found {release!r}.")
+    tree = build_joint_tree(trajs, budget, generator, monotone=monotone)
     return tree, release_trajectories(tree, consistent_counts(tree), release)
 
 

@@ -178,15 +178,53 @@ def workload_height(budget: Budget) -> int:
 
 
 def evaluate(seqs: Sequences, release: list, height: int, n_queries: int, top_k: tuple[int, ...],
-             gram_queries: int = QUERIES_PER_SUBSET, gram_top_k: tuple[int, ...] = TOP_K) -> dict:
+             gram_queries: int = QUERIES_PER_SUBSET, gram_top_k: tuple[int, ...] = TOP_K,
+             figures: dict | None = None, frequent_k: int = 100) -> dict:
     """Both workloads (:mod:`transit_release.utility.sequence_evaluation`); internal figures only.
 
     Keys: ``count_query.relative_error.max_q*``, ``patterns.top*.{tp,fp,fd}`` (the KDD paper's) and
-    ``gram_query.relative_error.max_q*``, ``grams.top*.{tp,loss}`` (the thesis's); 0 / () turns one off.
+    ``gram_query.relative_error.max_q*``, ``grams.top*.{tp,loss}`` (the thesis's); 0 / () turns one off. Also,
+    against the sequences cut at ``height``: ``grams.top{k}.relative_error`` (the ``k`` most frequent runs of two
+    or more stations), ``lengths.total_variation`` and ``records.share_released``. ``figures``, if given,
+    receives the arrays the report plots.
     """
     utility = SequenceUtility(seqs, height=height, n_queries=n_queries, top_k=tuple(top_k),
                               gram_queries=gram_queries, gram_top_k=tuple(gram_top_k), seed=0)
-    return utility.evaluate(release)
+    out = utility.evaluate(release)
+    out.update(reading_figures(seqs, release, height, figures, frequent_k))
+    return out
+
+
+def reading_figures(seqs: Sequences, release: list, height: int, figures: dict | None = None,
+                    frequent_k: int = 100) -> dict:
+    """The figures the report and the headline read (module :func:`evaluate`)."""
+    import numpy as np
+
+    from transit_release.utility import ngrams
+    from transit_release.utility.sequences import WeightedSequences
+    from transit_release.utility.trajectories import length_shares, total_variation
+
+    lists = [s[:height] for s in seqs.to_lists()]
+    released_set = {s for s, c in release if c > 0}
+    out = {"records.share_released": (sum(1 for s in lists if s in released_set) / len(lists)) if lists else 0.0}
+    true_len = length_shares(np.array([len(s) for s in lists], dtype=np.int64), height=height)
+    got_len = (length_shares(np.array([len(s) for s, _ in release], dtype=np.int64),
+                             np.array([c for _, c in release], dtype=float), height) if release else
+               np.zeros(height + 1))
+    out["lengths.total_variation"] = total_variation(true_len, got_len)
+    if frequent_k and len(seqs):
+        top = ngrams.top_k_grams(seqs, frequent_k)
+        if top:
+            grams = Sequences.from_lists([g for g, _ in top], seqs.n_locations)
+            true = np.array([c for _, c in top], dtype=np.int64)
+            got = ngrams.occurrence_counts(WeightedSequences.from_release(release, seqs.n_locations), grams)
+            bound = max(0.001 * len(seqs), 1e-12)
+            out[f"grams.top{frequent_k}.relative_error"] = float((np.abs(got - true) / np.maximum(true, bound)).mean())
+            if figures is not None:
+                figures.update({"top_patterns.true": true.tolist(), "top_patterns.released": got.tolist()})
+    if figures is not None:
+        figures.update({"lengths.true": true_len.tolist(), "lengths.released": got_len.tolist()})
+    return out
 
 
 def sequence_table(release: list[tuple[tuple[int, ...], int]], universe: LocationUniverse) -> pd.DataFrame:

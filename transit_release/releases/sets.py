@@ -29,7 +29,7 @@ from transit_release.accounting.events import DEFAULT_POPULATION, DiffPartEvent
 from transit_release.errors import InputDataError, NoiseParameterError
 from transit_release.inputs.universe import LocationUniverse
 from transit_release.mechanisms.diffpart import (DiffPartBudget, ItemSets, check_partition_size, delta_slack,
-                                                 sanitize_sets)
+                                                 fanout_for, sanitize_sets)
 from transit_release.noise import NoiseSource
 from transit_release.publish import CSV_NEUTRALISATION
 from transit_release.releases.passengers import (PERIOD_COMPOSITION, counted_table, cumulative_text,
@@ -41,7 +41,9 @@ KIND = "sets"
 UNIT = "passenger-set"
 NEIGHBOURING = "add-remove-one"
 MECHANISMS = ("diffpart",)
-DEFAULT_FANOUT = 10
+#: without ``--fanout`` the fan-out follows the public universe size (:func:`~transit_release.mechanisms.diffpart.fanout_for`)
+DEFAULT_FANOUT = None
+FANOUT_RULE = "round(log2 |I|) within 4..6, from the public universe size |I|"
 DEFAULT_QUERIES = 50_000  # the thesis's workload: 5 subsets of 10,000
 TOP_K = (10, 50, 100)
 #: The query length every evaluation reports (``count_query.relative_error.max_q3``), beside the thesis's subsets.
@@ -61,9 +63,17 @@ def describe_input(from_taps: bool, modes: tuple[str, ...] | None = None) -> dic
                       "Opal release's location files")}
 
 
-def set_budget(universe: LocationUniverse, epsilon: float, fanout: int = DEFAULT_FANOUT) -> DiffPartBudget:
-    """Budget from public inputs only (universe size, ε, fan-out; C1, C2 follow the fan-out); refuses an ε the
+def fanout_rule(fanout: int | None) -> str:
+    """How the release's fan-out was chosen (for the manifest): given, or the rule on the universe size."""
+    return "given (--fanout)" if fanout is not None else FANOUT_RULE
+
+
+def set_budget(universe: LocationUniverse, epsilon: float, fanout: int | None = DEFAULT_FANOUT) -> DiffPartBudget:
+    """Budget from public inputs only (universe size, ε, fan-out — given, or from the universe size by
+    :func:`~transit_release.mechanisms.diffpart.fanout_for`; C1, C2 follow the fan-out); refuses an ε the
     samplers cannot honour and a partitioning whose phantoms would explode, before any data is read."""
+    if fanout is None:
+        fanout = fanout_for(max(len(universe), 1))
     try:
         budget = DiffPartBudget.of(epsilon, len(universe), fanout)
         check_partition_size(budget)
@@ -95,13 +105,42 @@ def sanitize(sets: ItemSets, budget: DiffPartBudget, noise: NoiseSource, release
 
 
 def evaluate(sets: ItemSets, release: list, n_queries: int = DEFAULT_QUERIES, top_k: tuple[int, ...] = TOP_K,
-             seed: int = 0) -> dict:
+             seed: int = 0, figures: dict | None = None, frequent_k: int = 100) -> dict:
     """Internal figures (:mod:`transit_release.utility.sets`): ``count_query.relative_error.max_q<L>`` — mean
     relative error of count queries of up to L stations, for the thesis's subsets (L = i·max|D|/5) and for
-    L = 3 — and ``itemsets.top<K>.{tp,loss,loss_share}`` of the top-K frequent itemsets; 0 / () turns one off."""
+    L = 3 — and ``itemsets.top<K>.{tp,loss,loss_share}`` of the top-K frequent itemsets; 0 / () turns one off.
+    Also ``sets.input``, ``sets.released``, ``itemsets.top{k}.relative_error`` (the containment counts of the ``k``
+    most frequent itemsets), ``sizes.total_variation`` and ``records.share_released``; ``figures``, if given,
+    receives the arrays the report plots."""
+    import numpy as np
+
+    from transit_release.utility.sets import relative_errors, top_k_itemsets
+    from transit_release.utility.trajectories import length_shares, total_variation
+
     universe_size = sets.universe_size
     original = release_pairs(sets)
-    out: dict[str, float] = {}
+    n_released = sum(c for _, c in release)
+    out: dict[str, float] = {"sets.input": float(len(sets)), "sets.released": float(n_released),
+                             "sets.distinct_released": float(len(release))}
+    released_sets = {s for s, c in release if c > 0}
+    out["records.share_released"] = (sum(c for s, c in original if s in released_sets) / len(sets)) if len(sets) \
+        else 0.0
+    largest = int(sets.sizes.max()) if len(sets) else 0
+    true_size = length_shares(sets.sizes, height=largest)
+    got_size = (length_shares(np.array([len(s) for s, _ in release], dtype=np.int64),
+                              np.array([c for _, c in release], dtype=float), largest) if release else
+                np.zeros(largest + 1))
+    out["sizes.total_variation"] = total_variation(true_size, got_size)
+    if figures is not None:
+        figures.update({"lengths.true": true_size.tolist(), "lengths.released": got_size.tolist()})
+    if frequent_k and len(sets):
+        top = top_k_itemsets(original, universe_size, frequent_k)
+        queries = [np.array(s, dtype=np.int64) for s in top]
+        true = np.array(list(top.values()), dtype=np.int64)
+        got = WeightedSets.of(release, universe_size).count(queries)
+        out[f"itemsets.top{frequent_k}.relative_error"] = float(relative_errors(true, got, len(sets)).mean())
+        if figures is not None:
+            figures.update({"top_patterns.true": true.tolist(), "top_patterns.released": got.tolist()})
     if n_queries > 0 and len(sets):
         largest = int(sets.sizes.max())
         sizes = sorted({min(universe_size, max(1, (i * largest) // N_SUBSETS)) for i in range(1, N_SUBSETS + 1)}
@@ -123,7 +162,8 @@ def set_table(release: list[tuple[tuple[int, ...], int]], universe: LocationUniv
 
 
 def build_manifest(release_id: str, period, universe: LocationUniverse, described: dict, budget: DiffPartBudget,
-                   event: DiffPartEvent, noise_kind: str, code_version: str, created_at: str) -> dict:
+                   event: DiffPartEvent, noise_kind: str, code_version: str, created_at: str,
+                   fanout_rule: str = FANOUT_RULE) -> dict:
     """Everything public about the release except files, ledger head and cumulative loss (added at staging)."""
     tax = budget.taxonomy
     return {
@@ -145,6 +185,7 @@ def build_manifest(release_id: str, period, universe: LocationUniverse, describe
                          "VLDB 2011)",
             "mechanism_id": "diffpart",
             "fanout": budget.fanout,
+            "fanout_rule": fanout_rule,
             "c1": float(budget.c_leaf),
             "c2": float(budget.c_split),
             "taxonomy_height": tax.height,
@@ -181,7 +222,7 @@ never the stations found in the data.
 
 ## How they were made
 The stations were grouped into a fixed hierarchy ({p['fanout']} per group, {p['taxonomy_height']} levels above
-the stations), built from the public list alone. Starting from all passengers, groups of passengers
+the stations; fan-out {p.get('fanout_rule', 'given')}), built from the public list alone. Starting from all passengers, groups of passengers
 were split level by level by which parts of the hierarchy their stations fall in; every group got a
 noisy size, and groups whose noisy size fell below a threshold were dropped with their passengers
 ({p['mechanism']}; C1 = {p['c1']:g}, C2 = {p['c2']:g}).
@@ -203,7 +244,8 @@ deviation of the integer noise sampler). Composition: {p['composition']}.
 
 def tracking(manifest: dict, metrics: dict, quarantine: dict) -> dict:
     p = manifest["privacy"]
-    params = {"epsilon": p["epsilon"], "fanout": p["fanout"], "c1": p["c1"], "c2": p["c2"],
+    params = {"epsilon": p["epsilon"], "fanout": p["fanout"], "fanout_rule": p.get("fanout_rule", ""),
+              "c1": p["c1"], "c2": p["c2"],
               "taxonomy.height": p["taxonomy_height"], "universe.locations": manifest["universe"]["locations"],
               "universe.sha256": manifest["universe"]["sha256"]}
     m = {**metrics, **{f"input.quarantined.{k}": v for k, v in quarantine.items()}}

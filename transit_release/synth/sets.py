@@ -78,7 +78,7 @@ def stm_like_sets(n_records: int = STM_RECORDS, n_stations: int = STM_STATIONS, 
     item = np.clip(item, 0, n_stations - 1)
     # heavy users: 20..max_size distinct stations by popularity
     heavy_ids = np.flatnonzero(heavy)
-    heavy_size = rng.integers(20, max_size + 1, heavy_ids.size)
+    heavy_size = rng.integers(min(20, max_size), max_size + 1, heavy_ids.size)  # small universes: at most all
     heavy_size[:1] = max_size  # the largest set has max_size stations, as in the STM data
     heavy_items = [rng.choice(n_stations, int(k), replace=False, p=popularity) for k in heavy_size]
     who = np.concatenate([who, np.repeat(heavy_ids, heavy_size)])
@@ -86,3 +86,30 @@ def stm_like_sets(n_records: int = STM_RECORDS, n_stations: int = STM_STATIONS, 
     order = np.argsort(who, kind="stable")
     counts = np.bincount(who, minlength=n_records)
     return ItemSets.from_arrays(item[order], np.concatenate([[0], np.cumsum(counts)]), n_stations)
+
+
+#: :func:`small_universe_sets`: shaped like the thesis's MSNBC data (Table 4.2: 989,818 sets over 17 items,
+#: average size 1.72, largest 17)
+SMALL_RECORDS = 989_818
+SMALL_ITEMS = 17
+
+
+def small_universe_sets(n_records: int = SMALL_RECORDS, n_items: int = SMALL_ITEMS, seed: int = 0) -> ItemSets:
+    """``n_records`` sets over a small universe of ``n_items``, shaped like the MSNBC data the thesis uses
+    (a public set-valued data set that is not available offline here): most sets hold one or two items
+    (sizes ``1 + Geometric``, average ≈ 1.7), item popularity is Zipf-like, and each record has a favourite
+    item that it holds and a "neighbourhood" of items it is likelier to add (items close to it in the fixed
+    order: related categories or stations along a line), so that pairs and triples are frequent too."""
+    rng = np.random.default_rng(seed)
+    popularity = 1.0 / np.arange(1, n_items + 1) ** 1.1
+    popularity = rng.permutation(popularity)
+    popularity /= popularity.sum()
+    size = np.minimum(rng.geometric(0.58, n_records), n_items)
+    who = np.repeat(np.arange(n_records, dtype=np.int64), size)
+    offsets = np.concatenate([[0], np.cumsum(size)])
+    step = np.arange(who.size) - offsets[who]
+    favourite = rng.choice(n_items, n_records, p=popularity)
+    near = (favourite[who] + rng.choice([-2, -1, 1, 2], who.size)) % n_items
+    far = rng.choice(n_items, who.size, p=popularity)
+    item = np.where(step == 0, favourite[who], np.where(rng.random(who.size) < 0.6, near, far))
+    return ItemSets.from_arrays(item, offsets, n_items)

@@ -203,3 +203,60 @@ def synthesize_bus_trajectories(n_passengers: int = 773_000, n_stops: int = 893,
     home_w = rng.permutation(1.0 / rank ** 0.6)
     work_w = 1.0 / rank ** 1.0
     return _week(rng, n_passengers, home_w, work_w, max_length, net.hubs, transfer, weekday_active=0.56), net
+
+
+#: Commuter week (:func:`synthesize_commuter_week`): share of passengers by number of active weekdays 1..5
+COMMUTER_DAYS = (0.15, 0.15, 0.2, 0.2, 0.3)
+#: preferred morning and evening hours of the day and their shares
+MORNING_HOURS = ((6, 0.15), (7, 0.4), (8, 0.35), (9, 0.1))
+EVENING_HOURS = ((15, 0.1), (16, 0.25), (17, 0.35), (18, 0.2), (19, 0.1))
+#: chance that a commuter taps at their preferred hour on a given day (else the hour before or after)
+SAME_HOUR = 0.8
+
+
+def synthesize_commuter_week(n_passengers: int = 300_000, seed: int = 0, *, home_zipf: float = 0.9,
+                             work_zipf: float = 1.3) -> tuple[Trajectories, Metro]:
+    """A week of commuters only, over the synthetic metro's 68 stations.
+
+    Each passenger has a home and a different work station (Zipf weights as in
+    :func:`synthesize_metro_trajectories`), a preferred morning and evening hour, and 1–5 active
+    weekdays (:data:`COMMUTER_DAYS`, the days a uniform choice among Monday–Friday). On every active
+    day they tap at home in a morning hour and at work in an evening hour (the preferred hour with
+    probability :data:`SAME_HOUR`, else the hour before or after it): ``home@(24d+m) work@(24d+e)``
+    for each day ``d`` in order, so every trajectory has 2–10 points and hours never decrease.
+    """
+    metro = build_metro()
+    rng = np.random.default_rng(seed)
+    n_loc = metro.n_stations
+    rank = metro_centrality_rank(metro)
+    home_p = rng.permutation(1.0 / rank ** home_zipf)
+    home_p /= home_p.sum()
+    work_p = 1.0 / rank ** work_zipf
+    work_p /= work_p.sum()
+    home = rng.choice(n_loc, n_passengers, p=home_p)
+    work = rng.choice(n_loc, n_passengers, p=work_p)
+    for _ in range(50):  # work elsewhere than home: redraw the few that coincide
+        same = np.flatnonzero(work == home)
+        if same.size == 0:
+            break
+        work[same] = rng.choice(n_loc, same.size, p=work_p)
+    work = np.where(work == home, (home + 1) % n_loc, work)
+    n_days = 1 + rng.choice(5, n_passengers, p=COMMUTER_DAYS)
+    keys = rng.random((n_passengers, 5))
+    order = np.argsort(keys, axis=1)
+    active = np.zeros((n_passengers, 5), dtype=bool)
+    np.put_along_axis(active, order, np.arange(5)[None, :] < n_days[:, None], axis=1)
+    morning = np.array([h for h, _ in MORNING_HOURS])[rng.choice(len(MORNING_HOURS), n_passengers,
+                                                                  p=[s for _, s in MORNING_HOURS])]
+    evening = np.array([h for h, _ in EVENING_HOURS])[rng.choice(len(EVENING_HOURS), n_passengers,
+                                                                  p=[s for _, s in EVENING_HOURS])]
+    who, day = np.nonzero(active)  # row-major: each passenger's days in order
+    shift = lambda: np.where(rng.random(who.size) < SAME_HOUR, 0, rng.choice([-1, 1], who.size))  # noqa: E731
+    m = morning[who] + shift()
+    e = evening[who] + shift()
+    loc = np.stack([home[who], work[who]], axis=1).ravel()
+    hour = np.stack([24 * day + m, 24 * day + e], axis=1).ravel()
+    lengths = 2 * n_days
+    offsets = np.zeros(n_passengers + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return Trajectories(loc.astype(np.int64), hour.astype(np.int64), offsets, n_loc, HOURS_PER_WEEK), metro

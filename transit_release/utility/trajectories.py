@@ -176,3 +176,73 @@ def trajectory_pattern_utility(original: Trajectories, released_trajs: Trajector
                                ) -> dict[str, int]:
     """Top-k frequent sequential patterns of size > 1 over pair ids (PrefixSpan)."""
     return {f"patterns.{k}": v for k, v in pattern_utility(original.pairs(), released_trajs.pairs(), ks=ks).items()}
+
+
+# ---- frequent points and ordered pairs, lengths, surviving records ---------------------------------------------
+
+def truncated(trajs: Trajectories, height: int) -> Trajectories:
+    """What a release of height ``height`` can hold (:meth:`Trajectories.truncated`)."""
+    return trajs.truncated(height)
+
+
+def top_points(trajs: Trajectories, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` (location, hour) points the most trajectories contain, as pair ids, and their supports
+    (descending; ties by pair id)."""
+    n_pairs = trajs.n_locations * trajs.n_hours
+    who = np.repeat(np.arange(len(trajs), dtype=np.int64), trajs.lengths)
+    key, _ = unique_counts(who * n_pairs + trajs.locations * trajs.n_hours + trajs.hours)
+    support = np.bincount(key % n_pairs, minlength=n_pairs)
+    order = np.lexsort((np.arange(n_pairs), -support))[:k]
+    order = order[support[order] > 0]
+    return order, support[order]
+
+
+def top_ordered_pairs(trajs: Trajectories, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` ordered pairs of points ``(a, b)`` (``a`` before ``b``, not necessarily next to it) that the
+    most trajectories contain, as an ``(n, 2)`` array of pair ids, and their supports (ties by ids)."""
+    n_pairs = trajs.n_locations * trajs.n_hours
+    point = trajs.locations * trajs.n_hours + trajs.hours
+    lengths = trajs.lengths
+    keys = []
+    for length in np.unique(lengths[lengths >= 2]).tolist():
+        rows = np.flatnonzero(lengths == length)
+        i, j = np.triu_indices(length, 1)
+        base = trajs.offsets[rows][:, None]
+        pair = point[base + i] * n_pairs + point[base + j]  # (rows, pairs)
+        keys.append(np.unique(rows[:, None] * (n_pairs * n_pairs) + pair))  # each pair once per trajectory
+    if not keys:
+        return np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    pair, support = unique_counts(np.concatenate(keys) % (n_pairs * n_pairs))
+    order = np.lexsort((pair, -support))[:k]
+    return np.stack([pair[order] // n_pairs, pair[order] % n_pairs], axis=1), support[order]
+
+
+def frequent_queries(original: Trajectories, released: TrajectoryIndex, k: int = 100) -> dict[str, np.ndarray]:
+    """True and released counts of the ``k`` most frequent points and ordered pairs of ``original``
+    (``{points,ordered_pairs}.{true,released}``; a query counts the trajectories containing it)."""
+    points, p_support = top_points(original, k)
+    pairs, q_support = top_ordered_pairs(original, k)
+    return {"points.true": p_support, "points.released": released.counts([np.array([p]) for p in points]),
+            "ordered_pairs.true": q_support, "ordered_pairs.released": released.counts(list(pairs))}
+
+
+def length_shares(lengths: np.ndarray, weights: np.ndarray | None = None, height: int | None = None) -> np.ndarray:
+    """Share of trajectories of each length ``0..height`` (``height``: the longest length, default the data's)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    top = int(lengths.max(initial=0)) if height is None else int(height)
+    counts = np.bincount(np.minimum(lengths, top), weights=weights, minlength=top + 1)[:top + 1].astype(float)
+    total = counts.sum()
+    return counts / total if total else counts
+
+
+def total_variation(p: np.ndarray, q: np.ndarray) -> float:
+    size = max(p.size, q.size)
+    return float(0.5 * np.abs(np.pad(p, (0, size - p.size)) - np.pad(q, (0, size - q.size))).sum())
+
+
+def share_released(original: Trajectories, release: list) -> float:
+    """Share of the trajectories of ``original`` whose exact trajectory appears in the release."""
+    if len(original) == 0:
+        return 0.0
+    released = {t for t, c in release if c > 0}
+    return sum(1 for t in original.to_lists() if t in released) / len(original)
