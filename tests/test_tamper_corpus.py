@@ -63,7 +63,7 @@ def _build(base: Path, keyed: bool) -> Built:
     from tasks.publish import commit_release, stage_release
     from tasks.track import anchor_ledger, check_store, mark_published, track_release
     from transit_release import recovery
-        from transit_release.anchors import home_anchors
+    from transit_release.anchors import home_anchors
     from transit_release.releases.opal import render_datacard
 
     key = None
@@ -186,7 +186,7 @@ def later_charge(home: Path) -> tuple[int, str]:
     """Try to charge a release the policy allows; (exit code the command would give, message). Asserts that a
     refused charge changed nothing."""
     from tasks.budget import charge_budget
-    
+
     ledger = home / "ledger.sqlite"
     before = ledger.read_bytes() if ledger.exists() else None
     try:
