@@ -588,7 +588,7 @@ def test_with_the_key_directory_lost_too_the_anchors_in_the_home_still_catch_the
 
 def test_a_dry_run_on_a_restored_ledger_says_the_charge_would_be_refused(case_of):
     from tasks.budget import check_budget
-    
+
     c = case_of(False)
     rollback_3(c)
     verdict = check_budget.fn(Home.at(c.home), partition_events("later", date=LATER[1]), trip_level_policy())
