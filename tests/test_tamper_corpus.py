@@ -63,7 +63,7 @@ def _build(base: Path, keyed: bool) -> Built:
     from tasks.publish import commit_release, stage_release
     from tasks.track import anchor_ledger, check_store, mark_published, track_release
     from transit_release import recovery
-        from transit_release.anchors import home_anchors
+    from transit_release.anchors import home_anchors
     from transit_release.releases.opal import render_datacard
 
     key = None
@@ -186,7 +186,7 @@ def later_charge(home: Path) -> tuple[int, str]:
     """Try to charge a release the policy allows; (exit code the command would give, message). Asserts that a
     refused charge changed nothing."""
     from tasks.budget import charge_budget
-    
+
     ledger = home / "ledger.sqlite"
     before = ledger.read_bytes() if ledger.exists() else None
     try:
@@ -588,7 +588,7 @@ def test_with_the_key_directory_lost_too_the_anchors_in_the_home_still_catch_the
 
 def test_a_dry_run_on_a_restored_ledger_says_the_charge_would_be_refused(case_of):
     from tasks.budget import check_budget
-    
+
     c = case_of(False)
     rollback_3(c)
     verdict = check_budget.fn(Home.at(c.home), partition_events("later", date=LATER[1]), trip_level_policy())
