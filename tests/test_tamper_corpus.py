@@ -84,7 +84,8 @@ def _build(base: Path, keyed: bool) -> Built:
         return charged
 
     def publish(rid, charged):
-        staged = stage_release.fn(home, rid, tables(), {}, release_manifest(rid), render_datacard, charged)
+        staged = stage_release.fn(home, rid, tables(), {}, release_manifest(rid), render_datacard, charged,
+                                    policy)
         run = track_release.fn(home, staged.manifest, charged, {"kind": "opal", "mechanism": "sbh"}, None)
         commit_release.fn(home, staged, run)
         anchor_ledger.fn(home, rid, "publication")
