@@ -66,7 +66,7 @@ def test_sets_command_publishes_charges_once_and_passes_the_audit(prefect_harnes
 
     card = (rel / "DATACARD.md").read_text()
     for words in ("one set per line", "Rare sets are missing", "noisy counts",
-                  "passenger's whole set of stations over the\nperiod", "At publication, counting every release",
+                  "passenger's whole set of stations over the\nperiod", "Counting every release about population `default`",
                   "location ids of the public locations file", "never the stations found in the data"):
         assert words in card, words
     report = (home / "release_reports" / RID / "report.html").read_text()
