@@ -61,19 +61,27 @@ def header_columns(path: str | Path, what: str) -> list[str]:
     return [c.strip() for c in next(csv.reader(io.StringIO(text)), [])]
 
 
-def check_header(path: str | Path, what: str, model) -> None:
+def check_header(path: str | Path, what: str, model, column_types: dict | None = None) -> None:
     """The header holds exactly the columns of the pandera ``model`` (any order): the flow's own contract,
-    applied to the header alone, so the refusal is the very message the flow would give."""
+    applied to the header alone, so the refusal is the very message the flow would give. A Parquet file's
+    stored types are checked too, against ``column_types`` (a time zone, a number for a time, a float id)."""
     import pandas as pd
 
     from schemas import validate
 
     cols = header_columns(path, what)
     validate(model, pd.DataFrame({c: pd.Series([], dtype="string") for c in cols}), f"{what} file {Path(path).name}")
+    if column_types and file_format(Path(path)) == "parquet":
+        import pyarrow.parquet as pq
+
+        from transit_release.inputs.tables import check_stored_types
+
+        check_stored_types(pq.read_schema(path), column_types, f"{what} file {Path(path).name}")
 
 
 def check_trip_inputs(trips: str | Path, stops: str | Path) -> None:
     from schemas import Stops, TripsFile
+    from transit_release.inputs.tables import STOP_COLUMN_TYPES, TRIP_COLUMN_TYPES
 
-    check_header(trips, "trips", TripsFile)
-    check_header(stops, "stops", Stops)
+    check_header(trips, "trips", TripsFile, TRIP_COLUMN_TYPES)
+    check_header(stops, "stops", Stops, STOP_COLUMN_TYPES)

@@ -123,6 +123,7 @@ def read_table(path: str | Path, column_types: dict[str, pa.DataType], what: str
     fmt = file_format(path)
     try:
         if fmt == "parquet":
+            check_stored_types(pq.read_schema(path), column_types, f"{what} file {path.name}")
             table = pq.read_table(path)
         else:
             try:
@@ -137,12 +138,9 @@ def read_table(path: str | Path, column_types: dict[str, pa.DataType], what: str
         raise
     except (pa.ArrowInvalid, pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise InputDataError(f"{what} file {path.name}: cannot be read as {fmt}: {_explain(exc)}") from None
-    df = table.to_pandas()
+    df = to_frame(table)
     _check_time_text(df, column_types, f"{what} file {path.name}")
-    for name, typ in column_types.items():
-        if name in df.columns and pa.types.is_integer(typ) and pd.api.types.is_string_dtype(df[name]):
-            df[name] = _integral(df[name])
-    return df
+    return integers_from_text(df, column_types)
 
 
 def _explain(exc: Exception, block_bytes: int = BLOCK_BYTES) -> str:
@@ -163,11 +161,12 @@ def _explain(exc: Exception, block_bytes: int = BLOCK_BYTES) -> str:
 
 
 def _check_time_text(df: pd.DataFrame, column_types: dict[str, pa.DataType], where: str) -> None:
-    """Times read as text (the slow path) must be local times; name the rows that are not."""
+    """Times and integers read as text (the slow path) must be local times and whole numbers; name the rows that
+    are not."""
     from transit_release.inputs.problems import ProblemTally
 
     tally = ProblemTally(where, sort_keys=False)
-    tally.add(time_text_problems(df, column_types))
+    tally.add(text_problems(df, column_types))
     tally.raise_if_any()
 
 
@@ -194,14 +193,100 @@ def time_text_problems(df: pd.DataFrame, column_types: dict[str, pa.DataType],
     return problems
 
 
-def _integral(text: pd.Series) -> pd.Series:
-    """Text like ``200782`` or ``200782.0`` (a float export) as integers; anything else stays text (the contract
-    then names its rows), including integers too large to hold exactly."""
-    num = pd.to_numeric(text, errors="coerce")
-    present = text.notna() & (text.astype("string").str.strip() != "")
-    if (num[present].notna() & (num[present] % 1 == 0) & (num[present].abs() < 2**53)).all():
-        return num.astype("Int64")
-    return text
+INTEGER_TEXT_CHECK = "not a whole number (a decimal point, an exponent or letters: a float export?)"
+#: A whole number as text: an optional minus and at most 18 digits (every such number fits in int64).
+_WHOLE = r"^-?\d{1,18}$"
+
+
+def _integer_text_problems(df: pd.DataFrame, column_types: dict[str, pa.DataType],
+                           row_offset: int = 0) -> dict[tuple[str, str], np.ndarray]:
+    """Rows whose integer column, read as text, is not a whole number written as one (``200782.0`` is a float
+    written out, and a float id above 2^53 may already have merged two cards: refused, never rounded)."""
+    problems = {}
+    for name, typ in column_types.items():
+        if name in df.columns and pa.types.is_integer(typ) and pd.api.types.is_string_dtype(df[name]):
+            text = df[name].astype("string").str.strip()
+            present = text.notna() & (text != "")
+            whole = text.str.fullmatch(_WHOLE).fillna(False)
+            bad = (present & ~whole).to_numpy(dtype=bool)
+            if bad.any():
+                problems[(name, INTEGER_TEXT_CHECK)] = np.flatnonzero(bad) + row_offset
+    return problems
+
+
+def text_problems(df: pd.DataFrame, column_types: dict[str, pa.DataType],
+                  row_offset: int = 0) -> dict[tuple[str, str], np.ndarray]:
+    """What columns read as text break: times that are not local times, integers not written as whole numbers."""
+    return {**time_text_problems(df, column_types, row_offset), **_integer_text_problems(df, column_types, row_offset)}
+
+
+def integers_from_text(df: pd.DataFrame, column_types: dict[str, pa.DataType]) -> pd.DataFrame:
+    """``df`` with its integer columns read as text (a CSV read as text, a Parquet file storing them as strings)
+    as integers, where every present value is a whole number (:func:`text_problems` names the rows of the others,
+    which stay text)."""
+    for name, typ in column_types.items():
+        if name in df.columns and pa.types.is_integer(typ) and pd.api.types.is_string_dtype(df[name]):
+            text = df[name].astype("string").str.strip()
+            text = text.where(text != "")
+            if text.dropna().str.fullmatch(_WHOLE).all():
+                df[name] = text.astype("Int64")
+    return df
+
+
+def to_frame(table: pa.Table | pa.RecordBatch) -> pd.DataFrame:
+    """``table`` as a frame, integer columns holding missing values as pandas' nullable ``Int64`` (Arrow's default
+    makes them float64, which rounds ids above 2^53 and can merge two cards)."""
+    nullable = {f.type for f, col in zip(table.schema, table.columns)
+                if pa.types.is_integer(f.type) and col.null_count}
+    return table.to_pandas(types_mapper=lambda t: pd.Int64Dtype() if t in nullable else None)
+
+
+#: Integer types an id column may be stored as (all fit in int64 exactly).
+_INTEGER_STORAGE = (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32())
+
+
+def _text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+def stored_type_problem(found: pa.DataType, expected: pa.DataType) -> str | None:
+    """Why a column stored (in Parquet) as ``found`` is refused where the contract expects ``expected``; None if
+    it is read as it is. A column of nulls only is accepted (its values are missing); text is accepted for every
+    column (and checked row by row, as a CSV's)."""
+    if pa.types.is_null(found) or _text(found):
+        return None
+    if pa.types.is_timestamp(expected):
+        if pa.types.is_timestamp(found) and found.tz is None:
+            return None
+        if pa.types.is_timestamp(found):
+            return ("a time with a time zone is refused (converting it would move taps between bins and days); "
+                    "store local times without a time zone, or as text YYYY-MM-DD HH:MM[:SS]")
+        return "times must be local timestamps without a time zone, or text YYYY-MM-DD HH:MM[:SS]"
+    if pa.types.is_integer(expected):
+        if found in _INTEGER_STORAGE:
+            return None
+        return ("ids must be stored as integers (int8 to int64, uint8 to uint32) or text of whole numbers (a float "
+                "can round an id and merge two)")
+    if pa.types.is_dictionary(found) and _text(found.value_type):
+        return None
+    return "it must be text"
+
+
+def check_stored_types(schema: pa.Schema, column_types: dict[str, pa.DataType], where: str) -> None:
+    """Refuse, in one line naming each column and the type found, a Parquet file whose columns are stored as
+    types the contract would have to convert (a time zone, a number for a time, a float for an id): the same
+    contract as a CSV's text, never a coercion. Missing or unexpected columns are the file contract's to name."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for name, typ in column_types.items():
+        if name in schema.names:
+            stored = schema.field(name).type
+            why = stored_type_problem(stored, typ)
+            if why:
+                found.setdefault((str(stored), why), []).append(name)
+    if found:
+        raise InputDataError(f"{where}: " + "; ".join(
+            f"column{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)} "
+            f"{'are' if len(names) > 1 else 'is'} stored as {stored}: {why}" for (stored, why), names in found.items()))
 
 
 def read_trips(path: str | Path) -> pd.DataFrame:
