@@ -9,7 +9,9 @@ crash between the steps is completed or rolled back by
 :mod:`transit_release.recovery` from the intent.
 
 Public CSV cells never start a spreadsheet formula: a text cell starting with
-``=``, ``+``, ``-``, ``@``, a tab or a carriage return is prefixed with a single
+``=``, ``+``, ``-``, ``@``, ``|``, a tab or a carriage return — or with a
+character a spreadsheet may read as one of them (the full-width ``＝＋－＠｜``
+and other compatibility forms, the minus sign ``−``) — is prefixed with a single
 quote (OWASP's CSV-injection guidance), except a plain number such as ``-1``.
 """
 
@@ -21,6 +23,7 @@ import os
 import re
 import secrets
 import shutil
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,11 +35,12 @@ from transit_release.home import check_release_id
 
 MANIFEST = "manifest.json"
 DATACARD = "DATACARD.md"
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_FORMULA_START = ("=", "+", "-", "@", "|", "\t", "\r", "\u2212")
 _NUMBER = re.compile(r"[+-]?\d+(\.\d+)?([eE][+-]?\d+)?")
-CSV_NEUTRALISATION = ("text cells that would start with =, +, -, @, a tab or a carriage return, after any spaces or "
-                      "invisible characters, are prefixed with a single quote (') so that no spreadsheet runs them "
-                      "as a formula (plain numbers such as -1 are kept as they are)")
+CSV_NEUTRALISATION = ("text cells that would start with =, +, -, @, |, a tab or a carriage return (or their "
+                      "full-width forms), after any spaces or invisible characters, are prefixed with a single quote "
+                      "(') so that no spreadsheet runs them as a formula (plain numbers such as -1 are kept as they "
+                      "are)")
 
 __all__ = ["MANIFEST", "DATACARD", "check_release_id", "rows_released", "neutralise_cell", "neutralise_frame", "stage_release",
            "commit_release", "verify_release", "sha256_file", "already_published", "StagedRelease"]
@@ -48,7 +52,7 @@ _LEADING_BLANKS = re.compile(r"^[\s\u00a0\u180e\u200b-\u200f\u2028-\u202f\u205f-
 def neutralise_cell(text: str) -> str:
     """``'`` + ``text`` if a spreadsheet would read ``text`` as a formula (also after leading spaces or invisible
     characters, which spreadsheets may skip); ``text`` otherwise."""
-    bare = _LEADING_BLANKS.sub("", text)
+    bare = _LEADING_BLANKS.sub("", unicodedata.normalize("NFKC", text))  # ＝ is =, ＋ is +, ｜ is |, ...
     if (bare.startswith(_FORMULA_START) or text.startswith(_FORMULA_START)) and not _NUMBER.fullmatch(text.strip()):
         return "'" + text
     return text
