@@ -107,6 +107,7 @@ def check_releases(home: Home, published: dict[str, LedgerEntry],
     problems: list[Discrepancy] = []
     leftovers = [d.name for root in (home.releases, home.test_releases) if root.is_dir()
                  for d in sorted(root.glob(".tmp-*"))]
+    leftovers += [str(d.relative_to(home.root)) for d in sorted(home.staging.glob(".tmp-*"))]
     on_disk = _release_dirs(home)
     manifests = {}
     for rid, entry in sorted(published.items()):
