@@ -59,7 +59,7 @@ def sanitize_partitions(dataset_root: str, chunks: list[list[tuple[str, str]]], 
     return _mapped(sanitize_chunk, "sanitizing", chunks, (dataset_root,), (config, ledger_path, release_id))
 
 
-@flow(name="opal-release")
+@flow(name="opal-release", persist_result=False)
 def opal_release(trips: str, stops: str, period_start: str | None = None, period_end: str | None = None,
                  home: str = ".", config: str | None = None, epsilons: list[float] | None = None,
                  delta: float | None = None, release_id: str | None = None, policy: str | None = None,

@@ -11,7 +11,7 @@ from flows.trajectory_release import trajectory_release
 from tasks.schedule import locate_input, period_to_publish
 
 
-@flow(name="weekly-opal-release")
+@flow(name="weekly-opal-release", persist_result=False)
 def weekly_opal_release(trips_pattern: str, stops: str, home: str = ".", config: str | None = None,
                         policy: str | None = None, timezone: str = "Australia/Sydney",
                         week_of: str | None = None, dask_address: str | None = None,
@@ -28,7 +28,7 @@ def weekly_opal_release(trips_pattern: str, stops: str, home: str = ".", config:
                         period_start=period[0], period_end=period[1], dask_address=dask_address, workers=workers)
 
 
-@flow(name="monthly-sequence-release")
+@flow(name="monthly-sequence-release", persist_result=False)
 def monthly_sequence_release(input_pattern: str, epsilon: float, height: int | None = None,
                              variant: str | None = "hybrid", taxonomy: str | None = None,
                              locations: str | None = None, fanout: int | None = None, home: str = ".",
@@ -50,7 +50,7 @@ def monthly_sequence_release(input_pattern: str, epsilon: float, height: int | N
                             **own)
 
 
-@flow(name="weekly-trajectory-release")
+@flow(name="weekly-trajectory-release", persist_result=False)
 def weekly_trajectory_release(input_pattern: str, epsilon: float, height: int, location_taxonomy: str | None = None,
                               locations: str | None = None, location_fanout: int | None = None,
                               time_fanout: int | None = None, thresholds: str = "paper", home: str = ".",
@@ -67,7 +67,7 @@ def weekly_trajectory_release(input_pattern: str, epsilon: float, height: int, l
                               home=home, policy=policy)
 
 
-@flow(name="monthly-set-release")
+@flow(name="monthly-set-release", persist_result=False)
 def monthly_set_release(input_pattern: str, epsilon: float, locations: str, fanout: int = 10, home: str = ".",
                         policy: str | None = None, timezone: str = "America/Montreal",
                         month_of: str | None = None) -> dict:

@@ -23,7 +23,7 @@ from transit_release.releases import sequences
 from transit_release.version import code_version
 
 
-@flow(name="sequence-release")
+@flow(name="sequence-release", persist_result=False)
 def sequence_release(epsilon: float, height: int | None = None, input: str | None = None,
                      period_start: str | None = None, period_end: str | None = None, variant: str | None = None,
                      locations: str | None = None, taxonomy: str | None = None, fanout: int | None = None,

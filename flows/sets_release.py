@@ -22,7 +22,7 @@ from transit_release.releases import sets
 from transit_release.version import code_version
 
 
-@flow(name="set-release")
+@flow(name="set-release", persist_result=False)
 def set_release(epsilon: float, input: str | None = None, locations: str | None = None,
                 period_start: str | None = None, period_end: str | None = None, fanout: int = sets.DEFAULT_FANOUT,
                 trips: str | None = None, stops: str | None = None, mode: str | None = None, home: str = ".",

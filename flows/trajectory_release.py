@@ -24,7 +24,7 @@ from transit_release.releases import trajectories
 from transit_release.version import code_version
 
 
-@flow(name="trajectory-release")
+@flow(name="trajectory-release", persist_result=False)
 def trajectory_release(epsilon: float, height: int, input: str | None = None, period_start: str | None = None,
                        period_end: str | None = None, locations: str | None = None,
                        location_taxonomy: str | None = None, location_fanout: int | None = None,

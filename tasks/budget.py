@@ -94,6 +94,7 @@ def precheck_budget(home: Home, events: list, policy: BudgetPolicy) -> None:
 def charge_budget(home: Home, events: list, policy: BudgetPolicy) -> list:
     """Check the budget policy and write every spend to the ledger, in one transaction,
     before any noise is drawn. A refusal writes nothing."""
+    crash_point("before-charge")
     ledger = Ledger(home.ledger)
     if ledger.head().seq == 0:  # a new or emptied ledger must not restart the budget of a home that published
         earlier = sorted(p.parent.name for root in (home.releases, home.test_releases) if root.is_dir()
