@@ -10,9 +10,9 @@ from flows.tail import publish_staged
 from tasks.budget import charge_budget, check_budget, load_policy, precheck_budget, resolve_release
 from tasks.config import check_scale_out, load_config
 from tasks.evaluate import evaluate_utility
-from tasks.home import discard_run, prepare_home
+from tasks.home import check_free_space, discard_run, prepare_home
 from tasks.ingest import fingerprint_inputs, ingest_stops
-from tasks.opal import assemble_tables, build_manifest, plan_spends, same_release, tracking_record
+from tasks.opal import assemble_tables, build_manifest, plan_spends, same_release, space_needed, tracking_record
 from tasks.preprocess import location_index
 from tasks.publish import load_manifest, stage_release
 from tasks.quality import check_raw_quality, check_release_tables
@@ -123,6 +123,7 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
                                          check_budget(where, events, budget_policy), quarantine)
             precheck_budget(where, events, budget_policy)
             check_store(where)  # MLflow must work before anything is spent
+            check_free_space(where, space_needed(period, cfg, index, streamed.tally.rows), rid)  # room to finish
             charged = charge_budget(where, events, budget_policy)
             anchor_ledger(where, rid, "charge")
             outcomes = quote(run_on_partitions(sanitize_partitions, cluster, str(dataset.root), chunks, cfg,

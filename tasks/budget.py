@@ -104,8 +104,14 @@ def charge_budget(home: Home, events: list, policy: BudgetPolicy) -> list:
                                        f"{len(earlier)} release(s) (first: {earlier[0]}): it is not this home's "
                                        "ledger, or the ledger was lost; restore it from a backup. Nothing was charged")
     charged = ledger.charge(events, check=policy.check)
+    if events:
+        CHARGED_HERE.append(events[0].release_id)
     crash_point("after-charge")
     return charged
+
+
+#: The release ids this process has charged (the command says what a run that stopped left of them).
+CHARGED_HERE: list[str] = []
 
 
 @data_task(name="load-budget-policy")
