@@ -194,23 +194,36 @@ def time_text_problems(df: pd.DataFrame, column_types: dict[str, pa.DataType],
 
 
 INTEGER_TEXT_CHECK = "not a whole number (a decimal point, an exponent or letters: a float export?)"
-#: A whole number as text: an optional minus and at most 18 digits (every such number fits in int64).
-_WHOLE = r"^-?\d{1,18}$"
+INTEGER_RANGE_CHECK = "a whole number outside the 64-bit integer range"
+_DIGITS = r"^-?\d+$"
+_INT64_MAX = str(np.iinfo(np.int64).max)
+
+
+def _in_int64(text: pd.Series) -> pd.Series:
+    """Whether each whole number written as text (``-?\\d+``) fits in int64 (by its digits, never by a float)."""
+    digits = text.str.lstrip("-").str.lstrip("0")
+    n = digits.str.len()
+    return (n < len(_INT64_MAX)) | ((n == len(_INT64_MAX)) & (digits <= _INT64_MAX))
 
 
 def _integer_text_problems(df: pd.DataFrame, column_types: dict[str, pa.DataType],
                            row_offset: int = 0) -> dict[tuple[str, str], np.ndarray]:
     """Rows whose integer column, read as text, is not a whole number written as one (``200782.0`` is a float
-    written out, and a float id above 2^53 may already have merged two cards: refused, never rounded)."""
+    written out, and a float id above 2^53 may already have merged two cards: refused, never rounded), or one
+    too large for an integer."""
     problems = {}
     for name, typ in column_types.items():
         if name in df.columns and pa.types.is_integer(typ) and pd.api.types.is_string_dtype(df[name]):
             text = df[name].astype("string").str.strip()
-            present = text.notna() & (text != "")
-            whole = text.str.fullmatch(_WHOLE).fillna(False)
-            bad = (present & ~whole).to_numpy(dtype=bool)
+            present = (text.notna() & (text != "")).to_numpy(dtype=bool)
+            whole = text.str.fullmatch(_DIGITS).fillna(False).to_numpy(dtype=bool)
+            bad = present & ~whole
             if bad.any():
                 problems[(name, INTEGER_TEXT_CHECK)] = np.flatnonzero(bad) + row_offset
+            large = present & whole
+            large[large] = ~_in_int64(text[large]).to_numpy(dtype=bool)
+            if large.any():
+                problems[(name, INTEGER_RANGE_CHECK)] = np.flatnonzero(large) + row_offset
     return problems
 
 
@@ -227,9 +240,9 @@ def integers_from_text(df: pd.DataFrame, column_types: dict[str, pa.DataType]) -
     for name, typ in column_types.items():
         if name in df.columns and pa.types.is_integer(typ) and pd.api.types.is_string_dtype(df[name]):
             text = df[name].astype("string").str.strip()
-            text = text.where(text != "")
-            if text.dropna().str.fullmatch(_WHOLE).all():
-                df[name] = text.astype("Int64")
+            text = text.where(text != "").dropna()
+            if text.str.fullmatch(_DIGITS).all() and _in_int64(text).all():
+                df[name] = df[name].astype("string").str.strip().replace("", None).astype("Int64")
     return df
 
 
