@@ -461,6 +461,7 @@ def _check_release_args(args, trips: str, stops: str, home: Home) -> None:
                                                                quarantine_limit=args.quarantine_limit)
     load_budget_policy(args.policy)
     preflight.check_trip_inputs(trips, stops)
+    preflight.check_stop_table(stops)
 
 
 def _release(args, trips: str, stops: str, home: Home) -> int:
@@ -492,13 +493,10 @@ def _check_passenger_release_args(args) -> None:
 
 def _validated_stops(args):
     """(stop table, its name in messages) of a release built from taps, after the trips and stops files' checks."""
-    from schemas import Stops, validate
     from transit_release import preflight
-    from transit_release.inputs.tables import read_stops
 
     preflight.check_trip_inputs(args.trips, args.stops)
-    name = f"stops file {Path(args.stops).name}"
-    return validate(Stops, read_stops(args.stops), name), name
+    return preflight.check_stop_table(args.stops), f"stops file {Path(args.stops).name}"
 
 
 def _stop_table_universe(args):

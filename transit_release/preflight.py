@@ -1,6 +1,8 @@
-"""What a command can check before any flow starts (no Prefect, no MLflow, no data read beyond headers).
+"""What a command can check before any flow starts (no Prefect, no MLflow; of the trips, only the header and,
+for Parquet, the stored types; the stop table, public and small, whole).
 
-A bad invocation — a missing or unreadable file, a wrong header, a missing or
+A bad invocation — a missing or unreadable file, a wrong header, a Parquet column stored as the wrong type
+(a time zone, a number for a time, a float id), a stop name that breaks the stop table's contract, a missing or
 malformed period, a broken configuration or budget policy, an unusable home —
 is refused in about a second with one clear line, without Prefect (the command's
 temporary Prefect server is started meanwhile, in a process of its own, and
@@ -85,3 +87,12 @@ def check_trip_inputs(trips: str | Path, stops: str | Path) -> None:
 
     check_header(trips, "trips", TripsFile, TRIP_COLUMN_TYPES)
     check_header(stops, "stops", Stops, STOP_COLUMN_TYPES)
+
+
+def check_stop_table(stops: str | Path):
+    """The whole stop table against its contract (it is small: the public universe): a name that is the unknown
+    location's mark or hides characters is refused before Prefect starts. Returns the validated table."""
+    from schemas import Stops, validate
+    from transit_release.inputs.tables import read_stops
+
+    return validate(Stops, read_stops(stops), f"stops file {Path(stops).name}")
