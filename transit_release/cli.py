@@ -442,14 +442,18 @@ def _prefect(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewarm_w
 def _check_release_args(args, trips: str, stops: str, home: Home) -> None:
     """Everything about a release invocation that needs no Prefect: files, headers, period, config, policy, id."""
     from transit_release import preflight
-    from transit_release.accounting.policy import load_budget_policy
     from transit_release.cluster import check_workers_setting
-    from transit_release.config import load_release_config
-    from transit_release.inputs.screening import PERIOD_REQUIRED, parse_period
+    from transit_release.inputs.stored_types import STOP_COLUMN_TYPES, TRIP_COLUMN_TYPES
 
     check_workers_setting(args.workers, args.dask_address)
     preflight.readable_file(trips, "trips")
     preflight.readable_file(stops, "stops")
+    preflight.check_parquet_types(trips, "trips", TRIP_COLUMN_TYPES)  # first: pyarrow alone, before pandas
+    preflight.check_parquet_types(stops, "stops", STOP_COLUMN_TYPES)
+    from transit_release.accounting.policy import load_budget_policy
+    from transit_release.config import load_release_config
+    from transit_release.inputs.screening import PERIOD_REQUIRED, parse_period
+
     if args.period_start is None and args.period_end is None:
         if not args.dry_run:
             raise InputDataError(PERIOD_REQUIRED)
@@ -754,13 +758,14 @@ def _remove_what_a_refusal_created(home: Home, before: set[Path] | None) -> None
 
     if not home.root.is_dir():
         return
-    from transit_release.recovery import live_release_ids
-
     try:
         if home.ledger.exists() and Ledger(home.ledger, key=b"", read_only=True).head().seq > 0:
             return
-        if live_release_ids(home):
-            return  # another run works in this home now
+        if home.work.is_dir():  # (runs work there; recovery imports pandas, seconds on a busy machine)
+            from transit_release.recovery import live_release_ids
+
+            if live_release_ids(home):
+                return  # another run works in this home now
     except (TransitReleaseError, OSError, ValueError):
         return
     keep_private = home.quarantine.is_dir() and any(p.is_file() for p in home.quarantine.rglob("*"))
@@ -865,14 +870,14 @@ def _ledger_head(home: Home) -> int:
 def _state_since(home: Home, head: int) -> str:
     """What the ledger recorded since ``head`` of the releases this process charged (its charge, publication
     intent, publication; not a concurrent run's), and what ``repair`` does about it; empty if nothing."""
+    budget = sys.modules.get("tasks.budget")  # imported by every release flow, which runs in this process
+    ours = set(getattr(budget, "CHARGED_HERE", ()))
+    if not ours or not home.ledger.exists():
+        return ""
     from transit_release.accounting.ledger import Ledger
     from transit_release.recovery import pending_intents
 
-    budget = sys.modules.get("tasks.budget")  # imported by every release flow, which runs in this process
-    ours = set(getattr(budget, "CHARGED_HERE", ()))
     try:
-        if not ours or not home.ledger.exists():
-            return ""
         ledger = Ledger(home.ledger, key=b"", read_only=True)
         new = [e for e in ledger.entries() if e.seq > head and e.release_id in ours]
         pending = {i.release_id for i in pending_intents(ledger)}

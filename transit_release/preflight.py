@@ -17,7 +17,7 @@ import io
 from pathlib import Path
 
 from transit_release.errors import InputDataError
-from transit_release.inputs.tables import file_format
+from transit_release.inputs.stored_types import file_format
 
 #: A CSV header must end within this many bytes (a huge file without a line break is refused, not read).
 HEADER_BYTES = 1 << 16
@@ -71,22 +71,38 @@ def check_header(path: str | Path, what: str, model, column_types: dict | None =
 
     from schemas import validate
 
+    if column_types:
+        check_parquet_types(path, what, column_types)
     cols = header_columns(path, what)
     validate(model, pd.DataFrame({c: pd.Series([], dtype="string") for c in cols}), f"{what} file {Path(path).name}")
-    if column_types and file_format(Path(path)) == "parquet":
-        import pyarrow.parquet as pq
 
-        from transit_release.inputs.tables import check_stored_types
 
-        check_stored_types(pq.read_schema(path), column_types, f"{what} file {Path(path).name}")
+def check_parquet_types(path: str | Path, what: str, column_types: dict) -> None:
+    """A Parquet file's stored column types (pyarrow alone: before pandas and pandera are imported); nothing for a
+    CSV, whose text is checked row by row."""
+    path = readable_file(path, what)
+    if file_format(path) != "parquet":
+        return
+    import pyarrow.parquet as pq
+
+    from transit_release.inputs.stored_types import check_stored_types
+
+    try:
+        schema = pq.read_schema(path)
+    except Exception:  # noqa: BLE001 - pyarrow raises several types for a bad file
+        raise InputDataError(f"{what} file {path.name}: not a readable Parquet file (truncated or corrupt?)") from None
+    check_stored_types(schema, column_types, f"{what} file {path.name}")
 
 
 def check_trip_inputs(trips: str | Path, stops: str | Path) -> None:
-    from schemas import Stops, TripsFile
-    from transit_release.inputs.tables import STOP_COLUMN_TYPES, TRIP_COLUMN_TYPES
+    from transit_release.inputs.stored_types import STOP_COLUMN_TYPES, TRIP_COLUMN_TYPES
 
-    check_header(trips, "trips", TripsFile, TRIP_COLUMN_TYPES)
-    check_header(stops, "stops", Stops, STOP_COLUMN_TYPES)
+    check_parquet_types(trips, "trips", TRIP_COLUMN_TYPES)  # at once: a file that would lie
+    check_parquet_types(stops, "stops", STOP_COLUMN_TYPES)
+    from schemas import Stops, TripsFile
+
+    check_header(trips, "trips", TripsFile)
+    check_header(stops, "stops", Stops)
 
 
 def check_stop_table(stops: str | Path):
