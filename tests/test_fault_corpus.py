@@ -196,6 +196,22 @@ def test_an_input_that_would_lie_is_refused_before_anything_starts(case, message
     assert not home.exists()
 
 
+def test_location_ids_and_ledgers_that_would_lie_are_refused(tmp_path):
+    """A locations file's ids are published too: no hidden characters. A ledger kept in a public tree is refused
+    like a home there."""
+    from transit_release.errors import ConfigError, InputDataError
+    from transit_release.home import Home
+    from transit_release.inputs.universe import read_locations_file
+
+    f = tmp_path / "locations.txt"
+    f.write_text("A\nB\u202eC\nD\u200bE\n", encoding="utf-8")
+    with pytest.raises(InputDataError, match=r"locations file locations.txt: 2 location id\(s\) hold a control or "
+                                             r"invisible format character .*, first at line\(s\) 2, 3"):
+        read_locations_file(f)
+    with pytest.raises(ConfigError, match=r"--ledger .*/releases/ledger.sqlite is inside a releases/ directory"):
+        Home.at(tmp_path / "home", tmp_path / "public" / "releases" / "ledger.sqlite").check_usable()
+
+
 def test_a_float_written_as_an_id_in_a_csv_is_refused_and_leaves_no_pickled_exception(week, tmp_path):
     """Found in the flow's pass (the CSV's values): one line, nothing charged, and nothing in .prefect/storage of
     an existing home (Prefect's engine pickles a failed flow's exception, with its counts and row numbers)."""
