@@ -61,3 +61,11 @@ def check_free_space(home: Home, needed: int, release_id: str) -> None:
     free = storage.check_free_space(home.root, needed, release_id)
     get_run_logger().info("free space: %.0f MiB; the release needs about %.0f MiB once charged", free / 2**20,
                           needed / 2**20)
+
+
+@data_task(name="records-space-needed")
+def records_space_needed(inputs: list[str]) -> int:
+    """Bytes a passenger-level release still writes once charged, from its input files' size."""
+    from transit_release import storage
+
+    return storage.records_release_needs(sum(Path(p).stat().st_size for p in inputs))

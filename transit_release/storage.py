@@ -66,6 +66,13 @@ def release_needs(public_rows: int, docs_sites: int = 0, docs_copies: int = 0) -
     return int(known + MARGIN * (public_rows * BYTES_PER_ROW + RECORDS_BYTES))
 
 
+def records_release_needs(input_bytes: int) -> int:
+    """Bytes a passenger-level release (sequences, trajectories, sets) writes after its charge: its public files,
+    bounded by its input's size (each released record stands for passengers of the input; written as text, CSV
+    and Parquet), its report, and the records; with the margin, and no Data Docs."""
+    return int(2 * REPORT_BYTES + MARGIN * (3 * input_bytes + RECORDS_BYTES))
+
+
 def check_free_space(home_root: Path, needed: int, release_id: str) -> int:
     """Refuse the release if the home's filesystem has less than ``needed`` bytes free; returns the free bytes."""
     free = shutil.disk_usage(home_root).free
