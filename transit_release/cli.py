@@ -422,10 +422,13 @@ def _prefect(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewarm_w
         with local_server(home.prefect_home, while_starting=while_starting) as url:
             os.environ["PREFECT_API_URL"] = url
             from prefect.logging.handlers import APILogHandler
-            from prefect.settings import PREFECT_API_URL, temporary_settings
+            from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
             try:
-                with temporary_settings(updates={PREFECT_API_URL: url}):
+                # no heartbeats: they let a long-lived server find crashed runs, and this server dies with the
+                # command; a flow run's end joins its heartbeat thread, which sleeps in 1 s steps (up to 1 s per
+                # release, and per stop after a Ctrl-C)
+                with temporary_settings(updates={PREFECT_API_URL: url, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
                     _quiet_logging(verbose)
                     try:
                         yield
