@@ -35,7 +35,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from transit_release.cluster import IN_PROCESS, local_workers
@@ -800,7 +800,7 @@ def main(argv: list[str] | None = None) -> int:
         home = Home.at(args.home, getattr(args, "ledger", None)).check_usable()  # created only when a flow runs
         before, head, results = _entries(home), _ledger_head(home), _prefect_results(home)
         try:
-            with _interruptible():
+            with _interruptible() if args.command != "serve" else nullcontext():  # serve: Prefect's own handling
                 return _dispatch(args, home)
         except BaseException as exc:
             if not isinstance(exc, (TransitReleaseError, KeyboardInterrupt)) and _storage_failure(exc) is None:
