@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from transit_release.errors import InputDataError
 from transit_release.inputs.stored_types import (STOP_COLUMN_TYPES, TRIP_COLUMN_TYPES,  # noqa: F401
-                                                  check_stored_types, file_format, stored_type_problem)
+                                                  check_stored_types, file_format)
 
 
 
