@@ -12,7 +12,7 @@ from tasks.track import read_anchors, read_mirror, read_mirrored_spends, track_a
 from transit_release.audit import DEFAULT_DELTA_PRIME
 
 
-@flow(name="privacy-audit")
+@flow(name="privacy-audit", persist_result=False)
 def privacy_audit(home: str = ".", ledger: str | None = None, delta_prime: float = DEFAULT_DELTA_PRIME,
                   policy: str | None = None) -> dict:
     """Check the ledger, the published releases, the MLflow mirror and the ledger's anchors against one another."""

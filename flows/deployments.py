@@ -224,10 +224,12 @@ def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error:
     env = {**os.environ, **TELEMETRY_OFF, "PREFECT_HOME": str(prefect_home), "PREFECT_UI_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)
     env.pop("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", None)  # the server logs in full to its own log file
+    # a session of its own: a terminal's Ctrl-C reaches the command, which stops the server last, once the run's
+    # final state is recorded (a server that took the Ctrl-C itself left the command retrying a dead API)
     proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
                              "--port", str(port), "--no-ui"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, encoding="utf-8", errors="replace",
-                            preexec_fn=die_with_parent)
+                            preexec_fn=die_with_parent, start_new_session=True)
     tail: collections.deque[str] = collections.deque(maxlen=40)
     watch = SchedulerLogWatch(on_scheduler_error) if on_scheduler_error else None
 

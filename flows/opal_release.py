@@ -10,9 +10,9 @@ from flows.tail import publish_staged
 from tasks.budget import charge_budget, check_budget, load_policy, precheck_budget, resolve_release
 from tasks.config import check_scale_out, load_config
 from tasks.evaluate import evaluate_utility
-from tasks.home import discard_run, prepare_home
+from tasks.home import check_free_space, discard_run, prepare_home
 from tasks.ingest import fingerprint_inputs, ingest_stops
-from tasks.opal import assemble_tables, build_manifest, plan_spends, same_release, tracking_record
+from tasks.opal import assemble_tables, build_manifest, plan_spends, same_release, space_needed, tracking_record
 from tasks.preprocess import location_index
 from tasks.publish import load_manifest, stage_release
 from tasks.quality import check_raw_quality, check_release_tables
@@ -60,7 +60,7 @@ def sanitize_partitions(dataset_root: str, chunks: list[list[tuple[str, str]]], 
     return _mapped(sanitize_chunk, "sanitizing", chunks, (dataset_root,), (config, ledger_path, release_id))
 
 
-@flow(name="opal-release")
+@flow(name="opal-release", persist_result=False)
 def opal_release(trips: str, stops: str, period_start: str | None = None, period_end: str | None = None,
                  home: str = ".", config: str | None = None, epsilons: list[float] | None = None,
                  delta: float | None = None, release_id: str | None = None, policy: str | None = None,
@@ -129,6 +129,7 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
                                          check_budget(where, events, budget_policy), quarantine)
             precheck_budget(where, events, budget_policy)
             check_store(where)  # MLflow must work before anything is spent
+            check_free_space(where, space_needed(period, cfg, index), rid)  # room to finish
             charged = charge_budget(where, events, budget_policy)
             anchor_ledger(where, rid, "charge")
             outcomes = quote(run_on_partitions(sanitize_partitions, cluster, str(dataset.root), chunks, cfg,

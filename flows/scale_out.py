@@ -41,9 +41,11 @@ from transit_release.cluster import IN_PROCESS, local_workers
 from transit_release.home import cache_dir
 
 
-#: What the forkserver imports before it forks a local cluster's workers: third-party libraries only (see above).
-#: (``dask.dataframe``: pandera imports it the first time it builds a schema, about 0.8 s in every worker.)
-WORKER_PRELOAD = ("distributed", "numpy", "pandas", "pyarrow", "pyarrow.dataset", "pyarrow.parquet", "pandera",
+#: What the forkserver imports before it forks a local cluster's workers: first :mod:`transit_release.detached`
+#: (the forkserver and its workers leave the command's process group: a terminal's Ctrl-C reaches the command
+#: alone), then third-party libraries only (see above). (``dask.dataframe``: pandera imports it the first time it
+#: builds a schema, about 0.8 s in every worker.)
+WORKER_PRELOAD = ("transit_release.detached", "distributed", "numpy", "pandas", "pyarrow", "pyarrow.dataset", "pyarrow.parquet", "pandera",
                   "dask.dataframe", "great_expectations", "prefect", "prefect.task_engine", "prefect_dask")
 _START_METHOD = "distributed.worker.multiprocessing-method"
 

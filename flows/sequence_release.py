@@ -7,7 +7,7 @@ from prefect.utilities.annotations import quote
 
 from flows.tail import publish_staged
 from tasks.budget import charge_budget, check_budget, load_policy, precheck_budget, resolve_release
-from tasks.home import discard_run, prepare_home
+from tasks.home import check_free_space, discard_run, prepare_home, records_space_needed
 from flows.taps import clean_taps
 from tasks.ingest import fingerprint_inputs, ingest_stops
 from tasks.publish import load_manifest, stage_release
@@ -24,7 +24,7 @@ from transit_release.config import population_named
 from transit_release.version import code_version
 
 
-@flow(name="sequence-release")
+@flow(name="sequence-release", persist_result=False)
 def sequence_release(epsilon: float, height: int | None = None, input: str | None = None,
                      period_start: str | None = None, period_end: str | None = None, variant: str | None = None,
                      locations: str | None = None, taxonomy: str | None = None, fanout: int | None = None,
@@ -68,6 +68,7 @@ def sequence_release(epsilon: float, height: int | None = None, input: str | Non
                                  data.quarantine_counts)
     precheck_budget(where, [event], budget_policy)
     check_store(where)  # MLflow must work before anything is spent
+    check_free_space(where, records_space_needed(), rid)  # room to finish once charged
     charged = None
     try:
         charged = charge_budget(where, [event], budget_policy)

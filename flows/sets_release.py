@@ -7,7 +7,7 @@ from prefect import flow
 from flows.tail import publish_staged
 from flows.taps import clean_taps
 from tasks.budget import charge_budget, check_budget, load_policy, precheck_budget, resolve_release, same_spend
-from tasks.home import discard_run, prepare_home
+from tasks.home import check_free_space, discard_run, prepare_home, records_space_needed
 from tasks.ingest import fingerprint_inputs, ingest_stops
 from tasks.publish import load_manifest, stage_release
 from tasks.report import write_sequence_report
@@ -23,7 +23,7 @@ from transit_release.config import population_named
 from transit_release.version import code_version
 
 
-@flow(name="set-release")
+@flow(name="set-release", persist_result=False)
 def set_release(epsilon: float, input: str | None = None, locations: str | None = None,
                 period_start: str | None = None, period_end: str | None = None, fanout: int | None = sets.DEFAULT_FANOUT,
                 trips: str | None = None, stops: str | None = None, mode: str | None = None, home: str = ".",
@@ -65,6 +65,7 @@ def set_release(epsilon: float, input: str | None = None, locations: str | None 
         return summarize_dry_run(rid, period, True, [event], check_budget(where, [event], budget_policy), quarantine)
     precheck_budget(where, [event], budget_policy)
     check_store(where)  # MLflow must work before anything is spent
+    check_free_space(where, records_space_needed(), rid)  # room to finish once charged
     charged = None
     try:
         charged = charge_budget(where, [event], budget_policy)

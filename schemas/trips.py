@@ -9,6 +9,8 @@ from pandera.typing import Series
 from typing import Optional
 
 from transit_release.config import KNOWN_MODES
+from transit_release.inputs.text import INVISIBLE_CHECK, invisible_characters
+from transit_release.preprocessing import UNKNOWN
 
 
 class TripsFile(pa.DataFrameModel):
@@ -52,12 +54,21 @@ class RawTrips(pa.DataFrameModel):
 
 
 class Stops(pa.DataFrameModel):
-    """The stop table: stop id → mode, name and (bus stops) postcode."""
+    """The stop table: stop id → mode, name and (bus stops) postcode. A name is published as a location, so it
+    must mean one thing and show what it holds (:mod:`transit_release.inputs.text`)."""
 
     stop_id: Series[np.int64] = pa.Field(ge=0, unique=True)
     mode: Series[str] = pa.Field(isin=list(KNOWN_MODES))
     name: Series[str] = pa.Field(nullable=True)
     postcode: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0, le=9999)
+
+    @pa.check("name", error=f"is '{UNKNOWN}', the published files' mark for an unknown location (rename the stop)")
+    def name_not_the_unknown_mark(cls, name: Series[str]) -> Series[bool]:
+        return name.isna() | (name.astype("string").str.strip() != UNKNOWN)
+
+    @pa.check("name", error=INVISIBLE_CHECK)
+    def name_shows_what_it_holds(cls, name: Series[str]) -> Series[bool]:
+        return ~name.astype("string").str.contains(invisible_characters(), regex=True).fillna(False).astype(bool)
 
     class Config:
         strict = True

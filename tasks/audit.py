@@ -69,8 +69,9 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
             if i.release_id in pending and not audit.check_intents([i], ledger.check_intent):
                 vouched.append(Path(i.staging_dir).name)
         live = recovery.live_release_ids(home)
-        known_staging = set(vouched) | {p.name for root in (home.releases, home.test_releases) if root.is_dir()
-                                        for p in root.glob(".tmp-*") if p.name[5:].rsplit("-", 1)[0] in live}
+        known_staging = set(vouched) | {p.name for root in (home.releases, home.test_releases, home.staging)
+                                        if root.is_dir() for p in root.glob(".tmp-*")
+                                        if p.name[5:].rsplit("-", 1)[0] in live}
         problems += audit.check_intents(intents, ledger.check_intent)
         problems += audit.check_high_water(ledger.check_high_water)
     checked, trouble = audit.guarded("release", "releases/", audit.check_releases, home, published,

@@ -113,6 +113,7 @@ def charge_budget(home: Home, events: list, policy: BudgetPolicy) -> list:
     """Check the budget policy and write every spend to the ledger, in one transaction,
     before any noise is drawn. A refusal writes nothing; so does a ledger that lacks any anchor
     the home holds (:mod:`transit_release.anchors`)."""
+    crash_point("before-charge")
     ledger = Ledger(home.ledger)
     if ledger.head().seq == 0:  # a new or emptied ledger must not restart the budget of a home that published
         earlier = sorted(p.parent.name for root in (home.releases, home.test_releases) if root.is_dir()
@@ -125,8 +126,14 @@ def charge_budget(home: Home, events: list, policy: BudgetPolicy) -> list:
     # transaction: a ledger older than any of them is refused
     check_records(home, ledger, live_release_ids(home) - {events[0].release_id} if events else set())
     charged = ledger.charge(events, check=policy.check, anchors=lambda: home_anchors(home))
+    if events:
+        CHARGED_HERE.append(events[0].release_id)
     crash_point("after-charge")
     return charged
+
+
+#: The release ids this process has charged (the command says what a run that stopped left of them).
+CHARGED_HERE: list[str] = []
 
 
 @data_task(name="load-budget-policy")

@@ -52,3 +52,22 @@ def discard_run(home: Home, release_id: str, keep_reports: bool) -> list[str]:
 
 def relative(home: Home, path: str | Path) -> str:
     return str(Path(path).resolve().relative_to(home.root))
+
+
+@data_task(name="check-free-space")
+def check_free_space(home: Home, needed: int, release_id: str) -> None:
+    """Before the charge: the home's filesystem has the room the release still needs (see
+    :mod:`transit_release.storage`), or the release is refused with nothing charged."""
+    from transit_release import storage
+
+    free = storage.check_free_space(home.root, needed, release_id)
+    get_run_logger().info("free space: %.0f MiB; the release needs about %.0f MiB once charged", free / 2**20,
+                          needed / 2**20)
+
+
+@data_task(name="records-space-needed")
+def records_space_needed() -> int:
+    """Bytes a passenger-level release still writes once charged (public: never from its input)."""
+    from transit_release import storage
+
+    return storage.records_release_needs()

@@ -49,3 +49,16 @@ def build_manifest(release_id: str, period, config: ReleaseConfig, noise_kind: s
 def tracking_record(manifest: dict, utility: pd.DataFrame, quarantine: dict, validations: dict,
                     sanitizers: dict) -> dict:
     return opal.tracking(manifest, utility, quarantine, validations, sanitizers)
+
+
+@data_task(name="space-needed")
+def space_needed(period, config, index_path: str) -> int:
+    """Bytes the release still writes once charged (:mod:`transit_release.storage`): its public files from the
+    public domain alone, the release suite's Data Docs and MLflow's copy of both sites."""
+    from transit_release import storage
+    from transit_release.preprocessing import load_location_index
+
+    vocab = load_location_index(index_path).vocab  # the stop table's locations: public
+    rows = storage.opal_public_rows(len(period.days), {m: len(vocab.get(m, ())) for m in config.modes},
+                                    1440 // config.bin_minutes)
+    return storage.release_needs(rows, docs_sites=1, docs_copies=2)

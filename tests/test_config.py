@@ -38,9 +38,11 @@ def test_bad_config_files(tmp_path):
 
 
 @pytest.mark.parametrize("patch,message", [
-    ("  bin_minutes: .nan\n", "bin_minutes must be finite. Found nan"),
-    ("  bin_minutes: fifteen\n", "bin_minutes must be a number. Found text 'fifteen'"),
-    ("  bin_minutes: 15.9\n", "bin_minutes must be a whole number of minutes. Found 15.9"),
+    ("  bin_minutes: .nan\n", "'bin_minutes' must be finite. Found nan"),
+    ("  bin_minutes: fifteen\n", "'bin_minutes' must be a number. Found str."),
+    ("  bin_minutes: \"15\"\n", "'bin_minutes' must be a number. Found str."),
+    ("  bin_minutes: 15.9\n", "'bin_minutes' must be a whole number of minutes. Found float."),
+    ("  bin_minutes: 15.0\n", "'bin_minutes' must be a whole number of minutes. Found float."),
     ("  modes: [bus, bus]\n", r"'modes:' lists a mode twice. Found \['bus', 'bus'\]"),
     ("  modes: bus\n", "'modes:' must be a list of modes"),
 ])
@@ -59,7 +61,7 @@ def test_epsilon_true_and_non_utf8_config_are_refused(tmp_path):
     p = tmp_path / "c.yaml"
     base = load_release_config().to_dict()
     base["marginals"]["tap_on_time"]["epsilon"] = True
-    with pytest.raises(ConfigError, match="marginals.tap_on_time.epsilon must be a number. Found bool True"):
+    with pytest.raises(ConfigError, match="'marginals.tap_on_time.epsilon' must be a number. Found bool."):
         ReleaseConfig.from_dict({"release": base}, source="release config c.yaml")
     p.write_bytes("release:\n  bin_minutes: 15 # caf\xe9\n".encode("latin-1"))
     with pytest.raises(ConfigError, match="the text is not valid UTF-8"):
@@ -82,3 +84,27 @@ def test_a_key_given_twice_is_refused_and_1e_minus_6_is_a_number(tmp_path):
     assert "      delta: 1e-6\n" in short.read_text()
     trip = next(c for c in load_budget_policy(short).caps if c.unit_of_privacy == "trip")
     assert trip.delta == 1e-6
+
+
+def test_a_quoted_number_is_refused_as_the_budget_policy_refuses_it(tmp_path):
+    """The finding: `epsilon: "1.0"` (a string) was accepted by the release config, where the budget policy refuses
+    the same mistake. One type per value, and the same message."""
+    from transit_release.accounting.policy import load_budget_policy
+    from transit_release.config import default_file
+
+    config = tmp_path / "c.yaml"
+    config.write_text(default_config_path().read_text().replace("tap_on_time:           {epsilon: 1.0,",
+                                                                'tap_on_time:           {epsilon: "1.0",'))
+    with pytest.raises(ConfigError) as refused_config:
+        load_release_config(config)
+    policy = tmp_path / "p.yaml"
+    policy.write_text(default_file("budget_policy.yaml").read_text().replace("epsilon: 8.0", 'epsilon: "8.0"', 1))
+    with pytest.raises(ConfigError) as refused_policy:
+        load_budget_policy(policy)
+    assert str(refused_config.value).endswith("'marginals.tap_on_time.epsilon' must be a number. Found str.")
+    assert str(refused_policy.value).endswith("'epsilon' must be a number. Found str.")
+    for field in ("max_trip_minutes: 300", "max_rows: 200000000"):
+        key, value = field.split(": ")
+        config.write_text(default_config_path().read_text().replace(field, f"{key}: {value}.0"))
+        with pytest.raises(ConfigError, match=f"'quality.{key}' must be a whole number. Found float."):
+            load_release_config(config)

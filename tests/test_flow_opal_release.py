@@ -213,8 +213,8 @@ def test_bad_input_publishes_and_spends_nothing(prefect_harness, small_week, tmp
     home = tmp_path / "home"
     with pytest.raises(SchemaViolationError) as info:
         opal_release(trips=str(bad), stops=str(small_week["stops"]), home=str(home), **WEEK)
-    assert str(info.value) == ("trips file bad.csv: 1 problem(s): column 'card_id': wrong type (Int64): "
-                               "2 row(s), first at row(s) 4, 8")
+    assert str(info.value) == ("trips file bad.csv: 1 problem(s): column 'card_id': not a whole number (a decimal "
+                               "point, an exponent or letters: a float export?): 2 row(s), first at row(s) 4, 8")
     assert "hovercraft" not in str(info.value)
     assert not any((home / "releases").iterdir())
     assert not Ledger(home / "ledger.sqlite").entries()

@@ -110,7 +110,7 @@ def test_one_release_id_never_serves_two_runs(api_env, tiny_week, tmp_path):
     from one input while the ledger held the other's fingerprint."""
     home = tmp_path / "home"
     other = tmp_path / "other.csv"
-    pd.read_csv(tiny_week["trips"]).iloc[:-50].to_csv(other, index=False)
+    pd.read_csv(tiny_week["trips"], dtype=str, keep_default_na=False).iloc[:-50].to_csv(other, index=False)
     # output to files, not pipes: waiting on one process while the other fills an unread pipe would hang both
     logs = [tmp_path / f"run{i}.err" for i in range(2)]
     handles = [log.open("w") for log in logs]

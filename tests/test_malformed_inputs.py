@@ -191,20 +191,24 @@ def test_non_utf8_bytes(base, tmp_path):
 
 
 @pytest.mark.parametrize("column,value,row", [("card_id", "NaN", 7), ("tap_on_stop", "inf", 8),
-                                              ("tap_off_stop", "-inf", 12), ("card_id", "12.5", 4)],
-                         ids=["nan-card", "inf-stop", "minus-inf-stop", "fractional-card"])
+                                              ("tap_off_stop", "-inf", 12), ("card_id", "12.5", 4),
+                                              ("card_id", "200782.0", 9), ("tap_on_stop", "2e5", 3)],
+                         ids=["nan-card", "inf-stop", "minus-inf-stop", "fractional-card", "float-export-card",
+                              "exponent-stop"])
 def test_nan_infinity_and_fractions(base, tmp_path, column, value, row):
     df = base["trips"].copy()
     df.loc[row, column] = value
     f = write_csv(df, tmp_path / "trips.csv")
     expect_error(tmp_path, f, base["stops_path"], SchemaViolationError,
-                 f"trips file trips.csv: 1 problem(s): column '{column}': wrong type (Int64): 1 row(s), "
-                 f"first at row(s) {row + 1}")
+                 f"trips file trips.csv: 1 problem(s): column '{column}': not a whole number (a decimal point, an "
+                 f"exponent or letters: a float export?): 1 row(s), first at row(s) {row + 1}")
 
 
 def test_parquet_missing_column(base, tmp_path):
     f = tmp_path / "trips.parquet"
-    pd.read_csv(base["trips_path"]).drop(columns=["mode"]).to_parquet(f)
+    trips = pd.read_csv(base["trips_path"]).drop(columns=["mode"])
+    trips["tap_off_stop"] = trips["tap_off_stop"].astype("Int64")  # not float64: ids are stored as integers
+    trips.to_parquet(f)
     expect_error(tmp_path, f, base["stops_path"], SchemaViolationError,
                  "trips file trips.parquet: 1 problem(s): column 'mode': missing column")
 

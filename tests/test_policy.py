@@ -161,3 +161,37 @@ def test_four_concurrent_charges_against_a_cap_that_fits_two(tmp_path):
     ledger = Ledger(path)
     assert ledger.verify() == 12
     assert len({e.release_id for e in ledger.entries()}) == 2
+
+
+def test_the_budget_is_checked_without_the_write_lock_and_again_if_the_ledger_moved(tmp_path):
+    """The policy's composition can take seconds: it runs on a snapshot, without the write lock (another run
+    charges meanwhile), and again inside the transaction when the head moved, so the cap still holds."""
+    path = tmp_path / "l.sqlite"
+    ledger, other = Ledger(path, timeout_s=2), Ledger(path, timeout_s=2)
+    seen = []
+
+    def check(existing, events):
+        seen.append(len(existing))
+        if len(seen) == 1:
+            other.charge(partition_events("r0"), check=policy().check)  # would time out if the lock were held
+        policy().check(existing, events)
+
+    with pytest.raises(BudgetExceededError, match="Cannot release 'bus/20160808'"):
+        ledger.charge(partition_events("r1"), check=check)
+    assert seen == [0, 6]
+    assert {e.release_id for e in ledger.entries()} == {"r0"}
+    calls = []
+    assert len(ledger.charge(partition_events("r2", date="20160809"),
+                             check=lambda existing, events: calls.append(1))) == 6
+    assert calls == [1]  # the head did not move: checked once, on the snapshot
+
+
+def test_the_number_of_caps_is_bounded_with_a_clear_message():
+    """The finding: a policy of 20,000 caps took more than 120 s in `budget`, inside the ledger's write lock."""
+    from transit_release.accounting.policy import MAX_CAPS
+
+    caps = [{"name": f"c{i}", "unit_of_privacy": "trip", "per": "partition", "epsilon": 1.0, "delta": 1e-9}
+            for i in range(MAX_CAPS + 1 - len(OTHER_UNITS))]
+    with pytest.raises(ConfigError, match=rf"budget policy: {MAX_CAPS + 1} caps; at most {MAX_CAPS} are supported"):
+        BudgetPolicy.from_dict({"policy": {"caps": caps + OTHER_UNITS}})
+    assert len(BudgetPolicy.from_dict({"policy": {"caps": caps[1:] + OTHER_UNITS}}).caps) == MAX_CAPS

@@ -83,6 +83,10 @@ def test_release_ids_are_checked():
     ("=HYPERLINK(\"http://x\",\"y\")", "'=HYPERLINK(\"http://x\",\"y\")"), ("+cmd", "'+cmd"), ("@SUM(1)", "'@SUM(1)"),
     ("-2+3", "'-2+3"), ("\tx", "'\tx"), ("\rx", "'\rx"), ("-1", "-1"), ("+1", "+1"), ("-1.5e3", "-1.5e3"),
     ("Central", "Central"), ("2000", "2000"),
+    # the findings: a pipe (DDE) and full-width operators passed the guard
+    ("|calc", "'|calc"), ("\uff1d7+7", "'\uff1d7+7"), ("\uff0bcmd", "'\uff0bcmd"), ("\uff0dx", "'\uff0dx"),
+    ("\uff20SUM(1)", "'\uff20SUM(1)"), ("\uff5cx", "'\uff5cx"), ("\ufe661", "'\ufe661"), ("\u22121+1", "'\u22121+1"),
+    (" \uff1d1", "' \uff1d1"), ("Caf\u00e9 \uff1d", "Caf\u00e9 \uff1d"),
 ])
 def test_csv_cells_never_start_a_formula(cell, expected):
     assert neutralise_cell(cell) == expected

@@ -261,3 +261,24 @@ def test_a_ledger_the_key_record_lists_never_adopts_the_key_again(tmp_path, monk
     con.close()
     with pytest.raises(LedgerIntegrityError, match="records .* as keyed by this key: its MACs were removed"):
         Ledger(path).adopt_key()
+
+
+def test_a_release_staged_in_private_is_unreadable_until_published_and_repair_completes_it(tmp_path):
+    """Staging happens where the public cannot see it: under private/staging/ (same filesystem, one rename), the
+    staged directory 0700 until published; an intent staged there is completed by repair, which opens it."""
+    import stat
+
+    home = Home.at(tmp_path / "home").prepare()
+    ledger = Ledger(home.ledger)
+    ledger.charge(partition_events("r1"))
+    t = {"time": pd.DataFrame({"mode": ["bus"], "date": ["20160808"], "tap": ["on"], "time": ["07:00"],
+                               "count": [40]})}
+    staged = stage_release(home.releases, "r1", t, manifest(), "card", staging_root=home.staging_root(home.releases))
+    assert staged.staging_dir.parent == home.staging and list(home.releases.iterdir()) == []
+    assert stat.S_IMODE(staged.staging_dir.stat().st_mode) == 0o700
+    assert recovery.leftovers(home, ledger) == [staged.staging_dir]  # without an intent: a dead run's
+    ledger.record_intent("r1", staged.manifest_sha256, staged.staging_dir, staged.final_dir, None)
+    assert recovery.leftovers(home, ledger) == []  # pending: repair's to complete, not to remove
+    assert recovery.repair(home, ledger).completed == ["r1"]
+    assert stat.S_IMODE((home.releases / "r1").stat().st_mode) == 0o755
+    assert verify_release(home.releases / "r1") == [] and not staged.staging_dir.exists()

@@ -212,12 +212,17 @@ def test_a_file_of_one_batch_is_gated_by_the_pass_alone(week, tmp_path):
 
 def test_a_parquet_file_with_text_times_gets_the_text_checks(week, tmp_path):
     """A Parquet file that stores its times as text with a UTC offset is refused as a CSV one is (it was
-    accepted and moved to UTC); integers stored as text like 200782.0 are accepted."""
+    accepted and moved to UTC); integers stored as text are read as integers, but not 200782.0 (a float written
+    out: refused, never rounded)."""
     paths, base = week
     cfg = load_release_config()
     stops = validate(Stops, read_stops(paths["stops"]), "stops")
     df = base.copy().replace("", None)  # missing values as nulls, as a Parquet export has them
-    df["card_id"] = df["card_id"] + ".0"
+    floats = df.assign(card_id=df["card_id"] + ".0")
+    floats.to_parquet(tmp_path / "floats.parquet", index=False)
+    with pytest.raises(SchemaViolationError, match=rf"column 'card_id': not a whole number .*: {len(df)} row\(s\)"):
+        streaming.stream_trips(tmp_path / "floats.parquet", stops, PERIOD, cfg.quality, cfg.modes, tmp_path / "s",
+                               tmp_path / "q", partial(check, TripsFile))
     good = tmp_path / "good.parquet"
     df.to_parquet(good, index=False)
     st = streaming.stream_trips(good, stops, PERIOD, cfg.quality, cfg.modes, tmp_path / "s", tmp_path / "q",
@@ -289,11 +294,12 @@ def test_an_id_too_large_for_an_integer_is_a_contract_problem_not_a_crash(week, 
     cfg = load_release_config()
     stops = validate(Stops, read_stops(paths["stops"]), "stops")
     df = base.copy()
-    df["card_id"] = df["card_id"] + ".0"  # read as text, then as integers
-    df.loc[7, "card_id"] = "99999999999999999999"
+    df.loc[7, "card_id"] = "99999999999999999999"  # read as text, then as integers where they fit
     f = tmp_path / "trips.csv"
     df.to_csv(f, index=False)
-    with pytest.raises(SchemaViolationError, match=r"trips file trips.csv: 1 problem\(s\): column 'card_id': wrong type"):
+    with pytest.raises(SchemaViolationError, match=r"trips file trips.csv: 1 problem\(s\): column 'card_id': a whole "
+                                                   r"number outside the 64-bit integer range: 1 row\(s\), first at "
+                                                   r"row\(s\) 8"):
         streaming.stream_trips(f, stops, PERIOD, cfg.quality, cfg.modes, tmp_path / "s", tmp_path / "q",
                                partial(check, TripsFile))
 

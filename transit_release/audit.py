@@ -195,10 +195,11 @@ def check_releases(home: Home, published: dict[str, LedgerEntry],
     leftover, since nothing shows the tool wrote it."""
     problems: list[Discrepancy] = []
     leftovers = []
-    for root in (home.releases, home.test_releases):
+    for root in (home.releases, home.test_releases, home.staging):
         for d in sorted(root.glob(".tmp-*")) if root.is_dir() else []:
+            name = d.name if root != home.staging else str(d.relative_to(home.root))
             if known_staging is None or d.name in known_staging:
-                leftovers.append(d.name)
+                leftovers.append(name)
             else:
                 problems.append(Discrepancy("release", str(d.relative_to(home.root)), "unknown: no publication "
                                             "intent carrying the key's MAC and no live run names it, so nothing "

@@ -38,7 +38,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from transit_release.cluster import IN_PROCESS, local_workers
@@ -484,10 +484,13 @@ def _prefect(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewarm_w
         with local_server(home.prefect_home, while_starting=while_starting) as url:
             os.environ["PREFECT_API_URL"] = url
             from prefect.logging.handlers import APILogHandler
-            from prefect.settings import PREFECT_API_URL, temporary_settings
+            from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
             try:
-                with temporary_settings(updates={PREFECT_API_URL: url}):
+                # no heartbeats: they let a long-lived server find crashed runs, and this server dies with the
+                # command; a flow run's end joins its heartbeat thread, which sleeps in 1 s steps (up to 1 s per
+                # release, and per stop after a Ctrl-C)
+                with temporary_settings(updates={PREFECT_API_URL: url, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
                     _quiet_logging(verbose)
                     try:
                         yield
@@ -504,14 +507,18 @@ def _prefect(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewarm_w
 def _check_release_args(args, trips: str, stops: str, home: Home) -> None:
     """Everything about a release invocation that needs no Prefect: files, headers, period, config, policy, id."""
     from transit_release import preflight
-    from transit_release.accounting.policy import load_budget_policy
     from transit_release.cluster import check_workers_setting
-    from transit_release.config import load_release_config, population_named, release_unit
-    from transit_release.inputs.screening import PERIOD_REQUIRED, parse_period
+    from transit_release.inputs.stored_types import STOP_COLUMN_TYPES, TRIP_COLUMN_TYPES
 
     check_workers_setting(args.workers, args.dask_address)
     preflight.readable_file(trips, "trips")
     preflight.readable_file(stops, "stops")
+    preflight.check_parquet_types(trips, "trips", TRIP_COLUMN_TYPES)  # first: pyarrow alone, before pandas
+    preflight.check_parquet_types(stops, "stops", STOP_COLUMN_TYPES)
+    from transit_release.accounting.policy import load_budget_policy
+    from transit_release.config import load_release_config, population_named, release_unit
+    from transit_release.inputs.screening import PERIOD_REQUIRED, parse_period
+
     if args.period_start is None and args.period_end is None:
         if not args.dry_run:
             raise InputDataError(PERIOD_REQUIRED)
@@ -520,10 +527,11 @@ def _check_release_args(args, trips: str, stops: str, home: Home) -> None:
     if args.release_id is not None:
         check_release_id(args.release_id)
     population_named(args.population)
-    load_release_config(args.config, release_unit(args.config, args.unit)).with_overrides(epsilons=args.epsilons, delta=args.delta,
-                                                               quarantine_limit=args.quarantine_limit)
+    load_release_config(args.config, release_unit(args.config, args.unit)).with_overrides(
+        epsilons=args.epsilons, delta=args.delta, quarantine_limit=args.quarantine_limit)
     load_budget_policy(args.policy)
     preflight.check_trip_inputs(trips, stops)
+    preflight.check_stop_table(stops)
 
 
 def _release(args, trips: str, stops: str, home: Home) -> int:
@@ -559,13 +567,10 @@ def _check_passenger_release_args(args) -> None:
 
 def _validated_stops(args):
     """(stop table, its name in messages) of a release built from taps, after the trips and stops files' checks."""
-    from schemas import Stops, validate
     from transit_release import preflight
-    from transit_release.inputs.tables import read_stops
 
     preflight.check_trip_inputs(args.trips, args.stops)
-    name = f"stops file {Path(args.stops).name}"
-    return validate(Stops, read_stops(args.stops), name), name
+    return preflight.check_stop_table(args.stops), f"stops file {Path(args.stops).name}"
 
 
 def _stop_table_universe(args):
@@ -873,17 +878,19 @@ def _remove_what_a_refusal_created(home: Home, before: set[Path] | None) -> None
 
     if not home.root.is_dir():
         return
-    from transit_release.recovery import live_release_ids
-
     try:
         if home.ledger.exists() and Ledger(home.ledger, key=b"", read_only=True).head().seq > 0:
             return
-        if live_release_ids(home):
-            return  # another run works in this home now
+        if home.work.is_dir():  # (runs work there; recovery imports pandas, seconds on a busy machine)
+            from transit_release.recovery import live_release_ids
+
+            if live_release_ids(home):
+                return  # another run works in this home now
     except (TransitReleaseError, OSError, ValueError):
         return
     keep_private = home.quarantine.is_dir() and any(p.is_file() for p in home.quarantine.rglob("*"))
-    ours = {home.private, home.reports, home.releases, home.mlflow_db, home.mlflow_artifacts, home.prefect_home}
+    ours = {home.private, home.reports, home.releases, home.mlflow_db, home.mlflow_artifacts, home.prefect_home,
+            home.root / ".mlflow.lock"}
     ledger_names = {home.ledger.name + suffix for suffix in ("", "-wal", "-shm", "-journal")}
     for p in set(home.root.iterdir()) - (before or set()):
         if p not in ours and not (p.parent == home.ledger.parent and p.name in ledger_names):
@@ -901,28 +908,147 @@ def _remove_what_a_refusal_created(home: Home, before: set[Path] | None) -> None
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     os.umask(UMASK)
+    state = ""  # what a run that stopped left (charged, published, interrupted publication)
     try:
         if args.command == "synth":
             return _synth(args)
         if args.command == "synth-metro":
             return _synth_metro(args)
         home = Home.at(args.home, getattr(args, "ledger", None)).check_usable()  # created only when a flow runs
-        before = _entries(home)
+        before, head, results = _entries(home), _ledger_head(home), _prefect_results(home)
         try:
-            return _dispatch(args, home)
-        except (TransitReleaseError, KeyboardInterrupt):
+            with _interruptible() if args.command != "serve" else nullcontext():  # serve: Prefect's own handling
+                return _dispatch(args, home)
+        except BaseException as exc:
+            if not isinstance(exc, (TransitReleaseError, KeyboardInterrupt)) and _storage_failure(exc) is None:
+                raise  # a bug: its traceback
+            _remove_failure_records(home, results)
             _remove_what_a_refusal_created(home, before)
+            state = _state_since(home, head)
             raise
     except TransitReleaseError as exc:
         if args.verbose:
             raise
-        print(f"transit-release: error: {exc}", file=sys.stderr)
+        print(f"transit-release: error: {exc}" + (f" ({state})" if state else ""), file=sys.stderr)
         if isinstance(exc, LedgerIntegrityError):
             return EXIT_AUDIT_FAILED
         return EXIT_BUDGET if isinstance(exc, BudgetError) else EXIT_INPUT
     except KeyboardInterrupt:
-        print("transit-release: interrupted", file=sys.stderr)
-        return 130
+        print("transit-release: interrupted: " + (state or "nothing was charged or published"), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BaseException as exc:
+        failure = _storage_failure(exc)
+        if failure is None or args.verbose:
+            raise
+        print(f"transit-release: error: {failure}; " + (state or "nothing was charged or published"),
+              file=sys.stderr)
+        return EXIT_UNEXPECTED
+
+
+# ---- failures and interruptions: stop in order, say what is left ------------------------------------------------
+
+EXIT_INTERRUPTED = 130
+
+
+@contextmanager
+def _interruptible():
+    """A terminal's Ctrl-C (SIGINT to the command's process group: the command's children are in groups of their
+    own and do not get it) stops the command in order: the report-drawing processes at once, then, as the
+    ``KeyboardInterrupt`` unwinds, the run's cleanup, the Dask workers, the flow's final state on Prefect's
+    server and the server itself. Further Ctrl-Cs are ignored meanwhile, so that the stop is not cut short. A
+    command started with SIGINT ignored (in the background by a shell) keeps it ignored."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield
+        return
+
+    def stop(signum, frame):
+        from transit_release.report_process import stop_drawing
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        stop_drawing()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _ledger_head(home: Home) -> int:
+    """The ledger's head before the command (0 if there is none yet)."""
+    from transit_release.accounting.ledger import Ledger
+
+    try:
+        return Ledger(home.ledger, key=b"", read_only=True).head().seq if home.ledger.exists() else 0
+    except Exception:  # noqa: BLE001 — an unreadable ledger is the command's own to report
+        return 0
+
+
+def _state_since(home: Home, head: int) -> str:
+    """What the ledger recorded since ``head`` of the releases this process charged (its charge, publication
+    intent, publication; not a concurrent run's), and what ``repair`` does about it; empty if nothing."""
+    budget = sys.modules.get("tasks.budget")  # imported by every release flow, which runs in this process
+    ours = set(getattr(budget, "CHARGED_HERE", ()))
+    if not ours or not home.ledger.exists():
+        return ""
+    from transit_release.accounting.ledger import Ledger
+    from transit_release.recovery import pending_intents
+
+    try:
+        ledger = Ledger(home.ledger, key=b"", read_only=True)
+        new = [e for e in ledger.entries() if e.seq > head and e.release_id in ours]
+        pending = {i.release_id for i in pending_intents(ledger)}
+    except Exception:  # noqa: BLE001 — the state is a courtesy; the audit says it in full
+        return ""
+    said = []
+    for rid in dict.fromkeys(e.release_id for e in new):
+        types = {e.entry_type for e in new if e.release_id == rid}
+        spends = sum(e.entry_type == "spend" for e in new if e.release_id == rid)
+        if "published" in types:
+            said.append(f"release '{rid}' was published")
+        elif rid in pending:
+            said.append(f"the publication of release '{rid}' was interrupted: `transit-release repair` completes "
+                        "it or rolls it back")
+        elif spends:
+            said.append(f"release '{rid}' was charged ({spends} spends, which stay counted) and not published; "
+                        "`transit-release repair` removes what the run left; the same id cannot be charged again")
+    return "; ".join(said)
+
+
+def _storage_failure(exc: BaseException) -> BaseException | None:
+    """The storage error behind ``exc`` (an OSError such as a full disk, or SQLite's "database or disk is full"
+    under MLflow's or the ledger's exceptions), if any."""
+    import sqlite3
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) or (isinstance(exc, sqlite3.OperationalError)
+                                        and any(w in str(exc) for w in ("disk is full", "disk I/O error"))):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _prefect_results(home: Home) -> set[str]:
+    """The files of Prefect's result storage under the home before the command."""
+    storage = home.prefect_home / "storage"
+    return {p.name for p in storage.iterdir()} if storage.is_dir() else set()
+
+
+def _remove_failure_records(home: Home, before: set[str]) -> None:
+    """The results Prefect stored for a run that failed, were refused or was interrupted: its engine persists a
+    failed flow's exception (pickled, with its message: counts and row numbers) whatever the flow's
+    ``persist_result``. The tool keeps no result there, so every file the command added goes."""
+    storage = home.prefect_home / "storage"
+    for p in (storage.iterdir() if storage.is_dir() else ()):
+        if p.name not in before and p.is_file():
+            p.unlink(missing_ok=True)
 
 
 def run() -> None:

@@ -223,19 +223,15 @@ class ReleaseConfig:
                               f"{sorted(QualityPolicy.__dataclass_fields__)}")
         values = {}
         for k, v in q.items():
-            x = _number(v, f"quality.{k}", source)
             if k in ("max_trip_minutes", "min_rows", "max_rows"):
-                if x != int(x):
-                    raise ConfigError(f"{source}: quality.{k} must be a whole number. Found {v!r}.")
-                x = int(x)
-            values[k] = x
+                values[k] = _whole(v, f"quality.{k}", source)
+            else:
+                values[k] = _number(v, f"quality.{k}", source)
         try:
             quality = QualityPolicy(**values)
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from None
-        bins = _number(r.get("bin_minutes", 15), "bin_minutes", source)
-        if bins != int(bins):
-            raise ConfigError(f"{source}: bin_minutes must be a whole number of minutes. Found {r['bin_minutes']!r}.")
+        bins = _whole(r.get("bin_minutes", 15), "bin_minutes", source, "a whole number of minutes")
         modes = r.get("modes", list(KNOWN_MODES))
         if not isinstance(modes, list) or not all(isinstance(m, str) for m in modes):
             raise ConfigError(f"{source}: 'modes:' must be a list of modes")
@@ -249,13 +245,7 @@ class ReleaseConfig:
             raw = r["bounds"]
             if not isinstance(raw, dict) or set(raw) != {"max_trips_per_partition", "max_partitions"}:
                 raise ConfigError(f"{source}: 'bounds:' must hold exactly max_trips_per_partition and max_partitions")
-            values = {}
-            for k, v in raw.items():
-                x = _number(v, f"bounds.{k}", source)
-                if x != int(x):
-                    raise ConfigError(f"{source}: bounds.{k} must be a whole number. Found {v!r}.")
-                values[k] = int(x)
-            bounds = CardBounds(**values)
+            bounds = CardBounds(**{k: _whole(v, f"bounds.{k}", source) for k, v in raw.items()})
         try:
             return cls(budgets=budgets, quality=quality, bin_minutes=int(bins), unit_of_privacy=unit,
                        modes=tuple(modes), bounds=bounds)
@@ -264,19 +254,22 @@ class ReleaseConfig:
 
 
 def _number(value, name: str, source: str) -> float:
-    """A finite number from YAML (``true``, text, NaN and infinities are refused, naming the key).
-
-    A number YAML 1.1 reads as text (``1e-7`` without a dot) is taken as the number it spells."""
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            raise ConfigError(f"{source}: {name} must be a number. Found text {value!r}.") from None
+    """A finite number from YAML: one type per value, as the budget policy reads its own (a quoted number, ``true``,
+    NaN and infinities are refused, naming the key, with the policy's message for the same mistake; ``1e-7`` is a
+    number, see :class:`_StrictLoader`)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{source}: {name} must be a number. Found {type(value).__name__} {value!r}.")
+        raise ConfigError(f"{source}: '{name}' must be a number. Found {type(value).__name__}.")
     if not math.isfinite(value):
-        raise ConfigError(f"{source}: {name} must be finite. Found {value!r}.")
+        raise ConfigError(f"{source}: '{name}' must be finite. Found {value}.")
     return float(value)
+
+
+def _whole(value, name: str, source: str, what: str = "a whole number") -> int:
+    """A whole number from YAML, written as one (``15``, not ``15.0`` or ``"15"``)."""
+    _number(value, name, source)
+    if not isinstance(value, int):
+        raise ConfigError(f"{source}: '{name}' must be {what}. Found {type(value).__name__}.")
+    return value
 
 
 def default_file(name: str) -> Path:

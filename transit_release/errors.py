@@ -103,3 +103,7 @@ class NoiseParameterError(ConfigError, ValueError):
     parameter, the limit and what to use instead. Also a ``ValueError``, which callers that
     validate parameters already catch.
     """
+
+
+class InsufficientSpaceError(ConfigError):
+    """The home's filesystem lacks the free space a release needs: refused before anything is charged."""

@@ -7,13 +7,17 @@ Layout and who may read it::
     private/                  raw rows and anything derived from them (0700; files 0600)
         quarantine/<id>/      quarantined raw rows (kept for ``quality.quarantine_retention_days``)
         work/<id>-<run>/      one run's working files (its partition dataset), removed when it ends
+        staging/.tmp-<id>-*/  a release being written, renamed into releases/ in one step when published
         test-releases/<id>/   releases made with the test-only noise seed (never under releases/)
     ledger.sqlite             the privacy ledger (0600)
     mlflow.db, mlartifacts/   the MLflow store (not world-readable)
     .prefect/                 Prefect's local database
 
 Release ids name directories under ``releases/`` and ``release_reports/``, so
-ids that would collide with the home's own files are reserved.
+ids that would collide with the home's own files are reserved. A home (or a
+ledger) inside a directory named ``releases`` is refused: it may be another
+home's public tree, which would then publish a ledger, an MLflow store and
+``private/``.
 """
 
 from __future__ import annotations
@@ -99,6 +103,20 @@ class Home:
         return self.private / "quarantine"
 
     @property
+    def staging(self) -> Path:
+        """Where releases are written before their rename into place: inside ``private/`` (0700), so nobody but
+        the tool reads a release before it is published."""
+        return self.private / "staging"
+
+    def staging_root(self, release_root: Path) -> Path:
+        """Where a release published under ``release_root`` is staged: :attr:`staging` when it is on the same
+        filesystem (one rename publishes it), else ``release_root`` itself (a rename cannot cross filesystems;
+        the staging directory is then not readable by others until it is renamed into place)."""
+        self.staging.mkdir(mode=0o700, exist_ok=True)
+        release_root.mkdir(parents=True, exist_ok=True)
+        return self.staging if self.staging.stat().st_dev == release_root.stat().st_dev else release_root
+
+    @property
     def work(self) -> Path:
         return self.private / "work"
 
@@ -160,7 +178,14 @@ class Home:
                 f"--default-artifact-root {self.mlflow_artifacts.as_uri()}")
 
     def check_usable(self) -> "Home":
-        """Refuse at once, creating nothing, a home that is a file or cannot be written (one clear line)."""
+        """Refuse at once, creating nothing, a home that is a file or cannot be written, or that lies in a
+        ``releases/`` directory (one clear line)."""
+        for what, path in (("--home", self.root), ("--ledger", self.ledger_path)):
+            public = next((p for p in (path, *path.parents) if p.name == "releases"), None) if path else None
+            if public is not None:
+                raise ConfigError(f"{what} {path} is inside a releases/ directory ({public}): that may be another "
+                                  "home's public tree, where a ledger, an MLflow store and private/ would be "
+                                  "published; choose a place outside any releases/ directory")
         if self.root.exists() and not self.root.is_dir():
             raise ConfigError(f"--home {self.root} is a file, not a directory")
         existing = self.root

@@ -1,6 +1,8 @@
-"""What a command can check before any flow starts (no Prefect, no MLflow, no data read beyond headers).
+"""What a command can check before any flow starts (no Prefect, no MLflow; of the trips, only the header and,
+for Parquet, the stored types; the stop table, public and small, whole).
 
-A bad invocation — a missing or unreadable file, a wrong header, a missing or
+A bad invocation — a missing or unreadable file, a wrong header, a Parquet column stored as the wrong type
+(a time zone, a number for a time, a float id), a stop name that breaks the stop table's contract, a missing or
 malformed period, a broken configuration or budget policy, an unusable home —
 is refused in about a second with one clear line, without Prefect (the command's
 temporary Prefect server is started meanwhile, in a process of its own, and
@@ -15,7 +17,7 @@ import io
 from pathlib import Path
 
 from transit_release.errors import InputDataError
-from transit_release.inputs.tables import file_format
+from transit_release.inputs.stored_types import file_format
 
 #: A CSV header must end within this many bytes (a huge file without a line break is refused, not read).
 HEADER_BYTES = 1 << 16
@@ -61,19 +63,52 @@ def header_columns(path: str | Path, what: str) -> list[str]:
     return [c.strip() for c in next(csv.reader(io.StringIO(text)), [])]
 
 
-def check_header(path: str | Path, what: str, model) -> None:
+def check_header(path: str | Path, what: str, model, column_types: dict | None = None) -> None:
     """The header holds exactly the columns of the pandera ``model`` (any order): the flow's own contract,
-    applied to the header alone, so the refusal is the very message the flow would give."""
+    applied to the header alone, so the refusal is the very message the flow would give. A Parquet file's
+    stored types are checked too, against ``column_types`` (a time zone, a number for a time, a float id)."""
     import pandas as pd
 
     from schemas import validate
 
+    if column_types:
+        check_parquet_types(path, what, column_types)
     cols = header_columns(path, what)
     validate(model, pd.DataFrame({c: pd.Series([], dtype="string") for c in cols}), f"{what} file {Path(path).name}")
 
 
+def check_parquet_types(path: str | Path, what: str, column_types: dict) -> None:
+    """A Parquet file's stored column types (pyarrow alone: before pandas and pandera are imported); nothing for a
+    CSV, whose text is checked row by row."""
+    path = readable_file(path, what)
+    if file_format(path) != "parquet":
+        return
+    import pyarrow.parquet as pq
+
+    from transit_release.inputs.stored_types import check_stored_types
+
+    try:
+        schema = pq.read_schema(path)
+    except Exception:  # noqa: BLE001 - pyarrow raises several types for a bad file
+        raise InputDataError(f"{what} file {path.name}: not a readable Parquet file (truncated or corrupt?)") from None
+    check_stored_types(schema, column_types, f"{what} file {path.name}")
+
+
 def check_trip_inputs(trips: str | Path, stops: str | Path) -> None:
+    from transit_release.inputs.stored_types import STOP_COLUMN_TYPES, TRIP_COLUMN_TYPES
+
+    check_parquet_types(trips, "trips", TRIP_COLUMN_TYPES)  # at once: a file that would lie
+    check_parquet_types(stops, "stops", STOP_COLUMN_TYPES)
     from schemas import Stops, TripsFile
 
     check_header(trips, "trips", TripsFile)
     check_header(stops, "stops", Stops)
+
+
+def check_stop_table(stops: str | Path):
+    """The whole stop table against its contract (it is small: the public universe): a name that is the unknown
+    location's mark or hides characters is refused before Prefect starts. Returns the validated table."""
+    from schemas import Stops, validate
+    from transit_release.inputs.tables import read_stops
+
+    return validate(Stops, read_stops(stops), f"stops file {Path(stops).name}")

@@ -1,15 +1,18 @@
 """Publishing a release directory atomically and recoverably, with its manifest and data card.
 
-Files are written into ``<root>/.tmp-<id>-<random>/`` (:func:`stage_release`)
-and the directory is renamed into place as the very last step
-(:func:`commit_release`): an *intent* is committed to the ledger first, then
-the rename, then the ledger's ``published`` entry. A crash never leaves half a
+Files are written into ``<staging root>/.tmp-<id>-<random>/`` (:func:`stage_release`;
+the home's ``private/staging/``, where nobody else can read them, or the release
+root itself when that is on another filesystem) and the directory is renamed into
+``<root>/<id>`` as the very last step (:func:`commit_release`): an *intent* is
+committed to the ledger first, then the rename, then the ledger's ``published`` entry. A crash never leaves half a
 release under ``<root>/<id>``, an existing release is never overwritten, and a
 crash between the steps is completed or rolled back by
 :mod:`transit_release.recovery` from the intent.
 
 Public CSV cells never start a spreadsheet formula: a text cell starting with
-``=``, ``+``, ``-``, ``@``, a tab or a carriage return is prefixed with a single
+``=``, ``+``, ``-``, ``@``, ``|``, a tab or a carriage return — or with a
+character a spreadsheet may read as one of them (the full-width ``＝＋－＠｜``
+and other compatibility forms, the minus sign ``−``) — is prefixed with a single
 quote (OWASP's CSV-injection guidance), except a plain number such as ``-1``.
 """
 
@@ -21,6 +24,7 @@ import os
 import re
 import secrets
 import shutil
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,14 +36,15 @@ from transit_release.home import check_release_id
 
 MANIFEST = "manifest.json"
 DATACARD = "DATACARD.md"
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_FORMULA_START = ("=", "+", "-", "@", "|", "\t", "\r", "\u2212")
 _NUMBER = re.compile(r"[+-]?\d+(\.\d+)?([eE][+-]?\d+)?")
-CSV_NEUTRALISATION = ("text cells that would start with =, +, -, @, a tab or a carriage return, after any spaces or "
-                      "invisible characters, are prefixed with a single quote (') so that no spreadsheet runs them "
-                      "as a formula (plain numbers such as -1 are kept as they are)")
+CSV_NEUTRALISATION = ("text cells that would start with =, +, -, @, |, a tab or a carriage return (or their "
+                      "full-width forms), after any spaces or invisible characters, are prefixed with a single quote "
+                      "(') so that no spreadsheet runs them as a formula (plain numbers such as -1 are kept as they "
+                      "are)")
 
 __all__ = ["MANIFEST", "DATACARD", "check_release_id", "rows_released", "neutralise_cell", "neutralise_frame", "stage_release",
-           "commit_release", "verify_release", "sha256_file", "already_published", "StagedRelease"]
+           "commit_release", "open_to_the_public", "verify_release", "sha256_file", "already_published", "StagedRelease"]
 
 
 _LEADING_BLANKS = re.compile(r"^[\s\u00a0\u180e\u200b-\u200f\u2028-\u202f\u205f-\u206f\u3000\ufeff]+")
@@ -48,7 +53,7 @@ _LEADING_BLANKS = re.compile(r"^[\s\u00a0\u180e\u200b-\u200f\u2028-\u202f\u205f-
 def neutralise_cell(text: str) -> str:
     """``'`` + ``text`` if a spreadsheet would read ``text`` as a formula (also after leading spaces or invisible
     characters, which spreadsheets may skip); ``text`` otherwise."""
-    bare = _LEADING_BLANKS.sub("", text)
+    bare = _LEADING_BLANKS.sub("", unicodedata.normalize("NFKC", text))  # ＝ is =, ＋ is +, ｜ is |, ...
     if (bare.startswith(_FORMULA_START) or text.startswith(_FORMULA_START)) and not _NUMBER.fullmatch(text.strip()):
         return "'" + text
     return text
@@ -120,19 +125,21 @@ class StagedRelease:
 
 
 def stage_release(root: Path, release_id: str, tables: dict[str, pd.DataFrame], manifest: dict,
-                  datacard: str, texts: dict[str, str] | None = None) -> StagedRelease:
-    """Write every file of the release into ``<root>/.tmp-<id>-<random>/`` (CSV cells neutralised).
+                  datacard: str, texts: dict[str, str] | None = None,
+                  staging_root: Path | None = None) -> StagedRelease:
+    """Write every file of the release into ``<staging_root>/.tmp-<id>-<random>/`` (default ``root``; CSV cells
+    neutralised), to be renamed into ``<root>/<id>``: ``staging_root`` must be on the same filesystem.
 
-    Tables are written as CSV and Parquet; ``texts`` as they are. Public files are
-    world-readable whatever the process umask.
+    Tables are written as CSV and Parquet; ``texts`` as they are. Public files are world-readable whatever the
+    process umask; the staging directory itself is not, until :func:`commit_release` publishes it.
     """
     check_release_id(release_id)
     root.mkdir(parents=True, exist_ok=True)
     final = root / release_id
     if final.exists():
         raise ReleaseExistsError(f"release '{release_id}' already exists in {root}; it is never overwritten")
-    tmp = root / f".tmp-{release_id}-{secrets.token_hex(4)}"
-    tmp.mkdir()
+    tmp = (staging_root or root) / f".tmp-{release_id}-{secrets.token_hex(4)}"
+    tmp.mkdir(mode=0o700)
     try:
         files = {}
         for name, df in tables.items():
@@ -156,7 +163,7 @@ def stage_release(root: Path, release_id: str, tables: dict[str, pd.DataFrame], 
         for p in tmp.iterdir():
             os.chmod(p, 0o644)
             _fsync(p)
-        os.chmod(tmp, 0o755)
+        os.chmod(tmp, 0o700)  # world-readable only once published (commit_release)
         _fsync(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -177,11 +184,17 @@ def commit_release(staged: StagedRelease, ledger, mlflow_run_id: str | None = No
                          mlflow_run_id)
     crash_point("after-intent")
     os.rename(staged.staging_dir, staged.final_dir)
+    open_to_the_public(staged.final_dir)
     _fsync(staged.final_dir.parent)
     crash_point("after-rename")
     ledger.record_publication(staged.final_dir.name, staged.manifest_sha256)
     crash_point("after-publication-entry")
     return staged.final_dir
+
+
+def open_to_the_public(release_dir: Path) -> None:
+    """A published release directory is world-readable (staged, it was not)."""
+    os.chmod(release_dir, 0o755)
 
 
 def verify_release(release_dir: Path) -> list[str]:

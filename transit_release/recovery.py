@@ -38,7 +38,7 @@ from pathlib import Path
 from transit_release.accounting.ledger import Anchor, Ledger, PublicationIntent, rollback_message
 from transit_release.errors import ConfigError, LedgerIntegrityError, LedgerRollbackError
 from transit_release.home import Home, check_release_id
-from transit_release.publish import MANIFEST, sha256_file, verify_release
+from transit_release.publish import MANIFEST, open_to_the_public, sha256_file, verify_release
 
 LOCK = ".lock"
 
@@ -72,15 +72,16 @@ def intent_paths(home: Home, intent: PublicationIntent) -> tuple[Path, Path]:
     """The intent's final and staging directories, if they are where this tool would have put them.
 
     Intents are not chained (they are written between a charge and its publication), so their paths are
-    not trusted: both must lie directly under ``releases/`` (or, for test-seed releases,
-    ``private/test-releases/``), the final one named by the release id and the staging one
-    ``.tmp-<id>-<8 hex>``. Anything else is refused rather than renamed or deleted.
+    not trusted: the final one must lie directly under ``releases/`` (or, for test-seed releases,
+    ``private/test-releases/``), named by the release id, and the staging one ``.tmp-<id>-<8 hex>`` directly
+    under ``private/staging/`` or beside the final one. Anything else is refused rather than renamed or deleted.
     """
     final, staging = Path(intent.final_dir), Path(intent.staging_dir)
     roots = {home.releases.resolve(), home.test_releases.resolve()}
     try:
         check_release_id(intent.release_id)
-        ok = (final.parent.resolve() in roots and staging.parent.resolve() == final.parent.resolve()
+        ok = (final.parent.resolve() in roots
+              and staging.parent.resolve() in (final.parent.resolve(), home.staging.resolve())
               and final.name == intent.release_id
               and re.fullmatch(rf"\.tmp-{re.escape(intent.release_id)}-[0-9a-f]{{8}}", staging.name) is not None
               and not final.is_symlink() and not staging.is_symlink())
@@ -119,6 +120,7 @@ def complete_or_roll_back(ledger: Ledger, intent: PublicationIntent, home: Home)
     if not final.exists() and _holds(staging, intent.manifest_sha256):
         os.rename(staging, final)
     if _holds(final, intent.manifest_sha256):
+        open_to_the_public(final)
         ledger.record_publication(intent.release_id, intent.manifest_sha256)
         return True
     shutil.rmtree(staging, ignore_errors=True)
@@ -208,7 +210,7 @@ def leftovers(home: Home, ledger: Ledger | None) -> list[Path]:
     out: list[Path] = []
     if home.work.is_dir():
         out += [p for p in sorted(home.work.iterdir()) if p.is_dir() and not _locked(p)]
-    for root in (home.releases, home.test_releases):
+    for root in (home.releases, home.test_releases, home.staging):
         if root.is_dir():
             out += [p for p in sorted(root.glob(".tmp-*")) if p not in pending
                     and p.name[5:].rsplit("-", 1)[0] not in live]

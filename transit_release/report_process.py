@@ -9,7 +9,8 @@ into a folder that exists; it dies with its parent.
 
 What the child prints on failure is the exception's type, never its message, and its standard error is
 discarded: the figures' data are true counts, and a plotting library's message or warning may quote a value.
-It runs with ``-P`` (the working directory is not on its module path) and dies with its parent.
+It runs with ``-P`` (the working directory is not on its module path), in a session of its own (a terminal's
+Ctrl-C reaches the command, which stops it: :func:`draw` kills it when interrupted) and dies with its parent.
 """
 
 from __future__ import annotations
@@ -41,17 +42,38 @@ def draw(out_dir: Path, privacy: dict, utility: pd.DataFrame, points: dict[str, 
     # -P: not the working directory first on the module path (a stray pandas.py there would get the counts);
     # no preexec_fn (unsafe in a threaded parent: the child may hang before it runs): the child arranges to die
     # with its parent itself
-    try:
-        done = subprocess.run([sys.executable, "-P", "-m", "transit_release.report_process", str(os.getpid())],
-                              input=job, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=timeout_s,
-                              env={**os.environ, "MPLBACKEND": "Agg"})
-    except subprocess.TimeoutExpired:
-        raise ReportFiguresError(f"the release report's figures were not drawn within {timeout_s:.0f} s") from None
-    if done.returncode != 0:
-        name = done.stdout.decode("ascii", "replace").strip()
-        what = name if done.returncode == 1 and _TYPE_NAME.match(name) else (
-            f"exit code {done.returncode}" if done.returncode > 0 else f"signal {-done.returncode}")
+    with subprocess.Popen([sys.executable, "-P", "-m", "transit_release.report_process", str(os.getpid())],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          env={**os.environ, "MPLBACKEND": "Agg"}, start_new_session=True) as child:
+        _DRAWING.add(child)
+        try:
+            out, _ = child.communicate(job, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            raise ReportFiguresError(f"the release report's figures were not drawn within {timeout_s:.0f} s") from None
+        finally:
+            _DRAWING.discard(child)
+            if child.poll() is None:  # interrupted while waiting: the drawing goes with it
+                child.kill()
+    if child.returncode != 0:
+        name = out.decode("ascii", "replace").strip()
+        what = name if child.returncode == 1 and _TYPE_NAME.match(name) else (
+            f"exit code {child.returncode}" if child.returncode > 0 else f"signal {-child.returncode}")
         raise ReportFiguresError(f"the release report's figures could not be drawn: {what} in the drawing process")
+
+
+#: The drawing processes running now (in any thread of this process).
+_DRAWING: set[subprocess.Popen] = set()
+
+
+def stop_drawing() -> None:
+    """Kill every drawing process this process started (the command's Ctrl-C: the figures are of no use once the
+    run stops, and :func:`draw` then returns at once, raising)."""
+    for child in list(_DRAWING):
+        try:
+            child.kill()
+        except OSError:
+            pass
 
 
 #: What the child may report of a failure: an exception's type name, nothing else.

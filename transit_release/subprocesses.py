@@ -16,3 +16,14 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except OSError:
         pass  # not Linux: the child is still stopped when the command ends normally
+
+
+def own_session() -> None:
+    """Leave the caller's process group and session (``setsid``): a terminal's Ctrl-C, sent to the terminal's
+    foreground process group, no longer reaches this process; the command that started it stops it instead."""
+    import os
+
+    try:
+        os.setsid()
+    except OSError:
+        pass  # already a session leader (a process group of its own)

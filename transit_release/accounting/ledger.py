@@ -19,10 +19,11 @@ Properties:
   and publication; :meth:`Ledger.check_anchor` tells whether an anchor still
   matches;
 * charge-before-noise: :meth:`Ledger.charge` commits the spends (after the
-  caller's budget check, in the same ``BEGIN IMMEDIATE`` transaction, so two
-  processes can never both pass a cap that only one fits under) before any
-  noise is drawn; a crash afterwards leaves "charged, not published" entries
-  that still count;
+  caller's budget check, made on a snapshot and confirmed in the same
+  ``BEGIN IMMEDIATE`` transaction — the head unchanged, or the check made
+  again — so two processes can never both pass a cap that only one fits
+  under) before any noise is drawn; a crash afterwards leaves "charged, not
+  published" entries that still count;
 * recoverable publication: an *intent* (release id, manifest hash, staging
   directory) is committed before the release directory is renamed into place,
   and the ``published`` entry after; :mod:`transit_release.recovery` completes
@@ -663,14 +664,14 @@ class Ledger:
                anchors: Callable[[], Sequence[Anchor]] | None = None) -> list[LedgerEntry]:
         """Atomically check and record spends; returns the written entries.
 
-        ``check(existing_entries, events)`` runs inside the write transaction and
-        raises to refuse; then nothing is written. A release id that already has
-        spends (an earlier or concurrent run under the same id) is refused here
-        too, so two runs can never both spend under one id. Before any of it, the
-        ledger must be whole: its triggers in place, its chain (and MACs) intact,
-        the keyed high-water mark and every anchor ``anchors()`` names held
-        (:class:`LedgerRollbackError` otherwise: a ledger older than the home's
-        records would spend again what it forgot).
+        ``check(existing_entries, events)`` raises to refuse; then nothing is written. A release id that already
+        has spends (an earlier or concurrent run under the same id) is refused here too, so two runs can never
+        both spend under one id. The checks run on a snapshot first, without the write lock
+        (:meth:`_checked_head`); inside the write transaction the ledger's head is only compared with the
+        snapshot's, and the checks run again there only if another run appended meanwhile. Inside it too, the
+        ledger must be whole: its triggers in place, the keyed high-water mark and every anchor ``anchors()``
+        names held (:class:`LedgerRollbackError` otherwise: a ledger older than the home's records would spend
+        again what it forgot).
         """
         if not events:
             return []
@@ -678,31 +679,56 @@ class Ledger:
         if len(release_ids) != 1:
             raise ValueError(f"one charge covers one release; got {len(release_ids)} release ids")
         release_id = release_ids.pop()
+        checked, existing = self._checked_head(release_id, events, check)
         with closing(self._connect()) as con:
             con.execute("BEGIN IMMEDIATE")
             try:
                 self._check_keying(con)
-                existing = self._read(con)
-                # the budget is checked against a ledger whose history is intact (an entry edited in place
-                # to give budget back is refused here, not only by a later audit)
-                self._check_chain(existing, dict(con.execute("SELECT seq, mac FROM entry_macs").fetchall()))
                 self._protections(con)
                 self._check_high_water(con)
+                if self._head_row(con) != checked:  # another run appended since the snapshot: check again
+                    existing = self._read(con)
+                    self._check_chain(existing, dict(con.execute("SELECT seq, mac FROM entry_macs").fetchall()))
+                    refuse_second_charge(existing, release_id)
+                    if check is not None:
+                        check(existing, events)
                 if anchors is not None:
                     intents = {r[0] for r in con.execute("SELECT release_id FROM publication_intents")}
                     unmet = unmet_anchors(existing, intents, anchors(), self.key)
                     if unmet:
                         head = existing[-1].seq if existing else 0
                         raise LedgerRollbackError(rollback_message(self.path, unmet, head))
-                refuse_second_charge(existing, release_id)
-                if check is not None:
-                    check(existing, events)
                 written = self._append(con, SPEND, release_id, [e.to_json() for e in events])
                 self._commit(con, written)
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
         return written
+
+    @staticmethod
+    def _head_row(con: sqlite3.Connection) -> tuple | None:
+        return con.execute("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
+
+    def _checked_head(self, release_id: str, events: Sequence[Any],
+                      check: SpendCheck | None) -> tuple[tuple | None, list[LedgerEntry]]:
+        """The checks of :meth:`charge` on a consistent snapshot of the ledger, read without the write lock (the
+        budget policy's composition can take seconds, during which other runs may publish): the chain (an entry
+        edited in place to give budget back is refused here, not only by a later audit), a second charge of the
+        id, ``check``. Returns the head row they were made against and the entries."""
+        with closing(self._connect()) as con:
+            con.execute("BEGIN")  # one read transaction: entries and MACs of the same moment
+            try:
+                self._check_keying(con)
+                existing = self._read(con)
+                macs = dict(con.execute("SELECT seq, mac FROM entry_macs").fetchall())
+                head = self._head_row(con)
+            finally:
+                con.execute("COMMIT")
+        self._check_chain(existing, macs)
+        refuse_second_charge(existing, release_id)
+        if check is not None:
+            check(existing, events)
+        return head, existing
 
     @_unreadable_is_integrity
     def record_intent(self, release_id: str, manifest_sha256: str, staging_dir: Path, final_dir: Path,

@@ -33,6 +33,8 @@ PERIODS = ("all-time", "calendar-year")
 MEASURES = ("basic", "pld")
 _CAP_KEYS = {"name", "unit_of_privacy", "per", "period", "epsilon", "delta", "modes", "measure"}
 _POLICY_KEYS = {"caps", "allow_unbounded_person_loss"}
+#: The most caps a policy may hold (a cap per unit, mode and period is 5 × 4 × 2 = 40).
+MAX_CAPS = 64
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,9 @@ class BudgetPolicy:
         raw = body["caps"]
         if not isinstance(raw, list) or not raw:
             raise ConfigError(f"{source}: 'caps:' must be a non-empty list of caps (one or more per unit of privacy)")
+        if len(raw) > MAX_CAPS:
+            raise ConfigError(f"{source}: {len(raw):,} caps; at most {MAX_CAPS} are supported (each cap composes the "
+                              "whole ledger at every charge and in `budget`): merge caps, e.g. one without 'modes:'")
         caps = [_cap(c, f"{source}: caps[{i}]") for i, c in enumerate(raw)]
         names = [c.name for c in caps]
         if len(set(names)) != len(names):

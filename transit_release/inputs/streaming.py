@@ -53,8 +53,8 @@ from transit_release.errors import InputDataError, TransitReleaseError
 from transit_release.inputs import screening
 from transit_release.inputs.refusals import refusal
 from transit_release.inputs.screening import MAX_ROWS_NAMED, REASONS, GateFigures, Period
-from transit_release.inputs.tables import (BLOCK_BYTES, TRIP_COLUMN_TYPES, _explain, _integral, file_format,
-                                           parse_local_times, text_times, time_text_problems)
+from transit_release.inputs.tables import (BLOCK_BYTES, TRIP_COLUMN_TYPES, _explain, check_stored_types, file_format,
+                                           integers_from_text, parse_local_times, text_problems, text_times, to_frame)
 
 #: CSV bytes per batch (about half a million trips): what one contract and screen call gets.
 BATCH_BYTES = 1 << 25
@@ -81,7 +81,9 @@ def partition_labels(period: Period, modes: tuple[str, ...]) -> list[tuple[str, 
 
 def _batches(path: Path, text: bool, batch_bytes: int) -> Iterator[pa.RecordBatch | pa.Table]:
     if file_format(path) == "parquet":
-        yield from pq.ParquetFile(path).iter_batches(batch_size=PARQUET_BATCH_ROWS)
+        with pq.ParquetFile(path) as pf:
+            check_stored_types(pf.schema_arrow, TRIP_COLUMN_TYPES, f"trips file {path.name}")
+            yield from pf.iter_batches(batch_size=PARQUET_BATCH_ROWS)
         return
     read = pacsv.ReadOptions(block_size=min(batch_bytes, READ_BLOCK_BYTES))
     if text:
@@ -171,12 +173,13 @@ def _read_ahead(batches: Iterator, depth: int = READ_AHEAD) -> Iterator:
 
 def trip_frames(path: str | Path, text: bool = False,
                 batch_bytes: int | None = None) -> Iterator[tuple[int, pd.DataFrame, dict]]:
-    """(first row's position in the file, the batch as a frame, its bad-time problems) for each batch.
+    """(first row's position in the file, the batch as a frame, its text problems) for each batch.
 
     Typed reading raises :class:`TextNeeded` where a value does not parse; read again with ``text=True``
     (as :func:`~transit_release.inputs.tables.read_table` does): times read as text must then be local
-    times, and integer columns read as text (e.g. ``200782.0``) become integers where every value of the
-    batch is integral. Errors name the file and the problem, never a value."""
+    times and integers whole numbers (``200782.0`` is refused, not rounded). A Parquet file's stored types are
+    checked first (:func:`~transit_release.inputs.tables.check_stored_types`). Errors name the file and the
+    problem, never a value."""
     path = Path(path)
     if not path.is_file():
         raise InputDataError(f"trips file {path}: not found")
@@ -185,15 +188,12 @@ def trip_frames(path: str | Path, text: bool = False,
     offset = 0
     try:
         for batch in _read_ahead(_batches(path, text, batch_bytes)):
-            df = batch.to_pandas()
+            df = to_frame(batch)
             del batch
             # columns that arrive as text (a CSV read as text, or a Parquet file that stores them as strings):
-            # times must be local times, integers may be written as 200782.0 — as a whole-file read checks them
-            time_problems = time_text_problems(df, TRIP_COLUMN_TYPES, offset)
-            for name, typ in TRIP_COLUMN_TYPES.items():
-                if name in df.columns and pa.types.is_integer(typ) and pd.api.types.is_string_dtype(df[name]):
-                    df[name] = _integral(df[name])
-            yield offset, df, time_problems
+            # times must be local times, integers whole numbers — as a whole-file read checks them
+            time_problems = text_problems(df, TRIP_COLUMN_TYPES, offset)
+            yield offset, integers_from_text(df, TRIP_COLUMN_TYPES), time_problems
             offset += len(df)
     except pa.ArrowInvalid as exc:
         if "Empty CSV file" in str(exc):

@@ -17,30 +17,9 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from transit_release.errors import InputDataError
+from transit_release.inputs.stored_types import (STOP_COLUMN_TYPES, TRIP_COLUMN_TYPES,  # noqa: F401
+                                                  check_stored_types, file_format)
 
-TRIP_COLUMN_TYPES = {
-    "card_id": pa.int64(),
-    "mode": pa.string(),
-    "tap_on_time": pa.timestamp("s"),
-    "tap_on_stop": pa.int64(),
-    "tap_off_time": pa.timestamp("s"),
-    "tap_off_stop": pa.int64(),
-}
-STOP_COLUMN_TYPES = {
-    "stop_id": pa.int64(),
-    "mode": pa.string(),
-    "name": pa.string(),
-    "postcode": pa.int64(),
-}
-
-
-def file_format(path: Path) -> str:
-    suffix = path.suffix.lower()
-    if suffix in (".csv", ".txt"):
-        return "csv"
-    if suffix in (".parquet", ".pq"):
-        return "parquet"
-    raise InputDataError(f"{path.name}: unsupported file type {suffix!r}; use .csv or .parquet")
 
 
 #: Local wall-clock times only: a time zone offset would silently shift a tap to another bin.
@@ -123,6 +102,7 @@ def read_table(path: str | Path, column_types: dict[str, pa.DataType], what: str
     fmt = file_format(path)
     try:
         if fmt == "parquet":
+            check_stored_types(pq.read_schema(path), column_types, f"{what} file {path.name}")
             table = pq.read_table(path)
         else:
             try:
@@ -137,12 +117,9 @@ def read_table(path: str | Path, column_types: dict[str, pa.DataType], what: str
         raise
     except (pa.ArrowInvalid, pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise InputDataError(f"{what} file {path.name}: cannot be read as {fmt}: {_explain(exc)}") from None
-    df = table.to_pandas()
+    df = to_frame(table)
     _check_time_text(df, column_types, f"{what} file {path.name}")
-    for name, typ in column_types.items():
-        if name in df.columns and pa.types.is_integer(typ) and pd.api.types.is_string_dtype(df[name]):
-            df[name] = _integral(df[name])
-    return df
+    return integers_from_text(df, column_types)
 
 
 def _explain(exc: Exception, block_bytes: int = BLOCK_BYTES) -> str:
@@ -163,11 +140,12 @@ def _explain(exc: Exception, block_bytes: int = BLOCK_BYTES) -> str:
 
 
 def _check_time_text(df: pd.DataFrame, column_types: dict[str, pa.DataType], where: str) -> None:
-    """Times read as text (the slow path) must be local times; name the rows that are not."""
+    """Times and integers read as text (the slow path) must be local times and whole numbers; name the rows that
+    are not."""
     from transit_release.inputs.problems import ProblemTally
 
     tally = ProblemTally(where, sort_keys=False)
-    tally.add(time_text_problems(df, column_types))
+    tally.add(text_problems(df, column_types))
     tally.raise_if_any()
 
 
@@ -194,14 +172,65 @@ def time_text_problems(df: pd.DataFrame, column_types: dict[str, pa.DataType],
     return problems
 
 
-def _integral(text: pd.Series) -> pd.Series:
-    """Text like ``200782`` or ``200782.0`` (a float export) as integers; anything else stays text (the contract
-    then names its rows), including integers too large to hold exactly."""
-    num = pd.to_numeric(text, errors="coerce")
-    present = text.notna() & (text.astype("string").str.strip() != "")
-    if (num[present].notna() & (num[present] % 1 == 0) & (num[present].abs() < 2**53)).all():
-        return num.astype("Int64")
-    return text
+INTEGER_TEXT_CHECK = "not a whole number (a decimal point, an exponent or letters: a float export?)"
+INTEGER_RANGE_CHECK = "a whole number outside the 64-bit integer range"
+_DIGITS = r"^-?\d+$"
+_INT64_MAX = str(np.iinfo(np.int64).max)
+
+
+def _in_int64(text: pd.Series) -> pd.Series:
+    """Whether each whole number written as text (``-?\\d+``) fits in int64 (by its digits, never by a float)."""
+    digits = text.str.lstrip("-").str.lstrip("0")
+    n = digits.str.len()
+    return (n < len(_INT64_MAX)) | ((n == len(_INT64_MAX)) & (digits <= _INT64_MAX))
+
+
+def _integer_text_problems(df: pd.DataFrame, column_types: dict[str, pa.DataType],
+                           row_offset: int = 0) -> dict[tuple[str, str], np.ndarray]:
+    """Rows whose integer column, read as text, is not a whole number written as one (``200782.0`` is a float
+    written out, and a float id above 2^53 may already have merged two cards: refused, never rounded), or one
+    too large for an integer."""
+    problems = {}
+    for name, typ in column_types.items():
+        if name in df.columns and pa.types.is_integer(typ) and pd.api.types.is_string_dtype(df[name]):
+            text = df[name].astype("string").str.strip()
+            present = (text.notna() & (text != "")).to_numpy(dtype=bool)
+            whole = text.str.fullmatch(_DIGITS).fillna(False).to_numpy(dtype=bool)
+            bad = present & ~whole
+            if bad.any():
+                problems[(name, INTEGER_TEXT_CHECK)] = np.flatnonzero(bad) + row_offset
+            large = present & whole
+            large[large] = ~_in_int64(text[large]).to_numpy(dtype=bool)
+            if large.any():
+                problems[(name, INTEGER_RANGE_CHECK)] = np.flatnonzero(large) + row_offset
+    return problems
+
+
+def text_problems(df: pd.DataFrame, column_types: dict[str, pa.DataType],
+                  row_offset: int = 0) -> dict[tuple[str, str], np.ndarray]:
+    """What columns read as text break: times that are not local times, integers not written as whole numbers."""
+    return {**time_text_problems(df, column_types, row_offset), **_integer_text_problems(df, column_types, row_offset)}
+
+
+def integers_from_text(df: pd.DataFrame, column_types: dict[str, pa.DataType]) -> pd.DataFrame:
+    """``df`` with its integer columns read as text (a CSV read as text, a Parquet file storing them as strings)
+    as integers, where every present value is a whole number (:func:`text_problems` names the rows of the others,
+    which stay text)."""
+    for name, typ in column_types.items():
+        if name in df.columns and pa.types.is_integer(typ) and pd.api.types.is_string_dtype(df[name]):
+            text = df[name].astype("string").str.strip()
+            text = text.where(text != "").dropna()
+            if text.str.fullmatch(_DIGITS).all() and _in_int64(text).all():
+                df[name] = df[name].astype("string").str.strip().replace("", None).astype("Int64")
+    return df
+
+
+def to_frame(table: pa.Table | pa.RecordBatch) -> pd.DataFrame:
+    """``table`` as a frame, integer columns holding missing values as pandas' nullable ``Int64`` (Arrow's default
+    makes them float64, which rounds ids above 2^53 and can merge two cards)."""
+    nullable = {f.type for f, col in zip(table.schema, table.columns)
+                if pa.types.is_integer(f.type) and col.null_count}
+    return table.to_pandas(types_mapper=lambda t: pd.Int64Dtype() if t in nullable else None)
 
 
 def read_trips(path: str | Path) -> pd.DataFrame:

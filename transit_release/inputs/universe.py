@@ -32,6 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 from transit_release.errors import InputDataError
+from transit_release.inputs.text import INVISIBLE_CHECK, has_invisible
 from transit_release.preprocessing import build_location_index
 
 #: A location id: no white space, no '@' (the trajectory format's separator), not starting a comment.
@@ -92,6 +93,10 @@ def _check_ids(ids: list[str], lines: list[int], where: str) -> None:
     if bad:
         raise InputDataError(f"{where}: {len(bad)} location id(s) contain white space or '@' or start with '#' or "
                              f"'%', first at line(s) {', '.join(map(str, bad[:5]))}")
+    hidden = [n for t, n in zip(ids, lines) if has_invisible(t)]
+    if hidden:
+        raise InputDataError(f"{where}: {len(hidden)} location id(s) {INVISIBLE_CHECK.replace('holds', 'hold', 1)}, "
+                             f"first at line(s) {', '.join(map(str, hidden[:5]))}")
     seen: dict[str, int] = {}
     repeated = []
     for t, n in zip(ids, lines):

@@ -1,0 +1,392 @@
+"""A standing corpus of the faults an operator meets: inputs that would lie, interruptions, a full disk.
+
+Each case asserts the exit code, that the command said so in one line, and the state of the home afterwards:
+nothing published; nothing charged where the fault came before the charge; the audit passes (after `repair`
+where a run was stopped after its charge). Inputs: a time zone, a number or a float where the contract wants a
+local time or an id; stop names that are the unknown location's mark or hide characters; a quoted number in a
+config; too many caps; a home in a public tree. Interruptions: a terminal's Ctrl-C (SIGINT to the command's whole
+process group) before the charge, after it, after staging and during publication. A full disk: refused before
+the charge (a real 30 MiB filesystem where one can be mounted, and the free space the check reads), and a storage
+error after the charge.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import WEEK, WEEK_FLAGS
+from transit_release.accounting.ledger import Ledger
+from transit_release.cli import main
+from transit_release.faults import PAUSE_ENV, PAUSE_FILE_ENV
+from transit_release.noise import TEST_SEED_ENV
+
+#: The command's exit after a terminal's Ctrl-C, at any stage (seconds).
+INTERRUPT_EXIT_S = 2.0
+#: A refusal of the file contract before Prefect starts, as a fresh process (seconds).
+REFUSAL_S = 3.0
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "transit_release.cli", *args]
+
+
+def release_args(trips, stops, home, *extra) -> list[str]:
+    return ["release", "--trips", str(trips), "--stops", str(stops), "--home", str(home), "--workers", "0",
+            *WEEK_FLAGS, *extra]
+
+
+def own_server_env(**extra: str) -> dict[str, str]:
+    """A command's environment as a terminal user's: no configured Prefect API (the command starts its own
+    server) and no Prefect home left by an in-process command of another test."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "PREFECT_HOME", TEST_SEED_ENV)}
+    return {**env, **extra}
+
+
+def one_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1, text[-3000:]
+    return lines[0]
+
+
+def spends(home: Path) -> int:
+    ledger = home / "ledger.sqlite"
+    return len(Ledger(ledger, key=b"", read_only=True).spends()) if ledger.exists() else 0
+
+
+def published(home: Path) -> list[str]:
+    releases = home / "releases"
+    return sorted(p.name for p in releases.iterdir()) if releases.is_dir() else []
+
+
+def audit(home: Path, capsys) -> dict:
+    capsys.readouterr()
+    code = main(["audit", "--home", str(home), "--json"])
+    out = capsys.readouterr().out
+    result = json.loads(out[out.index("{"):])
+    assert code == 0 and result["ok"], result["discrepancies"]
+    return result
+
+
+@pytest.fixture(scope="module")
+def week(tiny_week, tmp_path_factory):
+    """The tiny week as CSV, as naive Parquet, and the Parquet files that would lie."""
+    out = tmp_path_factory.mktemp("fault-inputs")
+    trips = pd.read_csv(tiny_week["trips"], parse_dates=["tap_on_time", "tap_off_time"])
+    trips["tap_off_stop"] = trips["tap_off_stop"].astype("Int64")
+    stops = pd.read_csv(tiny_week["stops"])
+    stops["postcode"] = stops["postcode"].astype("Int64")
+    files = {"csv": tiny_week["trips"], "stops": tiny_week["stops"], "parquet": out / "trips.parquet",
+             "stops_parquet": out / "stops.parquet"}
+    trips.to_parquet(files["parquet"], index=False)
+    stops.to_parquet(files["stops_parquet"], index=False)
+    table = pq.read_table(files["parquet"])
+
+    def variant(name: str, column: str, values) -> None:
+        files[name] = out / f"{name}.parquet"
+        pq.write_table(table.set_column(table.column_names.index(column), column, values), files[name])
+
+    variant("tz", "tap_on_time", pc.assume_timezone(table.column("tap_on_time").cast(pa.timestamp("us")),
+                                                     "Australia/Sydney"))
+    files["tz"] = out / "tz.parquet"  # both time columns in Sydney time, as the issue's file
+    tz = pq.read_table(files["tz"])
+    tz = tz.set_column(tz.column_names.index("tap_off_time"), "tap_off_time",
+                       pc.assume_timezone(tz.column("tap_off_time").cast(pa.timestamp("us")), "Australia/Sydney"))
+    pq.write_table(tz, files["tz"])
+    variant("int_time", "tap_on_time", table.column("tap_on_time").cast(pa.int64()))
+    variant("float_card", "card_id", table.column("card_id").cast(pa.float64()))
+    text = pd.read_csv(tiny_week["trips"], dtype=str, keep_default_na=False)
+    text["card_id"] = text["card_id"] + ".0"
+    files["float_card_csv"] = out / "float-card.csv"
+    text.to_csv(files["float_card_csv"], index=False)
+    return files
+
+
+def stops_with_name(week, tmp_path: Path, name: str) -> Path:
+    stops = pd.read_csv(week["stops"], dtype=str, keep_default_na=False)
+    stops.loc[stops.index[stops["mode"] == "train"][0], "name"] = name
+    path = tmp_path / "stops.csv"
+    stops.to_csv(path, index=False)
+    return path
+
+
+# ---- inputs that would lie: refused before Prefect starts, in one line, nothing created ---------------------
+
+def test_a_time_zone_parquet_is_refused_at_once_in_one_line(week, tmp_path):
+    """The finding: timestamp[us, Australia/Sydney] passed the contract and was converted to UTC: every tap
+    published 10 hours early."""
+    home = tmp_path / "home"
+    start = time.monotonic()
+    done = subprocess.run(command(*release_args(week["tz"], week["stops"], home)), capture_output=True, text=True,
+                          timeout=120, env=own_server_env())
+    elapsed = time.monotonic() - start
+    assert done.returncode == 2
+    assert one_line(done.stderr) == (
+        "transit-release: error: trips file tz.parquet: columns 'tap_on_time', 'tap_off_time' are stored as "
+        "timestamp[us, tz=Australia/Sydney]: a time with a time zone is refused (converting it would move taps "
+        "between bins and days); store local times without a time zone, or as text YYYY-MM-DD HH:MM[:SS]")
+    assert elapsed < REFUSAL_S, f"refused after {elapsed:.1f} s"
+    assert not home.exists()
+
+
+@pytest.mark.parametrize("case,message", [
+    ("int_time", "trips file int_time.parquet: column 'tap_on_time' is stored as int64: times must be local "
+                 "timestamps without a time zone, or text YYYY-MM-DD HH:MM[:SS]"),
+    ("float_card", "trips file float_card.parquet: column 'card_id' is stored as double: ids must be stored as "
+                   "integers (int8 to int64, uint8 to uint32) or text of whole numbers (a float can round an id "
+                   "and merge two)"),
+    ("name_minus_one", "stops file stops.csv: 1 problem(s): column 'name': is '-1', the published files' mark for "
+                       "an unknown location (rename the stop): 1 row(s), first at row(s) {row}"),
+    ("name_bidi", "stops file stops.csv: 1 problem(s): column 'name': holds a control or invisible format "
+                  "character (Unicode Cc/Cf, e.g. a bidirectional override or a zero-width space): a published "
+                  "cell would not show what it holds: 1 row(s), first at row(s) {row}"),
+    ("name_zero_width", "stops file stops.csv: 1 problem(s): column 'name': holds a control or invisible format "
+                        "character (Unicode Cc/Cf, e.g. a bidirectional override or a zero-width space): a "
+                        "published cell would not show what it holds: 1 row(s), first at row(s) {row}"),
+    ("quoted_epsilon", "release config {config}: 'marginals.tap_on_time.epsilon' must be a number. Found str."),
+    ("too_many_caps", "budget policy {policy}: 65 caps; at most 64 are supported (each cap composes the whole "
+                      "ledger at every charge and in `budget`): merge caps, e.g. one without 'modes:'"),
+    ("home_in_releases", "--home {home} is inside a releases/ directory ({public}): that may be another home's "
+                         "public tree, where a ledger, an MLflow store and private/ would be published; choose a "
+                         "place outside any releases/ directory"),
+])
+def test_an_input_that_would_lie_is_refused_before_anything_starts(case, message, week, tmp_path, capsys):
+    home, trips, stops, extra = tmp_path / "home", week["csv"], week["stops"], []
+    fields = {}
+    if case in ("int_time", "float_card"):
+        trips = week[case]
+    elif case.startswith("name_"):
+        name = {"name_minus_one": " -1 ", "name_bidi": "Central\u202eStation", "name_zero_width": "Cen\u200btral"}
+        stops = stops_with_name(week, tmp_path, name[case])
+        table = pd.read_csv(stops, dtype=str, keep_default_na=False)
+        fields["row"] = int(table.index[table["mode"] == "train"][0]) + 1
+    elif case == "quoted_epsilon":
+        from transit_release.config import default_config_path
+
+        config = tmp_path / "release.yaml"
+        config.write_text(default_config_path().read_text().replace("{epsilon: 1.0,", '{epsilon: "1.0",', 1))
+        extra, fields["config"] = ["--config", str(config)], config
+    elif case == "too_many_caps":
+        from transit_release.accounting.policy import default_policy_path
+
+        policy = tmp_path / "policy.yaml"
+        text = default_policy_path().read_text()
+        cap = text[text.index("    - name: trip-partition"):text.index("    - name:", text.index("trip-partition"))]
+        policy.write_text(text.replace(cap, "".join(cap.replace("trip-partition", f"trip-{i}") for i in range(61))))
+        extra, fields["policy"] = ["--policy", str(policy)], policy
+    elif case == "home_in_releases":
+        home = tmp_path / "other-home" / "releases" / "mine"
+        fields["public"] = (tmp_path / "other-home" / "releases").resolve()
+    fields["home"] = home.resolve()
+    capsys.readouterr()
+    assert main(release_args(trips, stops, home, *extra)) == 2
+    assert one_line(capsys.readouterr().err) == "transit-release: error: " + message.format(**fields)
+    assert not home.exists()
+
+
+def test_location_ids_and_ledgers_that_would_lie_are_refused(tmp_path):
+    """A locations file's ids are published too: no hidden characters. A ledger kept in a public tree is refused
+    like a home there."""
+    from transit_release.errors import ConfigError, InputDataError
+    from transit_release.home import Home
+    from transit_release.inputs.universe import read_locations_file
+
+    f = tmp_path / "locations.txt"
+    f.write_text("A\nB\u202eC\nD\u200bE\n", encoding="utf-8")
+    with pytest.raises(InputDataError, match=r"locations file locations.txt: 2 location id\(s\) hold a control or "
+                                             r"invisible format character .*, first at line\(s\) 2, 3"):
+        read_locations_file(f)
+    with pytest.raises(ConfigError, match=r"--ledger .*/releases/ledger.sqlite is inside a releases/ directory"):
+        Home.at(tmp_path / "home", tmp_path / "public" / "releases" / "ledger.sqlite").check_usable()
+
+
+def test_a_float_written_as_an_id_in_a_csv_is_refused_and_leaves_no_pickled_exception(week, tmp_path):
+    """Found in the flow's pass (the CSV's values): one line, nothing charged, and nothing in .prefect/storage of
+    an existing home (Prefect's engine pickles a failed flow's exception, with its counts and row numbers)."""
+    home = tmp_path / "home"
+    (home / ".prefect" / "storage").mkdir(parents=True)
+    done = subprocess.run(command(*release_args(week["float_card_csv"], week["stops"], home)), capture_output=True,
+                          text=True, timeout=600, env=own_server_env())
+    assert done.returncode == 2, done.stderr[-3000:]
+    line = one_line(done.stderr)
+    assert line.startswith("transit-release: error: trips file float-card.csv: 1 problem(s): column 'card_id': not a "
+                           "whole number (a decimal point, an exponent or letters: a float export?): ")
+    assert list((home / ".prefect" / "storage").iterdir()) == []
+    assert spends(home) == 0 and published(home) == []
+
+
+def test_naive_parquet_and_csv_of_the_same_week_publish_the_same_bytes(prefect_harness, week, tmp_path, test_seed):
+    from flows.opal_release import opal_release
+
+    files = {}
+    for fmt, trips, stops in (("csv", week["csv"], week["stops"]),
+                              ("parquet", week["parquet"], week["stops_parquet"])):
+        summary = opal_release(trips=str(trips), stops=str(stops), home=str(tmp_path / fmt), **WEEK, workers=0)
+        assert summary["status"] == "published"
+        folder = Path(summary["release_dir"])
+        files[fmt] = {p.name: p.read_bytes() for p in folder.iterdir()
+                      if p.suffix in (".csv", ".parquet")}
+    assert len(files["csv"]) == 6 and files["csv"] == files["parquet"]
+
+
+# ---- a full disk: refused before the charge; a storage error after it is one line ---------------------------
+
+def test_too_little_free_space_is_refused_before_the_charge(prefect_harness, week, tmp_path, capsys, monkeypatch):
+    from transit_release import storage
+
+    real = shutil.disk_usage
+    monkeypatch.setattr(storage.shutil, "disk_usage",
+                        lambda path: real(path)._replace(free=20 << 20))  # 20 MiB, as on a small filesystem
+    home = tmp_path / "home"
+    capsys.readouterr()
+    assert main(release_args(week["csv"], week["stops"], home, "--release-id", "full")) == 2
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith(f"transit-release: error: release 'full': the filesystem of {home.resolve()} has 20.0 MiB "
+                           "free; the release needs about ")
+    assert "nothing was charged" in line
+    assert spends(home) == 0 and published(home) == []
+    monkeypatch.undo()
+    if home.exists():
+        audit(home, capsys)
+
+
+def test_a_storage_error_after_the_charge_is_one_line_with_the_state_and_repair(prefect_harness, week, tmp_path,
+                                                                                capsys, monkeypatch):
+    import errno
+
+    from transit_release import publish
+
+    def disk_full(root, release_id, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(root / release_id))
+
+    monkeypatch.setattr(publish, "stage_release", disk_full)
+    home = tmp_path / "home"
+    capsys.readouterr()
+    assert main(release_args(week["csv"], week["stops"], home, "--release-id", "late")) == 1
+    line = one_line(capsys.readouterr().err)
+    assert line == (f"transit-release: error: [Errno 28] No space left on device: '{home.resolve()}/releases/late'; "
+                    "release 'late' was charged (168 spends, which stay counted) and not published; "
+                    "`transit-release repair` removes what the run left; the same id cannot be charged again")
+    monkeypatch.undo()
+    assert main(["repair", "--home", str(home)]) == 0
+    result = audit(home, capsys)
+    assert result["charged_not_published"] == {"late": 168} and published(home) == []
+    assert result["leftovers"] == [] and result["staging_leftovers"] == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"), reason="mounting a small filesystem needs root")
+def test_a_home_on_a_30_mib_filesystem_is_refused_before_the_charge(week, tmp_path, capsys):
+    """The finding: on a 30 MiB filesystem three runs in four failed after the charge (the release checks, the
+    report) with a traceback, and spent ε each time."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=30m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        home = mnt / "home"
+        done = subprocess.run(command(*release_args(week["csv"], week["stops"], home, "--release-id", "small")),
+                              capture_output=True, text=True, timeout=600,
+                              env=own_server_env())
+        assert done.returncode == 2, done.stderr[-3000:]
+        line = one_line(done.stderr)
+        assert "release 'small': the filesystem of" in line and "nothing was charged" in line
+        assert spends(home) == 0 and published(home) == []
+        if home.exists():
+            audit(home, capsys)
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+# ---- a terminal's Ctrl-C at every stage: exit 130 within 2 s, children stopped, a state repair handles ------
+
+def _descendants(pid: int) -> set[int]:
+    parent = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                parent[int(p.name)] = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {q for q, pp in parent.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.flow
+@pytest.mark.parametrize("stage,workers", [("before-charge", 0), ("after-charge", 2), ("after-staging", 0),
+                                           ("after-intent", 0)])
+def test_ctrl_c_at_every_stage_exits_130_at_once_and_leaves_what_repair_handles(stage, workers, week, tmp_path,
+                                                                                capsys):
+    """The finding: the terminal's Ctrl-C reached the Prefect server child too, and after the charge the command
+    retried the dead API for 150 s, then exited 1 with a traceback. The command runs with its own temporary
+    server, as a terminal user's does, in a session of its own (a terminal's process group), and the Ctrl-C is
+    sent to the whole group once the run waits at the stage."""
+    home, cue = tmp_path / "home", tmp_path / "cue"
+    env = own_server_env(**{PAUSE_ENV: stage, PAUSE_FILE_ENV: str(cue)})
+    args = release_args(week["csv"], week["stops"], home, "--release-id", "r")
+    args[args.index("--workers") + 1] = str(workers)
+    with open(tmp_path / "err", "w+") as err:
+        proc = subprocess.Popen(command(*args), env=env, stdout=subprocess.DEVNULL, stderr=err,
+                                start_new_session=True)
+        try:
+            deadline = time.monotonic() + 600
+            while not cue.exists():
+                assert proc.poll() is None, err.seek(0) or err.read()[-3000:]
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            time.sleep(0.3)  # at the stage: the run waits there
+            children = _descendants(proc.pid)
+            assert children, "the command runs its own Prefect server"
+            start = time.monotonic()
+            os.killpg(proc.pid, signal.SIGINT)
+            code = proc.wait(timeout=120)
+            elapsed = time.monotonic() - start
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        err.seek(0)
+        line = one_line(err.read())
+    assert code == 130 and elapsed < INTERRUPT_EXIT_S, (code, elapsed, line)
+    deadline = time.monotonic() + 15  # the workers' forkserver ends by itself once the command has gone
+    while any(_alive(c) for c in children) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [c for c in children if _alive(c)], "a child outlived the command"
+    if stage == "before-charge":
+        assert line == "transit-release: interrupted: nothing was charged or published"
+        assert spends(home) == 0
+    elif stage == "after-intent":
+        assert line == ("transit-release: interrupted: the publication of release 'r' was interrupted: "
+                        "`transit-release repair` completes it or rolls it back")
+    else:
+        assert line == ("transit-release: interrupted: release 'r' was charged (168 spends, which stay counted) "
+                        "and not published; `transit-release repair` removes what the run left; the same id "
+                        "cannot be charged again")
+    assert published(home) == []  # nothing visible: no staged release was renamed into releases/
+    assert main(["repair", "--home", str(home)]) == 0
+    result = audit(home, capsys)
+    assert result["leftovers"] == [] and result["pending_publications"] == []
+    if stage == "after-intent":  # the staged release was complete: repair finished its publication
+        assert result["releases_published"] == ["r"] and published(home) == ["r"]
+    elif stage != "before-charge":
+        assert result["charged_not_published"] == {"r": 168}
