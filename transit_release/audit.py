@@ -21,6 +21,7 @@ from transit_release.accounting.ledger import PUBLISHED, SPEND, LedgerEntry
 from transit_release.accounting.person import DEFAULT_PLD_DELTA, person_loss, person_losses
 from transit_release.errors import LedgerIntegrityError
 from transit_release.home import Home
+from transit_release.opendata.catalog import CATALOG
 from transit_release.publish import MANIFEST, sha256_file, verify_release
 
 DEFAULT_DELTA_PRIME = 1e-7
@@ -136,6 +137,8 @@ def check_releases(home: Home, published: dict[str, LedgerEntry],
         for p in sorted(root.iterdir()) if root.is_dir() else []:
             if p.name.startswith(".tmp-") and p.is_dir():
                 continue  # staging leftovers, listed as such
+            if p.name == CATALOG and p.is_file() and not p.is_symlink():
+                continue  # the DCAT catalogue of the releases, regenerated after each publication
             if p.is_symlink() or not p.is_dir() or p.name.startswith("."):
                 problems.append(Discrepancy("release", str(p.relative_to(home.root)), "not a release: nothing but "
                                             "release directories belongs there; remove it"))

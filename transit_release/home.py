@@ -31,7 +31,7 @@ from transit_release.errors import ConfigError
 #: index.html, audit-<stamp>/ and experiments-<name>/ next to the releases' report folders).
 RESERVED_IDS = frozenset({"index.html", "releases", "release_reports", "private", "mlartifacts", "mlflow.db",
                           "ledger.sqlite", "summary.json", "audit_summary.json", "data_docs", "work",
-                          "quarantine", "test-releases", "privacy-audit"})
+                          "quarantine", "test-releases", "privacy-audit", "catalog.jsonld"})
 RESERVED_PREFIXES = ("audit-", "experiments-", ".")
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 

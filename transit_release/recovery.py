@@ -32,6 +32,7 @@ from pathlib import Path
 from transit_release.accounting.ledger import Ledger, PublicationIntent
 from transit_release.errors import ConfigError, LedgerIntegrityError
 from transit_release.home import Home, check_release_id
+from transit_release.opendata.catalog import write_catalog
 from transit_release.publish import MANIFEST, sha256_file, verify_release
 
 LOCK = ".lock"
@@ -227,9 +228,14 @@ def clean_leftovers(home: Home, ledger: Ledger | None) -> list[str]:
 def repair(home: Home, ledger: Ledger) -> RepairResult:
     """Complete or roll back every interrupted publication, then remove the leftovers of dead runs."""
     result = RepairResult()
+    roots = set()
     for intent in pending_intents(ledger):
-        (result.completed if complete_or_roll_back(ledger, intent, home) else result.rolled_back).append(
-            intent.release_id)
+        done = complete_or_roll_back(ledger, intent, home)
+        (result.completed if done else result.rolled_back).append(intent.release_id)
+        if done:
+            roots.add(Path(intent.final_dir).parent)
+    for root in sorted(roots):  # a completed publication joins the DCAT catalogue, as after any other
+        write_catalog(home.root, root, home.private)
     result.removed = clean_leftovers(home, ledger)
     return result
 
