@@ -1,5 +1,6 @@
 """The publishing tail every release flow shares, after its files are staged and its report written:
-track in MLflow → commit (intent, rename, ledger) → anchor the ledger head → mark the run published → index → catalogue."""
+track in MLflow → commit (intent, rename, ledger) → anchor the ledger head → mark the run published → index →
+DCAT catalogue."""
 
 from __future__ import annotations
 
@@ -20,5 +21,5 @@ def publish_staged(where: Home, staged: StagedRelease, charged: list, record: di
     mark_published(where, run_id)
     crash_point("after-published-tag")
     update_index(where)
-    update_catalog(where, str(staged.final_dir.parent))
+    update_catalog(where, str(staged.final_dir))
     return run_id

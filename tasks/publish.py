@@ -29,8 +29,10 @@ def stage_release(home: Home, release_id: str, tables: dict[str, pd.DataFrame], 
     release's population stands at publication (every spend of that population on the ledger up to that head,
     every kind of release, this one included: what ``transit-release audit`` states for the same ledger) and
     where the release's own unit of privacy stands, and what the budget ``policy`` it was charged under says of a
-    passenger. Releases made with the test-only seed are staged under
-    ``private/test-releases/``.
+    passenger, and the licence and publisher of the home's open-data settings. The data card gets the release's
+    margins of error; the open-data files (``uncertainty.csv``, ``datapackage.json``, ``index.html``:
+    :mod:`transit_release.opendata`) are written before the manifest, which lists them. Releases made with the
+    test-only seed are staged under ``private/test-releases/``.
     """
     ledger = Ledger(home.ledger)
     these = [e.event() for e in charged]
@@ -62,10 +64,12 @@ def commit_release(home: Home, staged: publish.StagedRelease, mlflow_run_id: str
 
 
 @data_task(name="update-catalog")
-def update_catalog(home: Home, root: str) -> str:
-    """Regenerate the DCAT catalogue of the releases under ``root`` (``releases/`` or, for test-seed releases,
-    ``private/test-releases/``)."""
-    return str(catalog.write_catalog(home.root, Path(root), home.private))
+def update_catalog(home: Home, release_dir: str) -> str | None:
+    """Regenerate ``releases/catalog.jsonld`` after a release was published into ``release_dir``; a release made
+    with the test-only seed (kept privately) is never catalogued."""
+    if Path(release_dir).parent != home.releases:
+        return None
+    return str(catalog.write_catalog(home.root, home.releases, home.private))
 
 
 @data_task(name="load-published-manifest")

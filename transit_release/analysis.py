@@ -308,8 +308,8 @@ def row_laws(manifest: dict, file: str, table) -> list[NoiseLaw]:
 
 def ideal_half_width(scale: Fraction | float, level: float = LEVEL) -> tuple[int, float, float]:
     """``(h, coverage, sd)`` of one count's noise under the ideal discrete Laplace at ``scale`` (no bound), in
-    closed form: ``P(|Z| ≤ h) = 1 − 2a^{h+1}/(1 + a)``, ``a = e^{−1/scale}``, variance ``2a/(1 − a)²``. The drawn
-    table is within its total-variation error ``η`` (below 10⁻¹³ at every supported scale) of it; used where
+    closed form: ``P(|Z| ≤ h) = 1 − 2a^{h+1}/(1 + a)``, ``a = e^{−1/scale}``, variance ``2a/(1 − a)²``. The
+    drawn table is within its total-variation error ``η`` (below 10⁻¹³ at every supported scale) of it; used where
     building the exact table would cost more than it tells (the tree releases' very large node scales)."""
     a = math.exp(-1.0 / float(scale))
     h = max(0, math.ceil(math.log((1 - level) * (1 + a) / 2) / math.log(a)) - 1)

@@ -137,7 +137,7 @@ def check_releases(home: Home, published: dict[str, LedgerEntry],
         for p in sorted(root.iterdir()) if root.is_dir() else []:
             if p.name.startswith(".tmp-") and p.is_dir():
                 continue  # staging leftovers, listed as such
-            if p.name == CATALOG and p.is_file() and not p.is_symlink():
+            if root == home.releases and p.name == CATALOG and p.is_file() and not p.is_symlink():
                 continue  # the DCAT catalogue of the releases, regenerated after each publication
             if p.is_symlink() or not p.is_dir() or p.name.startswith("."):
                 problems.append(Discrepancy("release", str(p.relative_to(home.root)), "not a release: nothing but "

@@ -228,14 +228,13 @@ def clean_leftovers(home: Home, ledger: Ledger | None) -> list[str]:
 def repair(home: Home, ledger: Ledger) -> RepairResult:
     """Complete or roll back every interrupted publication, then remove the leftovers of dead runs."""
     result = RepairResult()
-    roots = set()
+    catalogued = False
     for intent in pending_intents(ledger):
         done = complete_or_roll_back(ledger, intent, home)
         (result.completed if done else result.rolled_back).append(intent.release_id)
-        if done:
-            roots.add(Path(intent.final_dir).parent)
-    for root in sorted(roots):  # a completed publication joins the DCAT catalogue, as after any other
-        write_catalog(home.root, root, home.private)
+        catalogued |= done and Path(intent.final_dir).parent.resolve() == home.releases.resolve()
+    if catalogued:  # a completed public publication joins the DCAT catalogue, as after any other
+        write_catalog(home.root, home.releases, home.private)
     result.removed = clean_leftovers(home, ledger)
     return result
 

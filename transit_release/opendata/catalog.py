@@ -15,8 +15,9 @@ resolves them against the URL it fetched the catalogue from) unless the home's
 open-data settings give a ``base_url`` (:mod:`transit_release.opendata.settings`).
 
 Built from the published manifests alone (public), sorted by release id, and
-regenerated after each publication (and by ``transit-release repair`` when it
-completes one): written aside and renamed over the old one, under a lock in
+regenerated after each public publication (and by ``transit-release repair``
+when it completes one; releases made with the test-only seed, kept under
+``private/``, are never catalogued): written aside and renamed over the old one, under a lock in
 ``private/`` so two publications never lose each other's entry.
 """
 
@@ -32,7 +33,7 @@ from pathlib import Path
 from transit_release.opendata import settings as open_data_settings
 from transit_release.opendata.datapackage import MEDIA_TYPES, keywords
 
-#: The catalogue's file name, directly under ``releases/`` (and ``private/test-releases/`` for test-seed releases).
+#: The catalogue's file name, directly under ``releases/`` (releases made with the test-only seed are never catalogued).
 CATALOG = "catalog.jsonld"
 MANIFEST = "manifest.json"
 LANDING = "index.html"
@@ -110,7 +111,8 @@ def _dataset(base_url: str, directory: Path, manifest: dict, settings) -> tuple[
         "dct:license": {"@id": licence["path"], "@type": "dct:LicenseDocument", "dct:title": licence["title"]},
         "dct:publisher": {"@id": _publisher_node(publisher)["@id"]},
         "dcat:keyword": keywords({**manifest, "publication": {"keywords": list(settings.keywords)}}),
-        "dcat:distribution": [_distribution(base_url, rid, name, meta, licence) for name, meta in sorted(files.items())],
+        "dcat:distribution": [_distribution(base_url, rid, name, meta, licence)
+                              for name, meta in sorted(files.items())],
     }
     if (directory / LANDING).is_file():
         node["dcat:landingPage"] = {"@id": _iri(base_url, rid, LANDING)}

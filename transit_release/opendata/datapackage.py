@@ -45,6 +45,7 @@ _RECORD_COLUMNS = {"sequence": "a released sequence: station ids in travel order
 
 def _opal_field(name: str, manifest: dict, minimum: int | None) -> dict:
     modes = list(manifest.get("modes") or [])
+    bin_minutes = manifest.get("parameters", {}).get("bin_minutes", 15)
     fields = {
         "mode": {"type": "string", "description": "mode of transport",
                  "constraints": {"required": True, **({"enum": modes} if modes else {})}},
@@ -52,13 +53,14 @@ def _opal_field(name: str, manifest: dict, minimum: int | None) -> dict:
                  "constraints": {"required": True}},
         "tap": {"type": "string", "description": "on: tap-on; off: tap-off",
                 "constraints": {"required": True, "enum": ["on", "off"]}},
-        "time": {"type": "string", "description": (f"start of the {manifest.get('parameters', {}).get('bin_minutes', 15)}"
-                                                    f"-minute window (HH:MM, local time); {UNKNOWN} = unknown"),
+        "time": {"type": "string", "description": (f"start of the {bin_minutes}-minute window (HH:MM, local time); "
+                                                    f"{UNKNOWN} = unknown"),
                  "missingValues": [UNKNOWN], "constraints": {"pattern": "([01][0-9]|2[0-3]):[0-5][0-9]"}},
         "loc": {"type": "string", "description": (f"location: a postcode for buses, a stop, station or wharf name "
                                                   f"otherwise; {UNKNOWN} = unknown (e.g. a missing tap-off)"),
                 "missingValues": [UNKNOWN]},
-        "count": {"type": "integer", "description": "noisy number of taps (see uncertainty.csv for its margin of error)",
+        "count": {"type": "integer",
+                  "description": "noisy number of taps (see uncertainty.csv for its margin of error)",
                   "constraints": {"required": True, **({"minimum": minimum} if minimum is not None else {})}},
     }
     return {"name": name, **fields.get(name, {"type": "string"})}
@@ -118,8 +120,9 @@ def table_schema(manifest: dict, stem: str, columns: list[str]) -> dict:
 
 def _resource(manifest: dict, staging: Path, name: str, meta: dict, schemas: dict[str, dict]) -> dict:
     stem, _, ext = name.rpartition(".")
-    res = {"name": name.lower(), "path": name, "format": ext, "mediatype": MEDIA_TYPES.get(ext, "application/octet-stream"),
-           "bytes": int(meta["bytes"]), "hash": f"sha256:{meta['sha256']}"}
+    res = {"name": name.lower(), "path": name, "format": ext,
+           "mediatype": MEDIA_TYPES.get(ext, "application/octet-stream"), "bytes": int(meta["bytes"]),
+           "hash": f"sha256:{meta['sha256']}"}
     if ext == "parquet":  # frictionless-py reads Parquet through pyarrow and counts no bytes: its byte check would
         del res["bytes"]  # fail every Parquet file (it skips the hash check alone); the manifest has the size
     if ext in ("csv", "txt", "md", "json", "html"):
@@ -166,7 +169,8 @@ def differential_privacy(manifest: dict) -> dict:
 
 def keywords(manifest: dict) -> list[str]:
     kind = manifest.get("kind") or ("opal" if "modes" in manifest else "sequences")
-    specific = {"opal": ["tap counts", "smart card", "ridership"], "sequences": ["passenger journeys", "origin-destination"],
+    specific = {"opal": ["tap counts", "smart card", "ridership"],
+                "sequences": ["passenger journeys", "origin-destination"],
                 "trajectories": ["passenger trajectories"], "sets": ["stations used"]}.get(kind, [])
     extra = (manifest.get("publication") or {}).get("keywords", [])
     return list(dict.fromkeys(["public transport", *specific, "differential privacy", *extra]))

@@ -42,11 +42,14 @@ dl.summary dt{font-weight:600}
 dl.summary dd{margin:0;overflow-wrap:anywhere}
 .table-wrap{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;margin:.6rem 0;font-size:.92rem}
-th,td{border:1px solid #d0d7de;padding:.25rem .5rem;text-align:left;vertical-align:top;overflow-wrap:anywhere}
+th,td{border:1px solid #d0d7de;padding:.25rem .5rem;text-align:left;vertical-align:top;overflow-wrap:break-word}
 th{background:#f3f5f7}
-td.rows,td.bytes{text-align:right;white-space:nowrap}
+td.rows,td.bytes,table.files th,table.files td:first-child{white-space:nowrap}
+td.rows,td.bytes{text-align:right}
 code{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.88em;background:#f3f5f7;padding:0 .2em;
- overflow-wrap:anywhere;word-break:break-all}
+ overflow-wrap:break-word}
+code.sha256{word-break:break-all}
+table.files td:last-child{min-width:17rem}
 pre{background:#f3f5f7;padding:.6rem;overflow-x:auto;white-space:pre-wrap;overflow-wrap:anywhere}
 pre code{background:none;padding:0}
 blockquote{margin:.8rem 0;padding:.4rem .8rem;border-left:4px solid #c62828;background:#fdecea}

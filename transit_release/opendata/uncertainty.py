@@ -209,7 +209,8 @@ difference, from this release's `manifest.json`:
 ```
 laws = analysis.row_laws(manifest, "location", table)   # each row's noise distribution
 analysis.sum_interval(table["count"][rows], [laws[i] for i in rows])
-analysis.difference_interval(a, laws["{example}"], b, laws["{example}"])   # with laws = analysis.marginal_laws(manifest)
+laws = analysis.marginal_laws(manifest)                  # or each marginal's
+analysis.difference_interval(a, laws["{example}"], b, laws["{example}"])
 ```
 """
 
@@ -218,8 +219,8 @@ def _tree_section(manifest: dict) -> str:
     rows = _tree_rows(manifest)
     if not rows:
         return ""
-    table = "\n".join(f"| `{r['file']}` | {r['count_of']} | {r['epsilon']:.4g} | {r['noise_scale']} | {r['threshold']} | "
-                      f"± {r['half_width_95']} |" for r in rows)
+    table = "\n".join(f"| `{r['file']}` | {r['count_of']} | {r['epsilon']:.4g} | {r['noise_scale']} | "
+                      f"{r['threshold']} | ± {r['half_width_95']} |" for r in rows)
     if manifest["privacy"].get("mechanism_id") == "diffpart":
         how = (f"A released set's count is the noisy count of its group, drawn with noise at scale at most "
                f"{rows[0]['noise_scale']}: the true number of passengers with that set lies within **± "
