@@ -235,7 +235,7 @@ def _tree_section(manifest: dict) -> str:
     return f"""
 ## Margins of error
 
-Each count of the release's tree got integer noise from a public distribution
+Each count the mechanism drew got integer noise from a public distribution
 (discrete Laplace at the scale below; computed from the manifest alone). With
 probability 95% one such noise is within ± h (`uncertainty.csv` holds this table):
 
