@@ -233,6 +233,33 @@ def test_a_base_url_makes_download_links_absolute(tmp_path):
     assert "https://data.example.org/transit/sets-x/sets.csv" in links
 
 
+def _publish_and_catalogue(home: Path, kind: str, rid: str) -> None:
+    tables, texts, m, render = kind_outputs(kind, np.random.default_rng(0))
+    m = opendata.with_publication({**m, "release_id": rid}, settings.load(home))
+    staged = publish.stage_release(home / "releases", rid, tables, m, render(m), texts,
+                                   describe=opendata.describe_release)
+    publish.commit_release(staged, Ledger(home / "ledger.sqlite"))
+    catalog.write_catalog(home, home / "releases")
+
+
+def test_concurrent_publications_are_all_in_the_catalogue(tmp_path):
+    """Each publication rewrites the catalogue under a lock after its rename: whichever writes last sees them all."""
+    import multiprocessing
+
+    Ledger(tmp_path / "ledger.sqlite")
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_publish_and_catalogue, args=(tmp_path, "sets", f"sets-{i}")) for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    graph = json.loads((tmp_path / "releases" / catalog.CATALOG).read_text())["@graph"]
+    assert sorted(n["dct:identifier"] for n in graph if n.get("@type") == "dcat:Dataset") == \
+        [f"sets-{i}" for i in range(4)]
+    assert not [p.name for p in (tmp_path / "releases").iterdir() if p.name.startswith(".")]
+
+
 def test_the_audit_accepts_the_catalogue_and_repair_regenerates_it(tmp_path):
     from transit_release.audit import check_releases
     from transit_release.home import Home
