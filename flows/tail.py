@@ -1,9 +1,10 @@
 """The publishing tail every release flow shares, after its files are staged and its report written:
-track in MLflow → commit (intent, rename, ledger) → anchor the ledger head → mark the run published → index."""
+track in MLflow → commit (intent, rename, ledger) → anchor the ledger head → mark the run published → index →
+DCAT catalogue."""
 
 from __future__ import annotations
 
-from tasks.publish import commit_release
+from tasks.publish import commit_release, update_catalog
 from tasks.report import update_index
 from tasks.track import anchor_ledger, mark_published, track_release
 from transit_release.faults import crash_point
@@ -20,4 +21,5 @@ def publish_staged(where: Home, staged: StagedRelease, charged: list, record: di
     mark_published(where, run_id)
     crash_point("after-published-tag")
     update_index(where)
+    update_catalog(where, str(staged.final_dir))
     return run_id

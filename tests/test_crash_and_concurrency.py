@@ -59,4 +59,7 @@ def test_four_releases_at_once_against_a_cap_that_fits_two(api_env, tiny_week, t
     ledger = Ledger(home / "ledger.sqlite")
     assert ledger.verify() == 2 * 168 + 2
     assert len(ledger.published()) == 2
-    assert sorted(p.name for p in (home / "releases").iterdir()) == sorted(ledger.published())
+    assert sorted(p.name for p in (home / "releases").iterdir() if p.name != "catalog.jsonld") == \
+        sorted(ledger.published())
+    catalog = (home / "releases" / "catalog.jsonld").read_text()  # both publications listed, whichever wrote last
+    assert all(f'"{rid}/"' in catalog for rid in ledger.published())

@@ -236,7 +236,7 @@ def check_releases(home: Home, published: dict[str, LedgerEntry],
             if p.name.startswith(".tmp-") and p.is_dir():
                 continue  # staging directories, listed above
             if root == home.releases and p.name in RELEASES_TOOL_FILES and p.is_file() and not p.is_symlink():
-                continue
+                continue  # what the tool itself writes there (the DCAT catalogue of the releases)
             if p.is_symlink() or not p.is_dir() or p.name.startswith("."):
                 problems.append(Discrepancy("release", str(p.relative_to(home.root)), "not a release: nothing but "
                                             "release directories belongs there; remove it"))

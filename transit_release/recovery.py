@@ -38,6 +38,7 @@ from pathlib import Path
 from transit_release.accounting.ledger import Anchor, Ledger, PublicationIntent, rollback_message
 from transit_release.errors import ConfigError, LedgerIntegrityError, LedgerRollbackError
 from transit_release.home import Home, check_release_id
+from transit_release.opendata.catalog import write_catalog
 from transit_release.publish import MANIFEST, open_to_the_public, sha256_file, verify_release
 
 LOCK = ".lock"
@@ -235,9 +236,13 @@ def clean_leftovers(home: Home, ledger: Ledger | None) -> list[str]:
 def repair(home: Home, ledger: Ledger) -> RepairResult:
     """Complete or roll back every interrupted publication, then remove the leftovers of dead runs."""
     result = RepairResult()
+    catalogued = False
     for intent in pending_intents(ledger):
-        (result.completed if complete_or_roll_back(ledger, intent, home) else result.rolled_back).append(
-            intent.release_id)
+        done = complete_or_roll_back(ledger, intent, home)
+        (result.completed if done else result.rolled_back).append(intent.release_id)
+        catalogued |= done and Path(intent.final_dir).parent.resolve() == home.releases.resolve()
+    if catalogued:  # a completed public publication joins the DCAT catalogue, as after any other
+        write_catalog(home.root, home.releases, home.private)
     result.removed = clean_leftovers(home, ledger)
     return result
 
