@@ -285,8 +285,12 @@ def _print_summary(summary: dict) -> None:
           f"({summary['neighbouring']})")
     person = summary.get("person")
     if person:
-        pld = f"; PLD ε={person['pld']['epsilon']:.4g}" if person["pld"] else ""
-        figures = f"ε={person['basic']['epsilon']:.4g}, δ={person['basic']['delta']:.3g}{pld}"
+        from transit_release.releases.loss_statement import rounded_up
+
+        pld = (f"; PLD ε={rounded_up(person['pld']['epsilon'], 4)} at δ={rounded_up(person['pld']['delta'], 3)}"
+               if person["pld"] else "")
+        figures = (f"ε={rounded_up(person['basic']['epsilon'], 4)}, δ={rounded_up(person['basic']['delta'], 3)}"
+                   f"{pld}")
         print(f"  a passenger of population '{person['population']}' at publication: "
               + (figures if person["bounded"] else
                  "UNBOUNDED (trip-level release(s) " + ", ".join(u["release_id"] for u in person["unbounded_by"])
