@@ -85,3 +85,19 @@ def test_refusals_before_any_noise():
     trajs = Trajectories.from_lists([((0, 1),)], 3)
     with pytest.raises(tm.MarkovParameterError, match="the model needs 68"):
         tm.sanitize_markov(trajs, tm.MarkovBudget.of(1, 6, 68), NoiseSource(seed=SEED).stream("x"))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_release_whose_kept_day_sequences_are_all_shorter_than_h_is_drawn(seed):
+    """No kept cell of length h (here: every passenger taps twice, h = 3): the drawn rows are as long as the
+    longest kept cell, and the release is made, not refused after its noise was drawn."""
+    b = tm.MarkovBudget.of(4.0, 3, 10)
+    data = Trajectories.from_lists([[(1, 8), (2, 17)]] * 300, 10)
+    out = tm.sanitize_markov(data, b, NoiseSource(seed=seed).stream("t", "x"))
+    assert all(1 <= len(t) <= 3 for t, _ in out.released)
+
+
+def test_a_release_that_keeps_no_day_sequence_is_empty():
+    b = tm.MarkovBudget.of(2.0, 6, 10)
+    out = tm.sanitize_markov(Trajectories.from_lists([[(1, 8), (2, 17)]], 10), b, NoiseSource(seed=1).stream("t", "x"))
+    assert out.released == [] or all(len(t) <= 6 for t, _ in out.released)

@@ -193,3 +193,9 @@ def test_the_other_mechanisms_publish_through_the_same_outputs(mechanism, budget
     assert record["mechanism"] == mechanism and record["params"]["height"] == 6
     card = kind.render_datacard({**manifest, "files": {}})
     assert "2-differential privacy" in card and ("drawn from the models" in card) == (mechanism == "markov")
+    # the open-data step staging runs after the charge reads the same manifest: it must describe every mechanism
+    from transit_release.opendata.uncertainty import card_section, uncertainty_table
+
+    margins = uncertainty_table(manifest)
+    assert margins is not None and len(margins) >= 1 and set(margins["file"]) == {"trajectories.csv"}
+    assert "## Margins of error" in card_section(manifest)

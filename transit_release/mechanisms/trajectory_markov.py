@@ -273,7 +273,8 @@ def sanitize_markov(trajs: Trajectories, budget: MarkovBudget, generator: np.ran
 
     hr = ngram.sample_from_tree(hours, HOURS_PER_DAY + out_len - 1, out_len, generator, HOURS_PER_DAY,
                                 floor=same_day_floor)
-    released = _count_distinct(st[:, 1:], out_days * HOURS_PER_DAY + hr[:, 1:], out_len)
+    width = st.shape[1] - 1  # the longest generated row, which may be shorter than h
+    released = _count_distinct(st[:, 1:], out_days[:, :width] * HOURS_PER_DAY + hr[:, 1:], out_len)
     stats = {"day_cells_kept": int(cells.size), "station_grams": stations.n_nodes, "hour_grams": hours.n_nodes}
     return MarkovRelease(released, stats)
 

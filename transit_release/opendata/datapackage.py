@@ -76,7 +76,8 @@ def _uncertainty_schema() -> dict:
         "epsilon": "privacy budget of each such count",
         "noise_scale": "scale of the discrete Laplace noise (an exact fraction)",
         "noise_bound": "the noise never exceeds this in absolute value (empty: unbounded)",
-        "threshold": "smallest published noisy count",
+        "threshold": "noisy counts below this were not published (for sets: the threshold at the smallest leaf "
+                     "budget, the largest of the leaf thresholds; leaves counted with more budget have lower ones)",
         "half_width_95": "the noise lies within ± this with probability at least 95%",
         "coverage": "that probability, exactly",
         "sd": "standard deviation of the noise",

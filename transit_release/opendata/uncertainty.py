@@ -13,10 +13,13 @@ drawn with (constant over the rows it names):
 * Station sets (DiffPart): one row. A released set's count is its leaf's noisy
   count, drawn at ε/2 or more, so the half-width at ε/2 bounds every row's
   (the interval column says "at most").
-* Sequences, n-grams, trajectories: one per kind of tree node. Their published
-  counts are post-processed (made consistent, then turned into copies ending
-  at a node), so the row states the noise each node's count got before that,
-  not an interval of the published count.
+* Sequences, n-grams, trajectories (SafePath, either budget rule): one per kind
+  of tree node. Their published counts are post-processed (made consistent,
+  then turned into copies ending at a node), so the row states the noise each
+  node's count got before that, not an interval of the published count.
+* Trajectories from the factored Markov model: one row, the day-sequence
+  histogram's noise; the published trajectories are drawn from noisy models
+  (synthetic rows), so no interval of a published count is stated.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ OPAL_SUMS = ((2, "2 cells (or a difference)"), (7, "7 cells (a week from its day
              (28, "28 cells"), (96, "96 cells (a day of 15-minute windows)"))
 PUBLISHED = "published count ± half_width_95"
 NODE_NOISE = "noise of each node count before consistency (published counts are post-processed: no stated coverage)"
+MODEL_NOISE = ("noise of each day-sequence count the trajectories were drawn from (the stations and hours come from "
+               "noisy n-gram models; published rows are synthetic: no stated coverage)")
 
 
 def _exact(x: float) -> Fraction:
@@ -80,6 +85,13 @@ def _tree_rows(manifest: dict) -> list[dict]:
         return [_row("ngrams.csv", "all rows", f"grams counted at ε = {b['epsilon_exact']}", b["epsilon"],
                      _exact(b["noise_scale"]), None, b["threshold"], *_ideal(_exact(b["noise_scale"])), NODE_NOISE)
                 for b in p["node_budgets"]]
+    if mech == "safepath" and p.get("budget_rule") == "joint":
+        return [_node_row("trajectories.csv", "all rows", "(station, hour) pair nodes, one test per level",
+                          p["level_epsilon"], p["pair_threshold"])]
+    if mech == "trajectory-markov":
+        return [_node_row("trajectories.csv", "all rows (drawn from the models)",
+                          "day-sequence histogram cells", p["epsilon_days"], p["day_threshold"],
+                          MODEL_NOISE)]
     if mech == "safepath":
         rows = []
         for which, label in (("location_taxonomy", "location"), ("time_taxonomy", "time")):
@@ -227,6 +239,12 @@ def _tree_section(manifest: dict) -> str:
                f"{rows[0]['half_width_95']}** of it with probability at least 95% (a sum of k counts: about "
                f"√k times that; sets rarer than the threshold are missing, and published counts near it are biased "
                "upward, as only noisy counts that reached it were kept).")
+    elif manifest["privacy"].get("mechanism_id") == "trajectory-markov":
+        how = ("The published trajectories are synthetic: their number per sequence of days is the noisy day "
+               "histogram above (cells below the threshold dropped), and their stations and hours are drawn from "
+               "noisy n-gram models of the stations and of the hours of the day. No published row is a count of "
+               "real passengers with a margin of error; aggregate patterns (frequent stations, hours, pairs) are "
+               "what the release preserves.")
     else:
         how = ("The published counts are post-processed (made consistent along the tree, then turned into the "
                "copies that end at a node), so they carry these noises combined: the table says how noisy the "
