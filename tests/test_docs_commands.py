@@ -4,7 +4,11 @@ The convention: a shell command a reader may copy is shown in a ```bash block; s
 (``...``, ``F``, ``DIR``) go in ```text blocks. Each ```bash command is, by its first words:
 
 - ``transit-release …`` (or ``.venv/bin/transit-release …``): run as written, in order, page by page, in one
-  temporary directory per page (the page's home), with the session's Prefect server; it must exit 0;
+  temporary directory per page (the page's home), with the session's Prefect server; it must exit 0. The
+  commands that put tap data through the Opal gate or build trajectories (:func:`heavy`: tens of seconds each on
+  two cores) run only with ``TRANSIT_RELEASE_DOCS_ALL=1``, which runs every command of every page (minutes);
+  the rest (synthesis, sequence and set releases from record files, ``budget``, ``audit``, ``repair``,
+  ``backup``) always run;
 - ``.venv/bin/python benchmarks/…``: the script exists and takes every option shown (benchmarks run for minutes
   on the full-size week; they print numbers and are not tests);
 - one of :data:`EXCLUDED`, with the reason it is not run here;
@@ -14,8 +18,10 @@ and anything else fails the test, so a new kind of command cannot slip into the 
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import time
 from pathlib import Path
 
 import pytest
@@ -75,6 +81,16 @@ def kind(command: str) -> str:
     return "unknown"
 
 
+#: Run every documented command, the heavy ones included.
+ALL_ENV = "TRANSIT_RELEASE_DOCS_ALL"
+
+
+def heavy(command: str) -> bool:
+    """An Opal release or demo, a trajectory release, or any release from tap data (``--trips``)."""
+    words = shlex.split(command)
+    return words[1] in ("release", "demo", "trajectories") or "--trips" in words
+
+
 def _all_commands():
     return [(page, n, c) for page in PAGES for n, c in bash_commands(page)]
 
@@ -110,10 +126,44 @@ def test_benchmark_commands_name_scripts_and_options_that_exist():
 def test_page_commands_run_as_written(page, prefect_harness, tmp_path, monkeypatch, capsys):
     """The page's commands, in the page's order, in a fresh directory: each exits 0."""
     monkeypatch.chdir(tmp_path)
+    seconds, skipped = [], []
     for n, command in bash_commands(page):
         if kind(command) != "run":
             continue
+        if heavy(command) and not os.environ.get(ALL_ENV):
+            skipped.append(f"{page.name}:{n}")
+            continue
         argv = shlex.split(command)[1:]
+        start = time.monotonic()
         code = main(argv)
+        seconds.append((round(time.monotonic() - start, 1), command[:60]))
         out = capsys.readouterr()
         assert code == 0, f"{page.name}:{n}: `{command}` exited {code}\n{out.out[-2000:]}\n{out.err[-2000:]}"
+    print(page.name, seconds, f"not run without {ALL_ENV}=1:", skipped)
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces as hyphens."""
+    out, block = set(), False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            block = not block
+        elif not block and line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            out.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return out
+
+
+def test_links_between_the_documents_resolve():
+    broken = []
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            if target.startswith(("http://", "https://")):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.exists():
+                broken.append(f"{page.name}: {target}")
+            elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+                broken.append(f"{page.name}: {target} (no such heading)")
+    assert not broken, broken
