@@ -232,7 +232,8 @@ def _error_by_size(metrics: dict, path: Path, kind: str) -> bool:
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}
 table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}
 th{background:#f2f2f2}td.v{text-align:right;white-space:nowrap}img{max-width:100%}.note{color:#555;font-size:.9em}
-dl.h dt{font-weight:600;float:left;width:22em}dl.h dd{margin-left:23em}"""
+dl.h{display:grid;grid-template-columns:minmax(12em,22em) 1fr;gap:.25em 1em}dl.h dt{font-weight:600}dl.h dd{margin:0}
+.scroll{max-width:100%;overflow-x:auto}"""
 
 
 def write_report(out_dir: Path, manifest: dict, metrics: dict, quarantine: dict, links: dict[str, str] | None = None,

@@ -15,6 +15,8 @@ from __future__ import annotations
 import html
 import json
 import os
+import sqlite3
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +26,8 @@ from transit_release.audit import PERSON, unit_losses
 INDEX = "index.html"
 SUMMARY = "summary.json"
 AUDIT_SUMMARY = "audit_summary.json"
+#: Where ``mlflow ui`` serves by default; the index's MLflow links assume it runs on this machine.
+MLFLOW_UI = "http://127.0.0.1:5000"
 
 
 @dataclass(frozen=True)
@@ -68,8 +72,32 @@ def _utility(kind: str, summary: dict | None) -> str:
     return "; ".join(parts) or "—"
 
 
-def collect_releases(releases_dir: Path, reports_dir: Path) -> list[ReleaseRow]:
-    """One row per published release (a folder with a manifest; staging folders are skipped)."""
+def mlflow_runs(mlflow_db: Path) -> dict[str, str]:
+    """``{release id: MLflow UI address of its run}`` and ``{"": address of the runs view}`` from the home's MLflow
+    store, read-only (SQLite, no MLflow import); empty when there is no store yet or it cannot be read. The
+    addresses open the experiment's runs tab (``#/experiments/<id>/runs``), not MLflow 3's default view."""
+    if not mlflow_db.is_file():
+        return {}
+    try:
+        db = sqlite3.connect(f"{mlflow_db.as_uri()}?mode=ro", uri=True)
+        try:
+            rows = db.execute(
+                "SELECT r.experiment_id, r.run_uuid, t.value FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
+                "AND t.key = 'release_id' WHERE r.lifecycle_stage = 'active' AND NOT EXISTS (SELECT 1 FROM tags p "
+                "WHERE p.run_uuid = r.run_uuid AND p.key = 'mlflow.parentRunId') ORDER BY r.start_time").fetchall()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return {}
+    out = {rid: f"{MLFLOW_UI}/#/experiments/{exp}/runs/{run}" for exp, run, rid in rows}
+    if rows:
+        out[""] = f"{MLFLOW_UI}/#/experiments/{rows[-1][0]}/runs"
+    return out
+
+
+def collect_releases(releases_dir: Path, reports_dir: Path, mlflow: dict[str, str] | None = None) -> list[ReleaseRow]:
+    """One row per published release (a folder with a manifest; staging folders are skipped); ``mlflow`` maps
+    release ids to their MLflow run's address (:func:`mlflow_runs`)."""
     rows = []
     if not releases_dir.is_dir():
         return rows
@@ -98,6 +126,8 @@ def collect_releases(releases_dir: Path, reports_dir: Path) -> list[ReleaseRow]:
                            ("Data Docs (release)", "data_docs/release/index.html")):
             if (report_dir / sub).exists():
                 links[label] = f"{rid}/{sub}"
+        if (mlflow or {}).get(rid):
+            links["MLflow run"] = mlflow[rid]
         rows.append(ReleaseRow(rid, kind, period, sort_key, mechanism, privacy.get("unit_of_privacy", "—"),
                                float(privacy.get("epsilon", 0.0)), float(privacy.get("delta", 0.0)),
                                rows_released, _utility(kind, _read_json(report_dir / SUMMARY)), links))
@@ -127,18 +157,22 @@ def audit_summary(result: dict) -> dict:
                      for unit, loss in unit_losses(result["loss"]).items()}}
 
 
-_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}
-table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}
-th{background:#f3f3f3}.ok{color:#176117}.bad{color:#a31515}.note{color:#555;font-size:90%}"""
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1300px}
+table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f3f3f3}td.n{white-space:nowrap;text-align:right}td.w{white-space:nowrap}.scroll{max-width:100%;overflow-x:auto}
+.ok{color:#176117}.bad{color:#a31515}.note{color:#555;font-size:90%}"""
 
 
-def render_index(rows: list[ReleaseRow], audit: tuple[str, dict] | None) -> str:
+def render_index(rows: list[ReleaseRow], audit: tuple[str, dict] | None, mlflow_home: str = "",
+                 mlflow_runs_view: str = "") -> str:
+    """The page; ``mlflow_home`` (the ``mlflow ui`` command for the home) and ``mlflow_runs_view`` (the address of
+    the releases' runs) add a line on how to open MLflow."""
     def row_html(r: ReleaseRow) -> str:
         links = " · ".join(f'<a href="{html.escape(href)}">{html.escape(label)}</a>' for label, href in r.links.items())
-        return (f'<tr class="release" data-release-id="{html.escape(r.release_id)}"><td>{html.escape(r.release_id)}</td>'
-                f"<td>{html.escape(r.kind)}</td><td>{html.escape(r.period)}</td><td>{html.escape(r.mechanism)}</td>"
-                f"<td>{html.escape(r.unit_of_privacy)}</td><td>{r.epsilon:g}</td><td>{r.delta:.3g}</td>"
-                f"<td>{r.rows:,}</td><td>{html.escape(r.utility)}</td><td>{links}</td></tr>")
+        return (f'<tr class="release" data-release-id="{html.escape(r.release_id)}"><td class=w>{html.escape(r.release_id)}'
+                f"</td><td>{html.escape(r.kind)}</td><td class=w>{html.escape(r.period)}</td><td>{html.escape(r.mechanism)}</td>"
+                f"<td class=w>{html.escape(r.unit_of_privacy)}</td><td class=n>{r.epsilon:g}</td><td class=n>{r.delta:.3g}</td>"
+                f"<td class=n>{r.rows:,}</td><td>{html.escape(r.utility)}</td><td>{links}</td></tr>")
 
     if audit is None:
         audit_html = "<p>No audit yet: run <code>transit-release audit</code>.</p>"
@@ -157,9 +191,14 @@ def render_index(rows: list[ReleaseRow], audit: tuple[str, dict] | None) -> str:
         audit_html = (f'<p id="latest-audit">{status} — {html.escape(name)}: {s["entries"]} ledger entries, '
                       f'{s["releases_published"]} published release(s), {s["discrepancies"]} discrepancy(ies). '
                       f'<a href="{html.escape(name)}/audit.html">Audit report</a></p><ul>{losses}</ul>')
-    table = ("<table id=\"releases\"><thead><tr><th>release</th><th>kind</th><th>period</th><th>mechanism</th>"
+    mlflow_html = ""
+    if mlflow_runs_view:
+        mlflow_html = (f'<p id="mlflow">MLflow: start its UI with <code>{html.escape(mlflow_home)}</code>, then open '
+                       f'<a href="{html.escape(mlflow_runs_view)}">the releases\' runs</a> (each release\'s '
+                       "<i>MLflow run</i> link opens its run).</p>")
+    table = ("<div class=\"scroll\"><table id=\"releases\"><thead><tr><th>release</th><th>kind</th><th>period</th><th>mechanism</th>"
              "<th>unit of privacy</th><th>ε</th><th>δ</th><th>rows released</th><th>utility</th><th>links</th>"
-             f"</tr></thead><tbody>{''.join(row_html(r) for r in rows)}</tbody></table>"
+             f"</tr></thead><tbody>{''.join(row_html(r) for r in rows)}</tbody></table></div>"
              if rows else "<p>No release published yet.</p>")
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>transit-release: past releases</title>
 <style>{_CSS}</style></head><body>
@@ -167,14 +206,18 @@ def render_index(rows: list[ReleaseRow], audit: tuple[str, dict] | None) -> str:
 <p class="note">Internal page: utility figures compare released counts with true ones. The public files are the
 data cards and the CSV/TXT files under <code>releases/</code>. MLflow's UI has every run's parameters and metrics.</p>
 <h2>Latest privacy audit</h2>{audit_html}
-<h2>Releases ({len(rows)})</h2>{table}
+<h2>Releases ({len(rows)})</h2>{mlflow_html}{table}
 </body></html>"""
 
 
 def write_index(releases_dir: Path, reports_dir: Path) -> Path:
     """Regenerate ``index.html`` (written to a temporary file, then renamed into place)."""
     reports_dir.mkdir(parents=True, exist_ok=True)
-    page = render_index(collect_releases(releases_dir, reports_dir), latest_audit(reports_dir))
+    home = reports_dir.parent
+    mlflow = mlflow_runs(home / "mlflow.db")
+    command = f"{sys.executable} -m mlflow ui --backend-store-uri sqlite:///{home / 'mlflow.db'}"
+    page = render_index(collect_releases(releases_dir, reports_dir, mlflow), latest_audit(reports_dir),
+                        command, mlflow.get("", ""))
     tmp = reports_dir / f".{INDEX}.tmp"
     tmp.write_text(page, encoding="utf-8")
     os.replace(tmp, reports_dir / INDEX)

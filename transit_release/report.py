@@ -31,10 +31,27 @@ def _pyplot():
 
     return plt
 
-_CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}
+_CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
-th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}img{max-width:100%}
+td{white-space:nowrap}th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}img{max-width:100%}
+.scroll{max-width:100%;overflow-x:auto}.scroll.tall{max-height:75vh;overflow-y:auto}figure{margin:1em 0}figcaption{color:#555;font-size:.9em;margin:.3em 0 1em}
 .note{color:#555;font-size:.9em}"""
+
+
+def _number(x: float) -> str:
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:.4g}"
+
+
+def _table(df: pd.DataFrame, tall: str = "", **kwargs) -> str:
+    """A data frame as an HTML table in a box of its own that scrolls sideways when the table is wider than the
+    page (numbers never wrap inside a cell); ``tall=" tall"`` also bounds its height (a long table scrolls in a
+    box that fits the window)."""
+    return f'<div class="scroll{tall}">{df.to_html(float_format=_number, **kwargs)}</div>'
+
+
+def _figure(src: str, alt: str, caption: str) -> str:
+    return (f'<figure><img src="{html.escape(src)}" alt="{html.escape(alt)}"><figcaption>{caption}</figcaption>'
+            "</figure>")
 
 
 def _scatter(points: dict[str, tuple[np.ndarray, np.ndarray]], thresholds: dict[str, int], path: Path) -> None:
@@ -139,15 +156,25 @@ def _curve_plot(manifest: dict, utility: pd.DataFrame, path: Path) -> bool:
     mre = float((utility["mean_rel_error"].fillna(0) * utility["points_released"]).sum() / released) if released else 0
     coverage = float(utility["trip_coverage"].mean())
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    ticks = sorted({float(e) for e in mine["card_week_eps_basic"]} | {float(p["epsilon"])})
+    if len(ticks) > 8:  # at most eight labels on the axis
+        ticks = ticks[:: -(-len(ticks) // 8)]
     for ax, col, value, label in ((axes[0], "trip_coverage", coverage, "trips covered"),
                                   (axes[1], "mre", mre, "mean relative error of released cells")):
         ax.plot(mine["card_week_eps_basic"], mine[col], "o-", color="tab:blue",
-                label=f"full-size synthetic week, k={k}, P={P}")
-        ax.plot([p["epsilon"]], [value], "*", ms=14, color="tab:red", label="this release")
+                label=f"full-size synthetic week (13.5 M trips), k={k}, P={P}")
+        if col == "mre" and not released:  # no released cell: the error is undefined, not 0
+            ax.text(0.5, 0.5, "this release released no cell:\nno error to compare", transform=ax.transAxes,
+                    ha="center", va="center", color="tab:red")
+        else:
+            ax.plot([p["epsilon"]], [value], "*", ms=14, color="tab:red", label="this release")
         ax.set_xscale("log")
+        ax.minorticks_off()
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.set_xlabel("card-week ε (basic composition)")
         ax.set_ylabel(label)
+        ax.set_title(f"{label}: this release against the full-size week", fontsize=10)
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
@@ -186,10 +213,17 @@ def write_report(out_dir: Path, manifest: dict, utility: pd.DataFrame,
     out_dir.mkdir(parents=True, exist_ok=True)
     if not figures_drawn:
         draw_figures(out_dir, manifest["privacy"], utility, points)
-    curve_html = ('<h2>Utility against privacy</h2><p class="note">This release on the curves measured on the '
-                  'full-size synthetic week (benchmarks/experiment_card_level.py), against all trips before '
-                  'bounding.</p><img src="card_level_curve.png" alt="utility against privacy">'
-                  if manifest["privacy"].get("unit_of_privacy") == "card" else "")
+    curve_html = ""
+    if manifest["privacy"].get("unit_of_privacy") == "card":
+        curve_html = "<h2>Utility against privacy</h2>" + _figure(
+            "card_level_curve.png", "utility against privacy",
+            "What it compares: this release (red star: its card-week ε, the mean share of trips on released cells "
+            "and the mean relative error of released cells) with the same figures measured on the "
+            "<b>full-size synthetic week</b> (13.5 M trips) at this release's bounds k and P, by "
+            "<code>benchmarks/experiment_card_level.py</code> (<code>transit_release/defaults/card_level_curve.csv"
+            "</code>). The curve is not drawn from this release's data: a week with fewer trips per cell (a smaller "
+            "network, or the demo's scale 0.1) covers fewer trips and has larger relative errors at the same ε, so "
+            "its star lies below and above the curves. Trips covered are counted against all trips before bounding.")
     per_marginal = utility.groupby("marginal", sort=False).agg(
         points=("points", "sum"), released=("points_released", "sum"),
         kept_share=("kept_point_share", "mean"), trip_coverage=("trip_coverage", "mean"),
@@ -217,12 +251,22 @@ Files: {', '.join(f"<code>{html.escape(k)}</code> ({v['rows']:,} rows)" for k, v
 <p class="note">kept share: share of present points released; trip coverage: share of trips on released points
 (mean over partitions); errors: |released − true| on released points; total variation: between the true and
 released distributions.</p>
-{per_marginal.to_html(index=False, float_format=lambda x: f"{x:.4g}")}
-<h2>Released versus true counts</h2><img src="released_vs_true.png" alt="released vs true counts">
-<h2>Coverage per partition</h2><img src="coverage.png" alt="coverage per partition">
-<h2>Budget per partition</h2><img src="budget.png" alt="budget per partition">
+{_table(per_marginal, index=False)}
+<h2>Released versus true counts</h2>
+{_figure("released_vs_true.png", "released vs true counts", "What it compares: for each of the six marginals, the "
+         "released count of every released point against its true count (log scales; the black diagonal is released "
+         "= true; the dashed red line is the marginal's threshold, below which nothing is published).")}
+<h2>Coverage per partition</h2>
+{_figure("coverage.png", "coverage per partition", "What it compares: for each (mode, day) partition, the share of "
+         "its trips that lie on released points, one bar per marginal. A low bar means many of the partition's trips "
+         "were in cells too small to clear the threshold.")}
+<h2>Budget per partition</h2>
+{_figure("budget.png", "budget per partition", "What it compares: the ε charged to each (mode, day) partition, "
+         "stacked over the six marginals. Every partition of the declared period is charged, whether or not the "
+         "data hold trips for it.")}
 <h2>All partitions</h2>
-{utility.to_html(index=False, float_format=lambda x: f"{x:.4g}")}
+<p class="note">One row per (partition, marginal); the table scrolls inside its box.</p>
+{_table(utility, " tall", index=False)}
 </body></html>"""
     path = out_dir / "report.html"
     path.write_text(body, encoding="utf-8")
@@ -230,11 +274,17 @@ released distributions.</p>
 
 
 def _cumulative_chart(tl: pd.DataFrame, unit: str, cap: float | None, path: Path) -> None:
-    """One panel per mode (lines of equal height would hide one another), each with the cap."""
+    """One panel per mode (lines of equal height would hide one another), each with the cap. The time axis spans
+    the recorded spends (a few days around a single one), with dates labelled concisely."""
+    import matplotlib.dates as mdates
+
     plt = _pyplot()
     modes = sorted(tl["mode"].unique())
-    fig, axes = plt.subplots(1, len(modes), figsize=(min(4 * len(modes), 16), 3.6), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(modes), figsize=(min(max(4 * len(modes), 7), 16), 3.6), sharey=True,
+                             squeeze=False)
     top = max(float(tl["cumulative_epsilon"].max()), cap or 0.0) * 1.1 or 1.0
+    first, last = tl["recorded_at"].min(), tl["recorded_at"].max()
+    pad = max((last - first) * 0.05, pd.Timedelta(days=3))
     for ax, mode in zip(axes[0], modes):
         g = tl[tl["mode"] == mode].sort_values("recorded_at")
         ax.step(g["recorded_at"], g["cumulative_epsilon"].cummax(), where="post", color="tab:blue")
@@ -243,13 +293,26 @@ def _cumulative_chart(tl: pd.DataFrame, unit: str, cap: float | None, path: Path
             ax.axhline(cap, color="tab:red", ls="--", lw=1, label=f"cap ε = {cap:g}")
             ax.legend(loc="lower right", fontsize=8)
         ax.set_ylim(0, top)
+        ax.set_xlim(first - pad, last + pad)
+        locator = mdates.AutoDateLocator(minticks=2, maxticks=5)
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+        ax.tick_params(axis="x", labelsize=8)
         ax.set_title(mode, fontsize=10)
-        ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+        ax.set_xlabel("recorded at (UTC)")
     axes[0][0].set_ylabel(f"cumulative ε per {unit}")
-    fig.suptitle(f"Cumulative ε per {unit} over time (worst partition or period of each mode)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
+
+
+#: Why a unit's loss has no per-mode figures (its scopes span every mode).
+_NO_PER_MODE = {
+    "card": "No per-mode figures: one card-level release covers every mode, and a card may ride several, so a "
+            "card's loss is stated for all modes together, per release period (below).",
+}
+_NO_PER_MODE_OTHER = ("No per-mode figures: a {unit} record spans every station of the release's "
+                      "universe, so its loss is stated per period (below), not per mode.")
 
 
 def write_audit_report(out_dir: Path, result: dict, caps: dict[str, float] | None = None) -> Path:
@@ -264,7 +327,10 @@ def write_audit_report(out_dir: Path, result: dict, caps: dict[str, float] | Non
         if not tl.empty:
             tl["recorded_at"] = pd.to_datetime(tl["recorded_at"], format="ISO8601")
             _cumulative_chart(tl, unit, (caps or {}).get(unit), out_dir / f"cumulative_{unit}.png")
-            img_time = f'<img src="cumulative_{unit}.png" alt="cumulative epsilon over time per mode">'
+            img_time = _figure(f"cumulative_{unit}.png", "cumulative epsilon over time per mode",
+                               f"What it compares: the cumulative ε of one {html.escape(unit)} over the time the "
+                               "spends were recorded, for the worst partition or period of each mode (one panel per "
+                               "mode), against the budget policy's cap (dashed red line) where one applies.")
             heat = pd.DataFrame(loss["per_partition_marginal"]).T.fillna(0.0).sort_index()
             known = [m.name for m in MARGINALS if m.name in heat.columns]
             heat = heat[known + sorted(set(heat.columns) - set(known))]
@@ -278,7 +344,9 @@ def write_audit_report(out_dir: Path, result: dict, caps: dict[str, float] | Non
             fig.tight_layout()
             fig.savefig(out_dir / f"heatmap_{unit}.png", dpi=80)
             plt.close(fig)
-            img_heat = f'<img src="heatmap_{unit}.png" alt="partition by component heatmap">'
+            img_heat = _figure(f"heatmap_{unit}.png", "partition by component heatmap",
+                               f"What it compares: the ε spent on each partition or period (rows) by each component "
+                               f"of its releases (columns), for one {html.escape(unit)}.")
         per_mode = pd.DataFrame(loss["per_mode"]).T
         per_part = pd.DataFrame(loss["per_partition"]).T
         adv = loss.get("advanced")
@@ -296,9 +364,10 @@ def write_audit_report(out_dir: Path, result: dict, caps: dict[str, float] | Non
 <p>Basic composition: <b>ε = {loss['basic']['epsilon']:g}, δ = {loss['basic']['delta']:.3g}</b> for one {html.escape(unit)}
 (the worst partition or period).{pld_text}{adv_text}</p>{year_text}
 {img_time}
-<h3>Per mode</h3>{per_mode.to_html(float_format=lambda x: f"{x:.4g}") if not per_mode.empty else "<p>—</p>"}
+<h3>Per mode</h3>{_table(per_mode) if not per_mode.empty else
+                    f'<p class="note">{html.escape(_NO_PER_MODE.get(unit, _NO_PER_MODE_OTHER.format(unit=unit)))}</p>'}
 {img_heat}
-<h3>Per partition or period</h3>{per_part.to_html(float_format=lambda x: f"{x:.4g}")}""")
+<h3>Per partition or period</h3>{_table(per_part)}""")
     disc = "".join(f"<li>{html.escape(d)}</li>" for d in result["discrepancies"])
     charged = "".join(f"<li>{html.escape(r)}: {n} spend(s)</li>" for r, n in result["charged_not_published"].items())
     threat = "".join(f"<li>{html.escape(t)}</li>" for t in result.get("threat_model", []))
