@@ -67,8 +67,11 @@ def spends(home: Path) -> int:
 
 
 def published(home: Path) -> list[str]:
+    """The release folders under ``releases/`` (the DCAT catalogue beside them is not a release)."""
+    from transit_release.home import RELEASES_TOOL_FILES
+
     releases = home / "releases"
-    return sorted(p.name for p in releases.iterdir()) if releases.is_dir() else []
+    return sorted(p.name for p in releases.iterdir() if p.name not in RELEASES_TOOL_FILES) if releases.is_dir() else []
 
 
 def audit(home: Path, capsys) -> dict:
