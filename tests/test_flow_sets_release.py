@@ -204,7 +204,7 @@ def test_a_run_refused_at_its_charge_leaves_another_runs_report_alone(prefect_ha
     """Two runs of one id: the one that charged first owns the id and writes its report; the other, refused at
     its charge, removes nothing of it (it removed release_reports/<id> as a folder of its own). The other run
     charges between this one's precheck and its charge (simulated: no precheck)."""
-    import flows.sets_release as flow_module
+    import flows.tail as flow_module
     from transit_release.accounting.events import StabilityHistogramEvent
     from transit_release.home import Home
 
