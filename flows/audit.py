@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prefect import flow
 
-from tasks.audit import read_ledger, reconcile, verify_ledger, write_audit_report
+from tasks.audit import discard_snapshot, read_ledger, reconcile, snapshot_ledger, verify_ledger, write_audit_report
 from tasks.budget import load_policy
 from tasks.home import prepare_home
 from tasks.report import update_index
@@ -15,16 +15,22 @@ from transit_release.audit import DEFAULT_DELTA_PRIME
 @flow(name="privacy-audit", persist_result=False)
 def privacy_audit(home: str = ".", ledger: str | None = None, delta_prime: float = DEFAULT_DELTA_PRIME,
                   policy: str | None = None) -> dict:
-    """Check the ledger, the published releases, the MLflow mirror and the ledger's anchors against one another."""
+    """Check the ledger, the published releases, the MLflow mirror and the ledger's anchors against one another.
+    Every check and the loss read one snapshot of the ledger."""
     where = prepare_home(home, ledger, releasing=False)
     budget_policy = load_policy(policy)
     caps = {c.unit_of_privacy: c.epsilon for c in reversed(budget_policy.caps)}
-    problems = verify_ledger(where)
-    entries = read_ledger(where)
-    mirror = read_mirror(where)
-    # the spends MLflow mirrors for releases the ledger lacks are counted in the loss (and said so)
-    result = reconcile(where, entries, problems, mirror, read_anchors(where), delta_prime,
-                       read_mirrored_spends(where, mirror, entries), budget_policy.allow_unbounded_person_loss)
+    snapshot = snapshot_ledger(where)
+    try:
+        problems = verify_ledger(where, snapshot)
+        entries = read_ledger(where, snapshot)
+        mirror = read_mirror(where)
+        # the spends MLflow mirrors for releases the ledger lacks are counted in the loss (and said so)
+        result = reconcile(where, entries, problems, mirror, read_anchors(where), delta_prime,
+                           read_mirrored_spends(where, mirror, entries), budget_policy.allow_unbounded_person_loss,
+                           snapshot=snapshot)
+    finally:
+        discard_snapshot(snapshot)
     report_path = write_audit_report(where, result, caps)
     run_id = track_audit(where, result, report_path)
     update_index(where)

@@ -7,7 +7,8 @@ budget or setup), offering the few steps that differ. :func:`publish_release` ru
     fingerprint the inputs → resolve the id (published before from the same input: nothing drawn or spent)
     → read the records → plan the spends → (a dry run: the policy's verdict, and stop) → pre-check the budget
     → check the MLflow store and the free space → charge → anchor the ledger → sanitize → evaluate
-    → the public outputs → stage → the report → track, commit, anchor, index (:func:`publish_staged`)
+    → the public outputs → stage → the report → track, commit, anchor, index, DCAT catalogue
+    (:func:`publish_staged`)
 
 and, when a run fails once its charge was attempted, waits for the kind's work in the background and removes
 what the run made under ``release_reports/<id>/``. The tail is no subflow: its steps are tasks of the calling
@@ -27,7 +28,7 @@ from prefect.utilities.annotations import quote
 from tasks.budget import charge_budget, check_budget, precheck_budget, resolve_release
 from tasks.home import check_free_space, discard_run, records_space_needed
 from tasks.inputs import fingerprint_inputs
-from tasks.publish import commit_release, load_manifest, stage_release
+from tasks.publish import commit_release, load_manifest, stage_release, update_catalog
 from tasks.report import update_index
 from tasks.summary import summarize, summarize_dry_run
 from tasks.track import anchor_ledger, check_store, mark_published, track_release
@@ -209,7 +210,7 @@ def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, popula
 
 def publish_staged(where: Home, staged: StagedRelease, charged: list, record: dict, report_dir: str) -> str:
     """Make a staged release public and recorded: track in MLflow → commit (intent, rename, ledger) → anchor the
-    ledger head → mark the run published → index. Returns the MLflow run id."""
+    ledger head → mark the run published → index → DCAT catalogue. Returns the MLflow run id."""
     run_id = track_release(where, staged.manifest, charged, record, report_dir)
     crash_point("after-mlflow-run")
     commit_release(where, staged, run_id)  # the release becomes visible here, and only here
@@ -217,4 +218,5 @@ def publish_staged(where: Home, staged: StagedRelease, charged: list, record: di
     mark_published(where, run_id)
     crash_point("after-published-tag")
     update_index(where)
+    update_catalog(where, str(staged.final_dir))
     return run_id

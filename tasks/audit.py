@@ -1,37 +1,82 @@
-"""Audit steps: verify each record, reconcile them, account, report."""
+"""Audit steps: take one snapshot of the ledger, verify each record, reconcile them, account, report.
+
+Every step reads the ledger through one snapshot (:func:`snapshot_ledger`: SQLite's online backup into a private
+temporary file), so the checks and the loss all describe one state of it: a ledger swapped or changed while the
+audit runs cannot show one step a state and another step a different one.
+"""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
 from tasks import data_task
 from transit_release import audit, recovery, release_index
+from transit_release.accounting import ledger as ledger_records
 from transit_release.accounting.ledger import Ledger, key_from_environment
 from transit_release.errors import TransitReleaseError
 from transit_release.home import Home
 
+SNAPSHOT = "ledger.sqlite"
+
+
+@data_task(name="snapshot-ledger")
+def snapshot_ledger(home: Home) -> dict:
+    """One consistent copy of the ledger for the whole audit: ``{"path": copy or None, "problem": why none}``
+    (no path and no problem: there is no ledger file). Remove it with :func:`discard_snapshot`."""
+    path = home.ledger
+    if not (path.exists() or path.is_symlink()):
+        return {"path": None, "problem": None}
+    if path.is_symlink():
+        return {"path": None, "problem": f"{path}: the privacy ledger is a symbolic link; put the ledger file itself "
+                                         "there"}
+    if not path.is_file():
+        return {"path": None, "problem": f"{path}: the privacy ledger is not a file"}
+    tmp = Path(tempfile.mkdtemp(prefix="transit-release-audit-"))
+    try:
+        ledger_records.snapshot_ledger(path, tmp / SNAPSHOT)
+    except (OSError, sqlite3.Error) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return {"path": None, "problem": f"{path.name} is not a readable privacy ledger ({exc}): restore it from a "
+                                         "backup"}
+    return {"path": str(tmp / SNAPSHOT), "problem": None}
+
+
+@data_task(name="discard-ledger-snapshot")
+def discard_snapshot(snapshot: dict) -> None:
+    if snapshot.get("path"):
+        shutil.rmtree(Path(snapshot["path"]).parent, ignore_errors=True)
+
+
+def _ledger(home: Home, snapshot: dict, key: bytes | None = b"") -> Ledger | None:
+    """The snapshot as a read-only ledger named as the home's; None without one."""
+    return Ledger(home.ledger, key=key or b"", snapshot=snapshot["path"]) if snapshot.get("path") else None
+
 
 @data_task(name="read-ledger")
-def read_ledger(home: Home) -> list:
+def read_ledger(home: Home, snapshot: dict) -> list:
     """The ledger's entries; none from a file that is not a readable ledger (its verification says so)."""
-    if not home.ledger.exists():
-        return []
     try:
-        return Ledger(home.ledger, key=b"", read_only=True).entries()
+        ledger = _ledger(home, snapshot)
+        return ledger.entries() if ledger else []
     except (sqlite3.Error, TransitReleaseError):
         return []
 
 
 @data_task(name="verify-ledger")
-def verify_ledger(home: Home) -> list:
-    """The hash chain, the database's integrity, the append-only triggers and, with a key, every MAC."""
-    if not home.ledger.exists():
-        return []
+def verify_ledger(home: Home, snapshot: dict) -> list:
+    """The hash chain, the database's integrity, the exact schema (append-only triggers, nothing foreign) and,
+    with a key, every MAC."""
+    if snapshot.get("problem"):
+        return [audit.Discrepancy("ledger", "database", snapshot["problem"])]
     try:
-        ledger = Ledger(home.ledger, key=key_from_environment(home.root) or b"", read_only=True)
+        ledger = _ledger(home, snapshot, key_from_environment(home.root))
+        if ledger is None:
+            return []
         ledger.entries()
     except TransitReleaseError as exc:
         return [audit.Discrepancy("ledger", "database", str(exc))]
@@ -39,21 +84,22 @@ def verify_ledger(home: Home) -> list:
         return [audit.Discrepancy("ledger", "database", f"{home.ledger.name} is not a readable privacy ledger "
                                   f"({exc}): restore it from a backup")]
     problems, trouble = audit.guarded("ledger", "hash chain", audit.check_ledger, ledger.verify)
-    checked, more = audit.guarded("ledger", "triggers", lambda: audit.check_protections(ledger.missing_triggers,
-                                                                                      ledger.schema_version()))
+    checked, more = audit.guarded("ledger", "triggers", audit.check_protections, ledger.schema)
     return (problems or trouble) + (checked or more)
 
 
 @data_task(name="reconcile-records")
 def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, anchors: list,
-              delta_prime: float, mirrored: dict | None = None, allow_unbounded_person_loss: bool = False) -> dict:
-    """Every record against the others; whatever a tampered home holds gives discrepancies, never a crash."""
+              delta_prime: float, mirrored: dict | None = None, allow_unbounded_person_loss: bool = False, *,
+              snapshot: dict) -> dict:
+    """Every record against the others; whatever a tampered home holds gives discrepancies, never a crash.
+    ``snapshot``: the one the entries were read from (:func:`snapshot_ledger`)."""
     problems = list(ledger_problems)
     valid = audit.valid_entries(entries)
     published_ids, charged, spends, published = audit.summarise(valid)
     key = key_from_environment(home.root)
     try:
-        ledger = Ledger(home.ledger, key=key or b"", read_only=True) if home.ledger.exists() else None
+        ledger = _ledger(home, snapshot, key)
         keyed = ledger.keyed() if ledger else False
         intents = ledger.intents() if ledger else []
     except (sqlite3.Error, TransitReleaseError):
@@ -62,6 +108,9 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
         pending = [i.release_id for i in recovery.pending_intents(ledger)] if ledger else []
     except (sqlite3.Error, TransitReleaseError):
         ledger, keyed, intents, pending = None, False, [], []  # reported by the ledger's verification
+    # with a key, the key's records beside it are checked whatever the ledger holds: a ledger emptied or deleted
+    # (with everything in the home that anchored it) is not "not keyed" if they name it
+    recorded_keyed = key is not None and ledger_records.keyed_by_records(home.ledger)
     known_staging = None
     if keyed and key is not None:
         vouched = []
@@ -73,7 +122,10 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
                                         if root.is_dir() for p in root.glob(".tmp-*")
                                         if p.name[5:].rsplit("-", 1)[0] in live}
         problems += audit.check_intents(intents, ledger.check_intent)
+    if key is not None and ledger is not None:
         problems += audit.check_high_water(ledger.check_high_water)
+    elif key is not None and not snapshot.get("problem"):  # no ledger file: a head of 0
+        problems += audit.check_high_water(lambda: ledger_records.check_key_records(key, home.ledger, None))
     checked, trouble = audit.guarded("release", "releases/", audit.check_releases, home, published,
                                      {e.release_id for e in spends}, known_staging)
     release_problems, staging, manifests = checked or (trouble, [], {})
@@ -99,7 +151,8 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
         entries=len(entries), releases_published=published_ids, charged_not_published=charged,
         pending_publications=pending, staging_leftovers=staging, leftovers=left,
         anchors_checked=matched, keyed=keyed,
-        threat_model=audit.threat_model(keyed, key is not None, matched, counted, allow_unbounded_person_loss),
+        threat_model=audit.threat_model(keyed, key is not None, matched, counted, allow_unbounded_person_loss,
+                                        recorded_keyed),
         discrepancies=(problems + release_problems + anchor_problems + (mirror_problems or trouble) + loss_trouble
                        + (statement_problems or statement_trouble)),
         card_unbounded_periods=audit.card_unbounded_periods(valid),

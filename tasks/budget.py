@@ -8,13 +8,13 @@ from dataclasses import dataclass, replace
 
 from tasks import data_task
 from transit_release.faults import crash_point
-from transit_release.accounting.ledger import Ledger, refuse_second_charge, rollback_message
+from transit_release.accounting.ledger import Ledger, check_key_records, key_from_environment, refuse_second_charge
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
 from transit_release.anchors import check_records, home_anchors
 from transit_release.recovery import live_release_ids
 from transit_release.home import Home, check_release_id
 from transit_release.inputs import tables as io
-from transit_release.errors import LedgerIntegrityError, LedgerRollbackError
+from transit_release.errors import ConfigError, LedgerIntegrityError
 from transit_release.publish import MANIFEST, already_published
 
 
@@ -74,19 +74,22 @@ def same_spend(component: str, epsilon: float, fingerprint: str) -> Callable[[li
 @data_task(name="check-budget")
 def check_budget(home: Home, events: list, policy: BudgetPolicy) -> dict:
     """The dry run's verdict: would the ledger and the policy allow these spends now? Reads the ledger, writes
-    nothing."""
+    nothing. A ledger the charge would refuse is refused here too, by the same checks, read only: the home's
+    records, the ledger's keying, chain, MACs and schema, the key's records beside the key, every anchor."""
     from transit_release.errors import BudgetError
 
     try:
-        if home.ledger.exists():  # a ledger the charge would refuse is refused here too
+        if home.ledger.exists():
             ledger = Ledger(home.ledger, read_only=True)
+            _refuse_an_emptied_ledger(home, ledger.head().seq, "it would charge nothing")
             check_records(home, ledger, live_release_ids(home))
-            unmet = ledger.unmet(home_anchors(home))
-            if unmet:
-                raise LedgerRollbackError(rollback_message(home.ledger, unmet, ledger.head().seq, "it would charge "
-                                                           "nothing"))
-        policy.check(_recorded(home), events)
-    except (BudgetError, LedgerIntegrityError) as exc:
+            existing = ledger.check_before_charge(lambda: home_anchors(home))
+        else:  # what a charge would create: an empty ledger, which the key's records may say was emptied
+            _refuse_an_emptied_ledger(home, 0, "it would charge nothing")
+            check_key_records(key_from_environment(home.root), home.ledger, None)
+            existing = []
+        policy.check(existing, events)
+    except (BudgetError, LedgerIntegrityError, ConfigError) as exc:
         return {"allowed": False, "reason": str(exc)}
     except sqlite3.Error as exc:
         return {"allowed": False, "reason": f"{home.ledger}: not a readable privacy ledger ({exc})"}
@@ -94,8 +97,21 @@ def check_budget(home: Home, events: list, policy: BudgetPolicy) -> dict:
 
 
 def _recorded(home: Home) -> list:
-    """The ledger's entries, read without creating a ledger that does not exist yet."""
-    return Ledger(home.ledger).entries() if home.ledger.exists() else []
+    """The ledger's entries, read only: without creating a ledger that does not exist yet, and without giving a
+    file of an older schema version the objects it lacks (the charge does that, after its checks)."""
+    return Ledger(home.ledger, read_only=True).entries() if home.ledger.exists() else []
+
+
+def _refuse_an_emptied_ledger(home: Home, head: int, outcome: str = "nothing was charged") -> None:
+    """A new or emptied ledger must not restart the budget of a home that published."""
+    if head:
+        return
+    earlier = sorted(p.parent.name for root in (home.releases, home.test_releases) if root.is_dir()
+                     for p in root.glob(f"*/{MANIFEST}"))
+    if earlier:
+        raise LedgerIntegrityError(f"the ledger {home.ledger} is empty, but this home has published {len(earlier)} "
+                                   f"release(s) (first: {earlier[0]}): it is not this home's ledger, or the ledger was "
+                                   f"lost; restore it from a backup. {outcome[0].upper()}{outcome[1:]}")
 
 
 @data_task(name="precheck-budget")
@@ -115,13 +131,7 @@ def charge_budget(home: Home, events: list, policy: BudgetPolicy) -> list:
     the home holds (:mod:`transit_release.anchors`)."""
     crash_point("before-charge")
     ledger = Ledger(home.ledger)
-    if ledger.head().seq == 0:  # a new or emptied ledger must not restart the budget of a home that published
-        earlier = sorted(p.parent.name for root in (home.releases, home.test_releases) if root.is_dir()
-                         for p in root.glob(f"*/{MANIFEST}"))
-        if earlier:
-            raise LedgerIntegrityError(f"the ledger {home.ledger} is empty, but this home has published "
-                                       f"{len(earlier)} release(s) (first: {earlier[0]}): it is not this home's "
-                                       "ledger, or the ledger was lost; restore it from a backup. Nothing was charged")
+    _refuse_an_emptied_ledger(home, ledger.head().seq)
     # the home's records must agree with the ledger; every anchor they hold is checked again inside the charge's
     # transaction: a ledger older than any of them is refused
     check_records(home, ledger, live_release_ids(home) - {events[0].release_id} if events else set())

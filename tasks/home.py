@@ -13,6 +13,7 @@ from transit_release import recovery
 from transit_release.accounting.ledger import check_key_place
 from transit_release.errors import ConfigError
 from transit_release.home import UMASK, Home
+from transit_release.opendata import settings as open_data_settings
 from transit_release.noise import TEST_SEED_ENV
 
 
@@ -28,6 +29,8 @@ def prepare_home(home: str, ledger: str | None, quarantine_retention_days: float
     if releasing and os.environ.get(TEST_SEED_ENV) and where.releases.is_dir() and any(where.releases.iterdir()):
         raise ConfigError(f"{TEST_SEED_ENV} is set, but {where.root} holds public releases: the test-only seed makes "
                           "noise anyone can regenerate and would use up this home's budget and periods; unset it")
+    if releasing:  # a malformed open-data settings file is refused before anything is charged
+        open_data_settings.load(where.root)
     if quarantine_retention_days is not None:
         removed = recovery.purge_quarantine(where, quarantine_retention_days)
         if removed:

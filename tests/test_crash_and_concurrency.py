@@ -40,12 +40,15 @@ def test_four_releases_at_once_against_a_cap_that_fits_two(api_env, tiny_week, t
     from transit_release.accounting.policy import default_policy_path
 
     policy.write_text(default_policy_path().read_text().replace("      epsilon: 8.0\n      delta: 1.0e-6\n",
-                                                                "      epsilon: 16.0\n      delta: 1.0e-5\n", 1))
+                                                                "      epsilon: 16.0\n      delta: 1.0e-5\n", 1)
+                      .replace("allow_unbounded_person_loss: false", "allow_unbounded_person_loss: true"))
+    # trip level: the cap per partition is the one raced for
     # a fresh home: the four processes also race to create the MLflow store
     # stderr to files, not pipes: waiting on one process while another fills an unread pipe would hang them
     logs = [tmp_path / f"r{i}.err" for i in range(4)]
     handles = [log.open("w") for log in logs]
-    procs = [subprocess.Popen(release_cmd(tiny_week, home, f"r{i}", "--policy", str(policy)), env=api_env,
+    procs = [subprocess.Popen(release_cmd(tiny_week, home, f"r{i}", "--policy", str(policy), "--unit", "trip"),
+                              env=api_env,
                               stdout=subprocess.DEVNULL, stderr=h) for i, h in enumerate(handles)]
     for h in handles:
         h.close()
@@ -59,4 +62,7 @@ def test_four_releases_at_once_against_a_cap_that_fits_two(api_env, tiny_week, t
     ledger = Ledger(home / "ledger.sqlite")
     assert ledger.verify() == 2 * 168 + 2
     assert len(ledger.published()) == 2
-    assert sorted(p.name for p in (home / "releases").iterdir()) == sorted(ledger.published())
+    assert sorted(p.name for p in (home / "releases").iterdir() if p.name != "catalog.jsonld") == \
+        sorted(ledger.published())
+    catalog = (home / "releases" / "catalog.jsonld").read_text()  # both publications listed, whichever wrote last
+    assert all(f'"{rid}/"' in catalog for rid in ledger.published())

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import WEEK
+from tests.open_data_checks import check_open_data
 
 from transit_release.accounting.ledger import Ledger
 from transit_release.errors import ReleaseExistsError, SchemaViolationError
@@ -81,6 +82,22 @@ def test_manifest_hashes_and_privacy_statement(released):
     card = (d / "DATACARD.md").read_text()
     assert card.startswith("> **TEST SEED: NOT PRIVATE.**") and f"\n# {summary['release_id']}" in card
     assert not list(home.releases.glob(".tmp-*")) and not list(home.test_releases.glob(".tmp-*"))
+
+
+def test_open_data_beside_the_files(released):
+    """A valid Data Package listed in the manifest, the margins of error of each marginal, a landing page with
+    nothing internal; a test-seed release is never in the DCAT catalogue (public releases are:
+    test_neighbours_end_to_end)."""
+    home, summary = released
+    d = home.release_dir(summary["release_id"])
+    package = check_open_data(d, home.root)
+    m = json.loads((d / "manifest.json").read_text())
+    assert package["differentialPrivacy"]["unit_of_privacy"] == "trip"
+    assert package["differentialPrivacy"]["population"] == m["privacy"]["population"]
+    u = pd.read_csv(d / "uncertainty.csv", keep_default_na=False)
+    assert len(u) == 6 and set(u["noise_scale"].astype(str)) == {"2", "1"} and set(u["half_width_95"]) == {6, 3}
+    assert "## Margins of error" in (d / "DATACARD.md").read_text()
+    assert not (d.parent / "catalog.jsonld").exists() and not (home.releases / "catalog.jsonld").exists()
 
 
 def test_ledger_records_every_spend_and_the_publication(released):

@@ -7,6 +7,7 @@ import json
 import pandas as pd
 import pytest
 
+from tests.open_data_checks import check_open_data
 from transit_release.accounting.ledger import Ledger
 from transit_release.cli import main
 
@@ -55,6 +56,7 @@ def test_sequences_command_publishes_charges_once_and_passes_the_audit(prefect_h
     assert manifest["privacy"]["cumulative_at_publication"] == {"epsilon": 1.0, "delta": manifest["privacy"]["delta"],
                                                                 "releases": 1}
     assert (home / "release_reports" / rel.name / "report.html").exists()
+    check_open_data(rel, home)  # a valid Data Package, listed in the manifest; nothing internal on its page
     spends = Ledger(home / "ledger.sqlite").spends()
     assert len(spends) == 1 and spends[0].event().kind == "prefix_tree"
     assert_republished_without_a_spend_and_audited(args, home, capsys)
@@ -179,6 +181,7 @@ def test_ngram_command_publishes_grams_and_synthetic_sequences_charges_once_and_
     assert manifest["scope"] == "2026-01-01..2026-01-31" and manifest["universe"]["locations"] == 68
     assert {"ngrams.csv", "ngrams.parquet", "sequences.csv", "sequences.parquet", "sequences.txt"} <= \
         set(manifest["files"])
+    check_open_data(rel, home)
     card = (rel / "DATACARD.md").read_text()
     assert "`ngrams.csv`" in card and "cut to their first 12" in card and "not the number of passengers" in card
     assert (home / "release_reports" / NGRAM_ID / "report.html").exists()

@@ -8,6 +8,7 @@ from collections import Counter
 import pandas as pd
 import pytest
 
+from tests.open_data_checks import check_open_data
 from transit_release.accounting.ledger import Ledger
 from transit_release.cli import main
 from transit_release.mechanisms.diffpart import DEFAULT_PHANTOMS_PER_LEAF_SPLIT, DEFAULT_PHANTOMS_PER_SPLIT, \
@@ -62,7 +63,10 @@ def test_sets_command_publishes_charges_once_and_passes_the_audit(prefect_harnes
     assert p["c2"] == float(c_for_phantoms(6, DEFAULT_PHANTOMS_PER_SPLIT))
     assert 0 < p["delta"] < 1e-12
     assert p["cumulative_at_publication"] == {"epsilon": 1.0, "delta": p["delta"], "releases": 1}
-    assert set(manifest["files"]) == {"sets.txt", "sets.csv", "sets.parquet", "DATACARD.md"}
+    assert set(manifest["files"]) == {"sets.txt", "sets.csv", "sets.parquet", "DATACARD.md", "uncertainty.csv",
+                                      "datapackage.json", "index.html"}
+    check_open_data(rel, home)  # a valid Data Package, listed in the manifest; nothing internal on its page
+    assert not (rel.parent / "catalog.jsonld").exists()  # a test-seed release is never catalogued
 
     card = (rel / "DATACARD.md").read_text()
     for words in ("one set per line", "Rare sets are missing", "noisy counts",

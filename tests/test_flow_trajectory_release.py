@@ -7,6 +7,7 @@ import json
 import pandas as pd
 import pytest
 
+from tests.open_data_checks import check_open_data
 from transit_release.accounting.ledger import Ledger
 from transit_release.cli import main
 
@@ -73,6 +74,7 @@ def test_trajectories_command_publishes_charges_once_and_passes_the_audit(prefec
         "epsilon_per_step": None, "thresholds": [34] * 6 + [17]}
     assert (p["time_rule"], p["release_form"]) == ("monotone", "terminating")
     assert p["cumulative_at_publication"] == {"epsilon": 1.0, "delta": p["delta"], "releases": 1}
+    check_open_data(rel, home)  # a valid Data Package, listed in the manifest; nothing internal on its page
     card = (rel / "DATACARD.md").read_text()
     assert "hour of the week, 0 to 167 counted from Monday 00:00" in card
     assert "1-differential privacy for one **passenger's whole trajectory over the week**" in card

@@ -202,3 +202,26 @@ def test_neutralising_keeps_every_column_kind():
     assert out["n"].tolist() == [1, 2, 3, 4]
     assert out["s"].dtype == df["s"].dtype
     assert neutralise_cell("-1") == "-1"
+
+
+def test_files_a_describe_hook_writes_are_listed_and_a_failing_hook_leaves_nothing(tmp_path):
+    """``describe`` (the open-data files) sees the files written so far and adds its own to the manifest."""
+    seen = {}
+
+    def describe(staging, m):
+        seen.update(m["files"])
+        (staging / "about.json").write_text("{}")
+        return {"about.json": {"sha256": "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
+                               "bytes": 2}}
+
+    final = commit_release(stage_release(tmp_path, "r1", tables(), manifest(), "card", describe=describe),
+                           Ledger(tmp_path / "l.sqlite"))
+    assert set(seen) == {"time.csv", "time.parquet", "DATACARD.md"}
+    assert "about.json" in json.loads((final / "manifest.json").read_text())["files"] and verify_release(final) == []
+
+    def broken(staging, m):
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        stage_release(tmp_path, "r2", tables(), manifest("r2"), "card", describe=broken)
+    assert not list(tmp_path.glob(".tmp-*")) and not (tmp_path / "r2").exists()

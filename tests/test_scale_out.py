@@ -191,17 +191,18 @@ def assert_published_equals_library(home: Home, rid: str, enc, cfg, seed: int) -
 
 @pytest.mark.flow
 def test_two_local_workers_give_the_single_process_release_and_charge_once(prefect_harness, small_week, tmp_path,
-                                                                           test_seed):
+                                                                           test_seed, trip_policy):
     """The flow on a local Dask cluster of 2 workers publishes exactly what the plain library computes in one
     process with the same (test) seed: the partition dataset and the workers change nothing but where the
-    work happens. Each of the 168 spends is on the ledger once."""
+    work happens. Each of the 168 spends is on the ledger once. Trip level (the paper's), where the plain
+    library's computation is a few lines; the card level runs through the same partition steps."""
     from flows.opal_release import opal_release
     from schemas import Stops, validate
     from transit_release.inputs.tables import read_stops, read_trips
 
     home = Home.at(tmp_path)
     summary = opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(tmp_path), **WEEK,
-                           workers=2)
+                           workers=2, unit="trip", policy=trip_policy)
     rid = summary["release_id"]
     assert summary["status"] == "published"
 
@@ -222,7 +223,7 @@ def test_two_local_workers_give_the_single_process_release_and_charge_once(prefe
 
 @pytest.mark.flow
 def test_no_cluster_gives_the_same_release_in_the_flows_process(prefect_harness, small_week, tmp_path, test_seed,
-                                                                monkeypatch):
+                                                                monkeypatch, trip_policy):
     """``workers=0``: no Dask cluster (and no forkserver); the partition steps run in the flow's process and
     publish exactly what the plain library (and so the cluster, above) computes with the same (test) seed."""
     import distributed
@@ -240,7 +241,7 @@ def test_no_cluster_gives_the_same_release_in_the_flows_process(prefect_harness,
 
     home = Home.at(tmp_path)
     summary = opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(tmp_path), **WEEK,
-                           workers=0)
+                           workers=0, unit="trip", policy=trip_policy)
     rid = summary["release_id"]
     cfg = load_release_config()
     stops = validate(Stops, read_stops(small_week["stops"]), "stops")

@@ -116,8 +116,9 @@ def _sha256(path: Path) -> str | None:
 
 
 def check_records(home: Home, ledger: Ledger, live_release_ids: set[str]) -> None:
-    """The other direction, before a charge: every release the ledger publishes is on disk with the manifest it
-    recorded and (with an MLflow store) anchored there; nothing under ``releases/`` is foreign (anything but a
+    """The other direction, before a charge: every release the ledger publishes was charged (has spends), is on
+    disk with the manifest it recorded and (with an MLflow store) anchored there; nothing under ``releases/`` is
+    foreign (anything but a
     release directory, :data:`RELEASES_TOOL_FILES` and, for a keyed ledger, staging directories of live runs, of
     releases charged and not yet published, or of publication intents carrying the key's MAC). Raises
     :class:`LedgerIntegrityError` naming the first problem: a home whose records disagree with its ledger is not
@@ -134,8 +135,12 @@ def check_records(home: Home, ledger: Ledger, live_release_ids: set[str]) -> Non
                     (ANCHOR_EXPERIMENT,))}
         except sqlite3.Error as exc:
             problems.append(f"the MLflow store cannot be read ({exc})")
+    charged_ids = ledger.charged_release_ids()
     for rid, entry in sorted(published.items()):
         d = home.release_dir(rid)
+        if rid not in charged_ids:
+            problems.append(f"release '{rid}' is published on the ledger without a single spend: its files were never "
+                            "charged")
         try:
             recorded = entry.data().get("manifest_sha256")
         except (ValueError, AttributeError):
@@ -148,7 +153,7 @@ def check_records(home: Home, ledger: Ledger, live_release_ids: set[str]) -> Non
     keyed = ledger.key is not None and ledger.keyed()
     vouched = set()
     # a release charged and not yet published may be staging now (its run holds no lock in every kind)
-    in_flight = (ledger.charged_release_ids() - set(published)) | live_release_ids if keyed else set()
+    in_flight = (charged_ids - set(published)) | live_release_ids if keyed else set()
     if keyed:
         for i in ledger.intents():
             try:

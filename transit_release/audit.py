@@ -92,18 +92,34 @@ def check_ledger(verify) -> list[Discrepancy]:
     return []
 
 
-def check_protections(missing_triggers, schema_version: int) -> list[Discrepancy]:
-    """The append-only triggers (:data:`TRIGGERS`) are all in place (``missing_triggers()`` lists those absent)."""
+def check_protections(schema) -> list[Discrepancy]:
+    """The ledger's schema is exactly the one this tool creates (``schema()``:
+    :class:`~transit_release.accounting.ledger.SchemaCheck`): every append-only trigger (:data:`TRIGGERS`) in
+    place and unaltered, nothing foreign (a trigger, view, table or index this tool never creates)."""
     try:
-        missing = missing_triggers()
+        checked = schema()
     except Exception as exc:  # noqa: BLE001 - a ledger that cannot be read is reported by its verification
         return [Discrepancy("ledger", "triggers", f"cannot be listed ({type(exc).__name__})")]
-    if not missing:
-        return []
-    how = ("dropped: entries could have been edited or deleted unseen" if schema_version >= 2 else
-           "absent from a ledger of an older schema (a release adds them)")
-    return [Discrepancy("ledger", "triggers", f"{len(missing)} of the {len(TRIGGERS)} append-only triggers are "
-                        f"missing ({', '.join(missing)}): {how}")]
+    problems = []
+    dropped = [t for t in TRIGGERS if f"trigger {t}" in checked.missing]
+    older = [t for t in TRIGGERS if f"trigger {t}" in checked.older]
+    for names, how in ((dropped, "dropped: entries could have been edited or deleted unseen"),
+                       (older, "absent from a ledger of an older schema (a release adds them)")):
+        if names:
+            problems.append(Discrepancy("ledger", "triggers", f"{len(names)} of the {len(TRIGGERS)} append-only "
+                                        f"triggers are missing ({', '.join(names)}): {how}"))
+    other = [m for m in checked.missing if not m.startswith("trigger ")]
+    if other:
+        problems.append(Discrepancy("ledger", "schema", f"{', '.join(other)} missing: dropped"))
+    if checked.foreign:
+        problems.append(Discrepancy("ledger", "schema", f"{', '.join(checked.foreign)}: never created by this tool "
+                                    "(a foreign trigger, view or table can drop or alter what a charge writes); "
+                                    "restore the ledger from a backup"))
+    if checked.altered:
+        problems.append(Discrepancy("ledger", "schema", f"{', '.join(checked.altered)}: differ(s) from what this tool "
+                                    "creates (a rewritten append-only trigger may refuse nothing); restore the ledger "
+                                    "from a backup"))
+    return problems
 
 
 def check_intents(intents, check_intent) -> list[Discrepancy]:
@@ -236,7 +252,7 @@ def check_releases(home: Home, published: dict[str, LedgerEntry],
             if p.name.startswith(".tmp-") and p.is_dir():
                 continue  # staging directories, listed above
             if root == home.releases and p.name in RELEASES_TOOL_FILES and p.is_file() and not p.is_symlink():
-                continue
+                continue  # what the tool itself writes there (the DCAT catalogue of the releases)
             if p.is_symlink() or not p.is_dir() or p.name.startswith("."):
                 problems.append(Discrepancy("release", str(p.relative_to(home.root)), "not a release: nothing but "
                                             "release directories belongs there; remove it"))
@@ -393,11 +409,13 @@ def _ranges(seqs: list[int]) -> str:
 
 def threat_model(keyed: bool, key_configured: bool, anchors: dict[str, int],
                  mirrored_only: dict[str, int] | None = None,
-                 allow_unbounded_person_loss: bool = False) -> list[str]:
-    """What this audit can and cannot vouch for, given how the home is set up (docs/threat-model.md)."""
-    out = ["The audit detects edits and deletions behind the ledger's triggers (hash chain), dropped triggers, "
-           "spends that give budget back (database trigger and event checks), changed or added files in published "
-           "releases, spends missing from the MLflow mirror, and a ledger older than any anchor the home holds."]
+                 allow_unbounded_person_loss: bool = False, recorded_keyed: bool = False) -> list[str]:
+    """What this audit can and cannot vouch for, given how the home is set up (docs/threat-model.md).
+    ``recorded_keyed``: the key's records beside the key name this ledger as one it has MACed."""
+    out = ["The audit detects edits and deletions behind the ledger's triggers (hash chain), dropped, rewritten or "
+           "foreign triggers (the ledger's exact schema), spends that give budget back (database trigger and event "
+           "checks), changed or added files in published releases, spends missing from the MLflow mirror, and a "
+           "ledger older than any anchor the home holds."]
     if keyed and key_configured:
         out.append("The ledger is keyed (HMAC with a key outside the home) and its high-water mark is kept beside the "
                    "key: someone who can write the home but not the key's directory cannot forge, alter, re-chain or "
@@ -407,6 +425,13 @@ def threat_model(keyed: bool, key_configured: bool, anchors: dict[str, int],
     elif keyed:
         out.append("The ledger is keyed but no key was given to this audit (TRANSIT_RELEASE_LEDGER_KEY_FILE): the "
                    "MACs were not checked.")
+    elif key_configured and recorded_keyed:
+        out.append("The key's records beside the key name this ledger as one it has MACed, but it holds no MAC: it "
+                   "was emptied, replaced or deleted (see the discrepancies); the audit cannot vouch for it.")
+    elif key_configured:
+        out.append("A ledger key is configured (kept outside the home) but the ledger holds no MAC: a new ledger's "
+                   "first charge MACs it and starts its high-water mark beside the key; a ledger with history is keyed "
+                   "only by `transit-release repair --adopt-ledger-key` once its audit passes.")
     else:
         out.append("The ledger is not keyed: someone with write access to the home alone could rebuild the whole "
                    "ledger with a consistent hash chain and matching MLflow anchors (both live in the home). What would "

@@ -252,7 +252,8 @@ def _parser() -> argparse.ArgumentParser:
     _add_home(rp)
     rp.add_argument("--adopt-ledger-key", action="store_true",
                     help="MAC the existing ledger entries with the key of TRANSIT_RELEASE_LEDGER_KEY_FILE "
-                         "(introducing a key on a ledger with history; check the audit first)")
+                         "(introducing a key on a ledger with history), or record the high-water mark of a keyed "
+                         "ledger whose home was moved; check the audit first")
 
     bk = sub.add_parser("backup", help="copy the ledger (SQLite's online backup) with the anchors it holds into DIR")
     _add_home(bk)
@@ -285,8 +286,12 @@ def _print_summary(summary: dict) -> None:
           f"({summary['neighbouring']})")
     person = summary.get("person")
     if person:
-        pld = f"; PLD ε={person['pld']['epsilon']:.4g}" if person["pld"] else ""
-        figures = f"ε={person['basic']['epsilon']:.4g}, δ={person['basic']['delta']:.3g}{pld}"
+        from transit_release.releases.loss_statement import rounded_up
+
+        pld = (f"; PLD ε={rounded_up(person['pld']['epsilon'], 4)} at δ={rounded_up(person['pld']['delta'], 3)}"
+               if person["pld"] else "")
+        figures = (f"ε={rounded_up(person['basic']['epsilon'], 4)}, δ={rounded_up(person['basic']['delta'], 3)}"
+                   f"{pld}")
         print(f"  a passenger of population '{person['population']}' at publication: "
               + (figures if person["bounded"] else
                  "UNBOUNDED (trip-level release(s) " + ", ".join(u["release_id"] for u in person["unbounded_by"])
@@ -718,8 +723,7 @@ def _repair(args, home: Home) -> int:
     home.prepare()
     ledger = Ledger(home.ledger)
     if args.adopt_ledger_key:
-        recovery.check_never_keyed(home, read_anchors.fn(home))
-        print(f"ledger key adopted: {ledger.adopt_key()} entr(y/ies) MACed")
+        print(recovery.adopt_ledger_key(home, ledger, read_anchors.fn(home)))
     result = recovery.repair(home, ledger)
     tagged = tag_published_runs.fn(home, sorted(ledger.published())) if home.mlflow_db.exists() else []
     for rid in result.completed:

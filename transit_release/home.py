@@ -35,13 +35,13 @@ from transit_release.errors import ConfigError
 #: index.html, audit-<stamp>/ and experiments-<name>/ next to the releases' report folders).
 RESERVED_IDS = frozenset({"index.html", "releases", "release_reports", "private", "mlartifacts", "mlflow.db",
                           "ledger.sqlite", "summary.json", "audit_summary.json", "data_docs", "work",
-                          "quarantine", "test-releases", "privacy-audit"})
+                          "quarantine", "test-releases", "privacy-audit", "catalog.jsonld"})
 RESERVED_PREFIXES = ("audit-", "experiments-", ".")
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 #: Top-level files the tool itself may write under ``releases/`` beside the release directories (the audit names
-#: anything else there).
-RELEASES_TOOL_FILES: frozenset[str] = frozenset()
+#: anything else there): the DCAT catalogue of the releases (:data:`transit_release.opendata.catalog.CATALOG`).
+RELEASES_TOOL_FILES: frozenset[str] = frozenset({"catalog.jsonld"})
 
 #: Process umask of every command: nothing the tool writes is world-readable unless made so on purpose.
 UMASK = 0o027

@@ -25,6 +25,7 @@ import re
 import secrets
 import shutil
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,12 +127,16 @@ class StagedRelease:
 
 def stage_release(root: Path, release_id: str, tables: dict[str, pd.DataFrame], manifest: dict,
                   datacard: str, texts: dict[str, str] | None = None,
-                  staging_root: Path | None = None) -> StagedRelease:
+                  staging_root: Path | None = None,
+                  describe: Callable[[Path, dict], dict[str, dict]] | None = None) -> StagedRelease:
     """Write every file of the release into ``<staging_root>/.tmp-<id>-<random>/`` (default ``root``; CSV cells
     neutralised), to be renamed into ``<root>/<id>``: ``staging_root`` must be on the same filesystem.
 
-    Tables are written as CSV and Parquet; ``texts`` as they are. Public files are world-readable whatever the
-    process umask; the staging directory itself is not, until :func:`commit_release` publishes it.
+    Tables are written as CSV and Parquet; ``texts`` as they are. ``describe(staging_dir, manifest)``, if given,
+    writes the files that describe the others (the open-data files: :func:`transit_release.opendata.describe_release`)
+    from the manifest with its file list so far, and returns their entries: the manifest lists them too. Public
+    files are world-readable whatever the process umask; the staging directory itself is not, until
+    :func:`commit_release` publishes it.
     """
     check_release_id(release_id)
     root.mkdir(parents=True, exist_ok=True)
@@ -157,6 +162,8 @@ def stage_release(root: Path, release_id: str, tables: dict[str, pd.DataFrame], 
             files[name] = {"sha256": sha256_file(tmp / name), "rows": rows, "bytes": (tmp / name).stat().st_size}
         (tmp / DATACARD).write_text(datacard, encoding="utf-8")
         files[DATACARD] = {"sha256": sha256_file(tmp / DATACARD), "bytes": (tmp / DATACARD).stat().st_size}
+        if describe is not None:
+            files.update(describe(tmp, {**manifest, "files": dict(sorted(files.items()))}))
         manifest = {**manifest, "files": dict(sorted(files.items()))}
         text = json.dumps(manifest, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
         (tmp / MANIFEST).write_text(text, encoding="utf-8")

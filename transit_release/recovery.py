@@ -28,16 +28,16 @@ import os
 import re
 import secrets
 import shutil
-import sqlite3
 import time
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from transit_release.accounting.ledger import Anchor, Ledger, PublicationIntent, rollback_message
+from transit_release.accounting.ledger import Anchor, Ledger, PublicationIntent, rollback_message, snapshot_ledger
 from transit_release.errors import ConfigError, LedgerIntegrityError, LedgerRollbackError
 from transit_release.home import Home, check_release_id
+from transit_release.opendata.catalog import write_catalog
 from transit_release.publish import MANIFEST, open_to_the_public, sha256_file, verify_release
 
 LOCK = ".lock"
@@ -235,11 +235,29 @@ def clean_leftovers(home: Home, ledger: Ledger | None) -> list[str]:
 def repair(home: Home, ledger: Ledger) -> RepairResult:
     """Complete or roll back every interrupted publication, then remove the leftovers of dead runs."""
     result = RepairResult()
+    catalogued = False
     for intent in pending_intents(ledger):
-        (result.completed if complete_or_roll_back(ledger, intent, home) else result.rolled_back).append(
-            intent.release_id)
+        done = complete_or_roll_back(ledger, intent, home)
+        (result.completed if done else result.rolled_back).append(intent.release_id)
+        catalogued |= done and Path(intent.final_dir).parent.resolve() == home.releases.resolve()
+    if catalogued:  # a completed public publication joins the DCAT catalogue, as after any other
+        write_catalog(home.root, home.releases, home.private)
     result.removed = clean_leftovers(home, ledger)
     return result
+
+
+def adopt_ledger_key(home: Home, ledger: Ledger, mlflow_anchors: list[dict]) -> str:
+    """``repair --adopt-ledger-key``: key a ledger that never had a key (:meth:`Ledger.adopt_key`, after
+    :func:`check_never_keyed`), or re-adopt the key for a keyed ledger that has no high-water mark at its path (its
+    home moved or remounted: :meth:`Ledger.adopt_mark`, after the checks a charge makes). Returns what was done."""
+    from transit_release.anchors import check_records, home_anchors
+
+    if ledger.keyed():
+        check_records(home, ledger, live_release_ids(home))
+        head = ledger.adopt_mark(lambda: home_anchors(home))
+        return f"ledger key re-adopted at {ledger.path}: its high-water mark is entry {head.seq}"
+    check_never_keyed(home, mlflow_anchors)
+    return f"ledger key adopted: {ledger.adopt_key()} entr(y/ies) MACed"
 
 
 def check_never_keyed(home: Home, mlflow_anchors: list[dict]) -> None:
@@ -297,10 +315,10 @@ def backup_ledger(home: Home, ledger: Ledger, to: Path, anchors: list[Anchor]) -
     if to.exists() and (not to.is_dir() or any(to.iterdir())):
         raise ConfigError(f"--to {to} is not an empty directory: a backup never overwrites another")
     entries = ledger.verify()
-    missing = ledger.missing_triggers()
-    if missing:
-        raise LedgerIntegrityError(f"{ledger.path}: the append-only trigger(s) {', '.join(missing)} are missing; "
-                                   "not backed up: check it with `transit-release audit`")
+    schema = ledger.schema()
+    if not (schema.ok and not schema.older):
+        problem = schema.problem() if not schema.ok else f"its schema lacks {', '.join(schema.older)} (older version)"
+        raise LedgerIntegrityError(f"{ledger.path}: {problem}; not backed up: check it with `transit-release audit`")
     unmet = ledger.unmet(anchors)
     if unmet:
         raise LedgerRollbackError(rollback_message(ledger.path, unmet, ledger.head().seq, "it was not backed up"))
@@ -308,10 +326,8 @@ def backup_ledger(home: Home, ledger: Ledger, to: Path, anchors: list[Anchor]) -
     dest = to / BACKUP_LEDGER
     tmp = to / f".{BACKUP_LEDGER}.tmp"
     try:
-        src = sqlite3.connect(f"{ledger.path.resolve().as_uri()}?mode=ro", uri=True, timeout=ledger.timeout_s)
-        with closing(src), closing(sqlite3.connect(tmp)) as dst:
-            src.backup(dst)
-        os.chmod(tmp, 0o600)
+        tmp.unlink(missing_ok=True)
+        snapshot_ledger(ledger.path, tmp, ledger.timeout_s)
         copy = Ledger(tmp, key=ledger.key or b"", read_only=True)
         copy.verify()
         head = copy.head()

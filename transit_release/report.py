@@ -205,7 +205,7 @@ def write_report(out_dir: Path, manifest: dict, utility: pd.DataFrame,
 <h2>What was released</h2>
 <p>Period {manifest['period']['start']} to {manifest['period']['end']}; modes {', '.join(manifest['modes'])};
 {utility['partition'].nunique()} partitions (mode × day) from {int(utility.groupby('partition')['trips'].first().sum()):,} trips.
-Files: {', '.join(f"<code>{html.escape(k)}</code> ({v['rows']:,} rows)" for k, v in manifest['files'].items() if k.endswith('.csv'))}.</p>
+Files: {', '.join(f"<code>{html.escape(k)}</code> ({v['rows']:,} rows)" for k, v in manifest['files'].items() if k.endswith('.csv') and 'rows' in v)}.</p>
 <p>Privacy: ({p['epsilon']:g}, {p['delta']:.3g})-DP per {html.escape(p['unit_of_privacy'])}
 ({html.escape(p['neighbouring_relation'])}); {html.escape(p['composition'])}.</p>
 <ul>{links_html}</ul>

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from transit_release.accounting.events import DEFAULT_POPULATION
 from transit_release.inputs.screening import Period
 from transit_release.inputs.universe import read_locations_file, read_taxonomy_file
 from transit_release.releases import opal
@@ -118,7 +119,7 @@ def library_sequence_manifest(path: Path, epsilon: float, height: int, variant: 
                 else read_locations_file(public_locations_file(Path(path).parent.parent)))
     budget, _ = sequence_budget.fn("prefix-tree", universe, epsilon, height, variant, fanout, None, None)
     read_sequences.fn(str(path), universe, 0.01)
-    event = plan_sequence_spend.fn("sequences-audit", PERIOD, budget, "fingerprint", code_version())
+    event = plan_sequence_spend.fn("sequences-audit", PERIOD, budget, "fingerprint", code_version(), DEFAULT_POPULATION)
     return sequence_release.build_manifest("sequences-audit", PERIOD, universe, budget, event, "os-entropy",
                                            code_version(), CREATED)
 

@@ -9,7 +9,8 @@ artifacts) for the passenger's card id, and counts the mentions of the stop only
 public stop table, so the public domain may name it, but equally often for D and D′). The two outside reviews
 found a plain hash of the input chained into the published ledger head, and the input's stations rendered
 into the release Data Docs: the first shows in the manifest's ``ledger_head`` only through the home's
-secret key, the second would show as the stop's name.
+secret key, the second would show as the stop's name. The open-data files (Data Package, margins of error,
+landing page, DCAT catalogue) must be the same outside the files' sizes, rows and hashes and the times.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import WEEK_FLAGS
+from tests.open_data_checks import catalog_view, check_open_data, datapackage_view, page_view
 from tests.privacy.test_manifest_audit import differences, public_view
 from transit_release.cli import main
 
@@ -57,6 +59,17 @@ def release(home: Path, trips: Path, stops: Path) -> dict:
     return json.loads(manifest.read_text())
 
 
+def open_data_views(home: Path) -> dict:
+    (release,) = [d for d in (home / "releases").iterdir() if d.is_dir()]
+    check_open_data(release, home)
+    catalog = json.loads((home / "releases" / "catalog.jsonld").read_text())
+    assert [n["dct:identifier"] for n in catalog["@graph"] if n.get("@type") == "dcat:Dataset"] == [release.name]
+    return {"datapackage": datapackage_view(json.loads((release / "datapackage.json").read_text())),
+            "uncertainty": (release / "uncertainty.csv").read_bytes(),
+            "page": page_view((release / "index.html").read_text()),
+            "catalog": catalog_view(json.loads((home / "releases" / "catalog.jsonld").read_text()))}
+
+
 def mlflow_view(home: Path) -> tuple[dict, dict]:
     from mlflow.tracking import MlflowClient
 
@@ -73,6 +86,11 @@ def test_one_unusual_passenger_changes_nothing_public_but_the_noise(prefect_harn
     m2 = release(tmp_path / "home-d2", paths["d2"], paths["stops"])
     assert differences(public_view(m1), public_view(m2)) == []
     assert m1["ledger_head"]["seq"] == m2["ledger_head"]["seq"]
+    # the open-data files (Data Package, margins of error, landing page, catalogue) differ only in the files' sizes,
+    # rows and hashes (the noise) and the times
+    views = [open_data_views(tmp_path / home) for home in ("home-d", "home-d2")]
+    for part in views[0]:
+        assert views[0][part] == views[1][part], f"{part} depends on the data"
     p1, t1 = mlflow_view(tmp_path / "home-d")
     p2, t2 = mlflow_view(tmp_path / "home-d2")
     assert p1 == p2

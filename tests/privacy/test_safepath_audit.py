@@ -103,7 +103,11 @@ def tree_draw(data: TrajectoryInput, setup, generator):
     def draw(n: int) -> list:
         out = []
         for _ in range(n):
-            tree, release = trajectory_release.sanitize(data.trajectories, setup, OneStream(generator), "audit")
+            # the production path of a SafePath (paper budget) release, keeping the whole noisy tree
+            tree, release = sp.sanitize_trajectories(
+                data.trajectories, setup.budget, setup.locations, setup.hours,
+                OneStream(generator).stream(trajectory_release.KIND, "audit"), rule=setup.rule,
+                monotone=trajectory_release.TIME_RULE == "monotone", release=trajectory_release.RELEASE_FORM)
             out.append((tree_nodes(tree, ids),
                         {tuple(f"{ids[x]}@{t}" for x, t in traj): c for traj, c in release}))
         return out

@@ -22,8 +22,10 @@ Properties:
   caller's budget check, made on a snapshot and confirmed in the same
   ``BEGIN IMMEDIATE`` transaction — the head unchanged, or the check made
   again — so two processes can never both pass a cap that only one fits
-  under) before any noise is drawn; a crash afterwards leaves "charged, not
-  published" entries that still count;
+  under) before any noise is drawn, and returns only entries it read back
+  inside that transaction (a foreign trigger that silently drops a row cannot
+  make it return spends that were never written); a crash afterwards leaves
+  "charged, not published" entries that still count;
 * recoverable publication: an *intent* (release id, manifest hash, staging
   directory) is committed before the release directory is renamed into place,
   and the ``published`` entry after; :mod:`transit_release.recovery` completes
@@ -33,8 +35,12 @@ Properties:
   holds every anchor the caller names (``anchors``: the heads in published manifests and in MLflow, the
   spends MLflow mirrors, the directories under ``releases/``) and, with a key, the keyed high-water mark
   kept beside the key (:class:`HighWaterMark`), so a restored older ledger cannot spend again what it forgot;
-* its protections are checked, not silently restored: a ledger of this schema version whose append-only
-  triggers were dropped is refused for writing (:meth:`Ledger.missing_triggers`).
+  a ledger that holds MACs but has no mark at its path, or that the key's records name and that is now empty or
+  gone, is refused too (:func:`check_key_records`);
+* its protections are checked, not silently restored: a ledger whose schema is not exactly the one this tool
+  creates (names and SQL: append-only triggers dropped or rewritten, a foreign trigger, view or table added) is
+  refused for writing (:func:`check_schema`); a ledger of an older schema version gets only the objects that
+  version lacked.
 """
 
 from __future__ import annotations
@@ -128,9 +134,79 @@ BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only: DELETE refused'); 
 """
 
 
-def _missing_triggers(con: sqlite3.Connection) -> list[str]:
-    present = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
-    return [t for t in TRIGGERS if t not in present]
+#: Objects created with another table than their own (``tbl_name``): a ledger of an older schema that holds that
+#: table must hold them too (they were always created together).
+_CREATED_WITH = {"entries_spend_is_a_cost": "entry_macs", "sqlite_sequence": "entries"}
+
+
+@functools.cache
+def _expected_schema() -> dict[str, tuple[str, str, str | None]]:
+    """Name → (type, table, SQL) of every object :data:`_SCHEMA` creates, as SQLite records them."""
+    with closing(sqlite3.connect(":memory:")) as con:
+        con.executescript(_SCHEMA)
+        return {name: (kind, table, sql)
+                for kind, name, table, sql in con.execute("SELECT type, name, tbl_name, sql FROM sqlite_master")}
+
+
+@dataclass(frozen=True)
+class SchemaCheck:
+    """The ledger's schema against exactly the one this tool creates (names and SQL).
+
+    ``missing``: objects the file should hold and lacks (in a ledger of this schema version, any; in an older one,
+    those created together with a table it holds: dropped, not merely older); ``older``: objects an older schema
+    version lacks, which the next write adds; ``foreign``: objects this tool never creates (a trigger, view, table
+    or index: a foreign trigger can drop or alter what a charge writes); ``altered``: objects whose SQL differs
+    (e.g. an append-only trigger rewritten to refuse nothing). Each entry reads ``<type> <name>``.
+    """
+
+    missing: tuple[str, ...] = ()
+    older: tuple[str, ...] = ()
+    foreign: tuple[str, ...] = ()
+    altered: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.foreign or self.altered)
+
+    def missing_triggers(self) -> list[str]:
+        return [t for t in TRIGGERS if f"trigger {t}" in self.missing]
+
+    def problem(self) -> str:
+        """The first problem, as one clause."""
+        triggers = self.missing_triggers()
+        if triggers:
+            return (f"the append-only trigger(s) {', '.join(triggers)} were dropped, so entries could have been edited "
+                    "or deleted unseen")
+        if self.missing:
+            return f"its schema lacks {', '.join(self.missing)} (dropped)"
+        if self.foreign:
+            return (f"it holds {', '.join(self.foreign)}, which this tool never creates (a foreign trigger, view or "
+                    "table can drop or alter what is written)")
+        return (f"its {', '.join(self.altered)} differ(s) from what this tool creates (a rewritten trigger may refuse "
+                "nothing)")
+
+
+_HARMLESS = ("sqlite_stat1", "sqlite_stat2", "sqlite_stat3", "sqlite_stat4")  # ANALYZE's statistics: plans only
+
+
+def check_schema(con: sqlite3.Connection) -> SchemaCheck:
+    """Compare ``sqlite_master`` with :func:`_expected_schema` (see :class:`SchemaCheck`)."""
+    expected = _expected_schema()
+    actual = {name: (kind, table, sql) for kind, name, table, sql
+              in con.execute("SELECT type, name, tbl_name, sql FROM sqlite_master") if name not in _HARMLESS}
+    version = con.execute("PRAGMA user_version").fetchone()[0]
+    tables = {n for n, (kind, _, _) in actual.items() if kind == "table"}
+    missing, older = [], []
+    for name, (kind, table, _) in expected.items():
+        if name in actual:
+            continue
+        if version >= SCHEMA_VERSION or _CREATED_WITH.get(name, table) in tables:
+            missing.append(f"{kind} {name}")
+        else:
+            older.append(f"{kind} {name}")
+    foreign = [f"{kind} {name}" for name, (kind, _, _) in sorted(actual.items()) if name not in expected]
+    altered = [f"{actual[n][0]} {n}" for n in expected if n in actual and actual[n] != expected[n]]
+    return SchemaCheck(tuple(missing), tuple(older), tuple(foreign), tuple(altered))
 
 
 def entry_hash(prev_hash: str, seq: int, recorded_at: str, entry_type: str, release_id: str, payload: str) -> str:
@@ -231,8 +307,10 @@ class HighWaterMark:
     Written, MACed, before a charge or a publication commits (``committed`` false, with the head it grew from),
     and again once it has committed. A ledger must hold the mark's entry; the one state accepted without it is a
     mark not yet confirmed whose ledger still ends exactly at the head it grew from (a process stopped between
-    writing the mark and committing). Someone who can write the home but not the key's directory can neither
-    lower the mark nor forge one.
+    writing the mark and committing, or a charge whose confirmation failed: that run stops before any noise).
+    Someone who can write the home but not the key's directory can neither lower the mark nor forge one.
+    ``first``: the hash of the ledger's entry 1, which names its history wherever the file lies (re-adopting the
+    key after a move requires the marks of that history kept under another path; None in marks written before).
     """
 
     seq: int
@@ -240,11 +318,19 @@ class HighWaterMark:
     committed: bool
     prev_seq: int
     prev_hash: str
+    first: str | None = None
 
     def mac(self, key: bytes, ledger: str) -> str:
-        body = json.dumps(["high-water", ledger, self.seq, self.hash, self.committed, self.prev_seq, self.prev_hash],
-                          separators=(",", ":"), ensure_ascii=False)
+        fields = ["high-water", ledger, self.seq, self.hash, self.committed, self.prev_seq, self.prev_hash]
+        body = json.dumps(fields + ([self.first] if self.first is not None else []), separators=(",", ":"),
+                          ensure_ascii=False)
         return hmac.new(key, body.encode("utf-8"), hashlib.sha256).hexdigest()
+
+    def held_by(self, lookup: Callable[[int], str | None], last: tuple[int, str]) -> bool:
+        """Does a ledger hold this mark? ``lookup(seq)``: entry ``seq``'s hash or None; ``last``: its head."""
+        if (lookup(self.seq) if self.seq else GENESIS_HASH) == self.hash:
+            return True
+        return not self.committed and tuple(last) == (self.prev_seq, self.prev_hash)
 
 
 def _read_marks(path: Path) -> dict:
@@ -259,19 +345,13 @@ def _read_marks(path: Path) -> dict:
     return data
 
 
-def read_high_water(key: bytes, ledger: str) -> HighWaterMark | None:
-    """The high-water mark of ``ledger`` (its resolved path), checked against the key; None if it has none."""
-    path = high_water_file()
-    if path is None:
-        return None
-    rec = _read_marks(path).get(ledger)
-    if rec is None:
-        return None
+def _mark_of(path: Path, key: bytes, ledger: str, rec) -> HighWaterMark:
     try:
+        first = rec.get("first")
         mark = HighWaterMark(int(rec["seq"]), str(rec["hash"]), bool(rec["committed"]), int(rec["prev_seq"]),
-                             str(rec["prev_hash"]))
+                             str(rec["prev_hash"]), None if first is None else str(first))
         ok = hmac.compare_digest(str(rec["mac"]), mark.mac(key, ledger))
-    except (KeyError, TypeError, ValueError):
+    except (AttributeError, KeyError, TypeError, ValueError):
         ok = False
     if not ok:
         raise LedgerIntegrityError(f"{path}: the high-water mark of {ledger} does not carry the key's MAC (it was "
@@ -279,8 +359,100 @@ def read_high_water(key: bytes, ledger: str) -> HighWaterMark | None:
     return mark
 
 
-def write_high_water(key: bytes, ledger: str, mark: HighWaterMark) -> None:
-    """Record ``mark`` for ``ledger`` (atomically, under a lock shared by every ledger of the key)."""
+def read_high_water(key: bytes, ledger: str) -> HighWaterMark | None:
+    """The high-water mark of ``ledger`` (its resolved path), checked against the key; None if it has none."""
+    path = high_water_file()
+    if path is None:
+        return None
+    rec = _read_marks(path).get(ledger)
+    return None if rec is None else _mark_of(path, key, ledger, rec)
+
+
+def read_all_high_water(key: bytes) -> dict[str, HighWaterMark]:
+    """Every ledger's high-water mark beside the key, each checked against the key."""
+    path = high_water_file()
+    if path is None:
+        return {}
+    return {name: _mark_of(path, key, name, rec) for name, rec in sorted(_read_marks(path).items())}
+
+
+def records_name(ledger: Path) -> str:
+    """A ledger's name in the key's records: its directory resolved, the file itself as named."""
+    ledger = Path(ledger)
+    return str(ledger.parent.resolve() / ledger.name)
+
+
+def keyed_by_records(ledger: Path) -> bool:
+    """Do the key's records (``.ledgers``, ``.heads``) name ``ledger`` as a ledger this key has MACed?"""
+    name = records_name(ledger)
+    record, heads = keyed_ledgers_record(), high_water_file()
+    try:
+        listed = record is not None and record.exists() and name in record.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        listed = False
+    try:
+        marked = heads is not None and name in _read_marks(heads)
+    except LedgerIntegrityError:
+        marked = True  # unreadable marks: the mark check names them
+    return listed or marked
+
+
+def check_key_records(key: bytes | None, ledger: Path, con: sqlite3.Connection | None) -> None:
+    """With a key (and its file, so its records): the ledger at ``ledger`` (``con`` open on it, or None when the
+    file does not exist: a head of 0) agrees with what the key's records beside the key say of that path.
+
+    * it holds its keyed high-water mark (:class:`HighWaterMark`);
+    * a ledger that holds MACs has a mark: without one (the home moved or remounted, or the mark lost) nothing
+      tells whether its newest entries were erased, so it is refused until the key is re-adopted here
+      (:meth:`Ledger.adopt_mark`);
+    * a ledger the key's records list as keyed is not empty or gone (emptied, or deleted with everything in the home
+      that anchored it).
+
+    Raises :class:`LedgerRollbackError` (or :class:`LedgerIntegrityError`) naming what is wrong.
+    """
+    heads = high_water_file()
+    if not key or heads is None:
+        return
+    name = records_name(ledger)
+    mark = read_high_water(key, name)
+    if con is None:
+        n_entries = n_macs = 0
+        last = (0, GENESIS_HASH)
+    else:
+        n_entries = con.execute("SELECT count(*) FROM entries").fetchone()[0]
+        n_macs = con.execute("SELECT count(*) FROM entry_macs").fetchone()[0]
+        last = con.execute("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone() or (0, GENESIS_HASH)
+    if mark is None:
+        if n_macs:
+            raise LedgerIntegrityError(
+                f"{ledger}: the ledger holds MACs of the key, but the key's high-water marks ({heads}) have none for "
+                "this path, so nothing tells whether its newest entries were erased: the home was moved or remounted, "
+                "or its mark was lost; nothing was charged. After a move you made yourself, check the home with "
+                "`transit-release audit` (this should be all it reports) and run `transit-release repair "
+                "--adopt-ledger-key`, which records the mark here once the ledger holds every mark of its history "
+                "kept under another path; otherwise restore the key's directory from a backup")
+        if n_entries == 0 and keyed_by_records(ledger):
+            state = "does not exist" if con is None else "is empty"
+            raise LedgerRollbackError(
+                f"the ledger {ledger} {state}, but {keyed_ledgers_record()} lists it as a ledger this key has MACed: "
+                f"it was emptied or deleted and would spend again what it forgot; nothing was charged. Restore the "
+                f"newest backup, or reconcile as {RECONCILE_DOC} says")
+        return
+
+    def lookup(seq: int) -> str | None:
+        row = con.execute("SELECT hash FROM entries WHERE seq = ?", (seq,)).fetchone() if con is not None else None
+        return row[0] if row else None
+
+    if mark.held_by(lookup, tuple(last)):
+        return
+    reason = f"entry {mark.seq} is missing" if lookup(mark.seq) is None else f"entry {mark.seq} has another hash"
+    anchor = Anchor(f"the keyed high-water mark ({heads})", mark.seq, mark.hash)
+    raise LedgerRollbackError(rollback_message(ledger, [(anchor, reason)], last[0]))
+
+
+def write_high_water(key: bytes, ledger: str, mark: HighWaterMark, outcome: str = "nothing was charged") -> None:
+    """Record ``mark`` for ``ledger`` (atomically, under a lock shared by every ledger of the key); a mark that
+    cannot be written raises :class:`ConfigError` ending in ``outcome``."""
     path = high_water_file()
     if path is None:
         return
@@ -289,7 +461,8 @@ def write_high_water(key: bytes, ledger: str, mark: HighWaterMark) -> None:
             fcntl.flock(lock, fcntl.LOCK_EX)
             marks = _read_marks(path)
             marks[ledger] = {"seq": mark.seq, "hash": mark.hash, "committed": mark.committed,
-                             "prev_seq": mark.prev_seq, "prev_hash": mark.prev_hash, "mac": mark.mac(key, ledger)}
+                             "prev_seq": mark.prev_seq, "prev_hash": mark.prev_hash, "mac": mark.mac(key, ledger),
+                             **({"first": mark.first} if mark.first is not None else {})}
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -304,7 +477,7 @@ def write_high_water(key: bytes, ledger: str, mark: HighWaterMark) -> None:
                 os.close(dfd)
     except OSError as exc:
         raise ConfigError(f"cannot write the keyed high-water mark {path} ({exc.strerror}): the key's directory must "
-                          "be writable by the release account; nothing was charged") from None
+                          f"be writable by the release account; {outcome}") from None
 
 
 @dataclass(frozen=True)
@@ -438,20 +611,24 @@ class Ledger:
     """One SQLite file; every method opens its own connection (safe across processes).
 
     ``key`` (bytes) turns on the keyed chain; by default it is read from the file named by
-    ``TRANSIT_RELEASE_LEDGER_KEY_FILE`` when that is set (pass ``key=b""`` to ignore it).
+    ``TRANSIT_RELEASE_LEDGER_KEY_FILE`` when that is set (pass ``key=b""`` to ignore it). ``snapshot`` (read only):
+    read this copy of the ledger at ``path`` (:func:`snapshot_ledger`), named and checked against the key's records
+    as ``path``, so that every check of an audit sees one state of the ledger.
     """
 
-    def __init__(self, path: str | Path, timeout_s: float = 60.0, key: bytes | None = None, read_only: bool = False):
+    def __init__(self, path: str | Path, timeout_s: float = 60.0, key: bytes | None = None, read_only: bool = False,
+                 snapshot: str | Path | None = None):
         self.path = Path(path)
         self.timeout_s = timeout_s
-        self.read_only = read_only
+        self.read_only = read_only or snapshot is not None
+        self._db = Path(snapshot) if snapshot is not None else self.path
         # a key is never read from inside the ledger's own directory (the commands check the home too, first)
         self.key = key_from_environment(self.path.resolve().parent) if key is None else (key or None)
-        if self.path.is_symlink():  # its records beside the key name the path: a link could point them elsewhere
+        if snapshot is None and self.path.is_symlink():  # its records beside the key name the path: a link
             raise LedgerIntegrityError(f"{self.path}: the privacy ledger is a symbolic link; put the ledger file "
                                        "itself there")
-        if read_only:
-            if not self.path.is_file():
+        if self.read_only:
+            if not self._db.is_file():
                 raise LedgerIntegrityError(f"{self.path}: the privacy ledger does not exist")
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -459,8 +636,15 @@ class Ledger:
         try:
             with closing(self._connect()) as con:
                 # a ledger of this schema version keeps what it has: a dropped trigger is not put back unseen
-                # (writes are refused, the audit names it); an older or new file gets the schema it lacks
+                # (writes are refused, the audit names it); an older or new file gets the schema it lacks, unless
+                # it lacks what was always created with a table it holds (dropped, not older)
                 if con.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                    dropped = check_schema(con).missing
+                    if dropped:
+                        raise LedgerIntegrityError(
+                            f"{self.path}: {SchemaCheck(missing=dropped).problem()}; nothing was written (a ledger of "
+                            "an older schema gets the objects it lacks, never those created with a table it holds). "
+                            "Check it with `transit-release audit` and restore the ledger from a backup")
                     con.execute("PRAGMA journal_mode=WAL")
                     con.executescript(_SCHEMA)
                     con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -472,17 +656,17 @@ class Ledger:
 
     def _connect(self) -> sqlite3.Connection:
         if self.read_only:
-            return sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=self.timeout_s,
+            return sqlite3.connect(f"{self._db.resolve().as_uri()}?mode=ro", uri=True, timeout=self.timeout_s,
                                    isolation_level=None)
         con = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
         con.execute("PRAGMA synchronous=FULL")
         return con
 
     @staticmethod
-    def _read(con: sqlite3.Connection) -> list[LedgerEntry]:
+    def _read(con: sqlite3.Connection, after: int = 0) -> list[LedgerEntry]:
         rows = con.execute(
-            "SELECT seq, recorded_at, entry_type, release_id, payload, prev_hash, hash FROM entries ORDER BY seq"
-        ).fetchall()
+            "SELECT seq, recorded_at, entry_type, release_id, payload, prev_hash, hash FROM entries WHERE seq > ? "
+            "ORDER BY seq", (after,)).fetchall()
         return [LedgerEntry(*row) for row in rows]
 
     @_unreadable_is_integrity
@@ -498,6 +682,8 @@ class Ledger:
         return Head(row[0], row[1]) if row else Head(0, GENESIS_HASH)
 
     def _append(self, con: sqlite3.Connection, entry_type: str, release_id: str, payloads: Sequence[str]) -> list[LedgerEntry]:
+        """Insert the entries (and their MACs) and read them back before the caller commits: an entry a foreign
+        trigger or rule dropped or altered would otherwise be returned as written (and its noise drawn)."""
         last = con.execute("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
         seq, prev = (last[0], last[1]) if last else (0, GENESIS_HASH)
         now = datetime.now(timezone.utc).isoformat(timespec="microseconds")
@@ -505,18 +691,30 @@ class Ledger:
         for payload in payloads:
             seq += 1
             digest = entry_hash(prev, seq, now, entry_type, release_id, payload)
-            con.execute(
+            cur = con.execute(
                 "INSERT INTO entries (seq, recorded_at, entry_type, release_id, payload, prev_hash, hash) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (seq, now, entry_type, release_id, payload, prev, digest),
             )
+            if cur.rowcount != 1:
+                raise self._not_written(f"entry {seq}")
             written.append(LedgerEntry(seq, now, entry_type, release_id, payload, prev, digest))
             prev = digest
-        if self.key:
-            con.executemany("INSERT INTO entry_macs (seq, mac) VALUES (?, ?)",
-                            [(e.seq, entry_mac(self.key, e.hash)) for e in written])
-            self._remember_keyed()
+        macs = {e.seq: entry_mac(self.key, e.hash) for e in written} if self.key else {}
+        for s, mac in macs.items():
+            if con.execute("INSERT INTO entry_macs (seq, mac) VALUES (?, ?)", (s, mac)).rowcount != 1:
+                raise self._not_written(f"the MAC of entry {s}")
+        first = written[0].seq if written else seq + 1
+        if self._read(con, after=first - 1) != written:
+            raise self._not_written(f"entries {first}-{seq} as given")
+        if macs and dict(con.execute("SELECT seq, mac FROM entry_macs WHERE seq >= ?", (first,)).fetchall()) != macs:
+            raise self._not_written(f"the MACs of entries {first}-{seq} as given")
         return written
+
+    def _not_written(self, what: str) -> LedgerIntegrityError:
+        return LedgerIntegrityError(f"{self.path}: {what} could not be written (a foreign trigger or rule dropped or "
+                                    "altered it); nothing was written. Check it with `transit-release audit` and "
+                                    "restore the ledger from a backup")
 
     def _remember_keyed(self) -> None:
         """Add this ledger to the key's record of keyed ledgers (best effort: the key's directory may be
@@ -524,7 +722,7 @@ class Ledger:
         record = keyed_ledgers_record()
         if record is None:
             return
-        me = self._key_side_name()
+        me = records_name(self.path)
         try:
             if me not in (record.read_text(encoding="utf-8").splitlines() if record.exists() else []):
                 fd = os.open(record, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -537,7 +735,7 @@ class Ledger:
         record = keyed_ledgers_record()
         try:
             return (record is not None and record.exists()
-                    and self._key_side_name() in record.read_text(encoding="utf-8").splitlines())
+                    and records_name(self.path) in record.read_text(encoding="utf-8").splitlines())
         except OSError:
             return False
 
@@ -560,59 +758,60 @@ class Ledger:
                 "ledger from a backup")
 
     def _protections(self, con: sqlite3.Connection) -> None:
-        """Refuse to write to a ledger whose append-only triggers were dropped."""
-        missing = _missing_triggers(con)
-        if missing:
-            raise LedgerIntegrityError(f"{self.path}: the append-only trigger(s) {', '.join(missing)} were dropped, so "
-                                       "entries could have been edited or deleted unseen; nothing was written. Check "
-                                       "it with `transit-release audit` and restore the ledger from a backup")
-
-    def _key_side_name(self) -> str:
-        """The ledger's name in the key's records: its directory resolved, the file itself as named."""
-        return str(self.path.parent.resolve() / self.path.name)
+        """Refuse to write to a ledger whose schema is not exactly this tool's (:func:`check_schema`): append-only
+        triggers dropped or rewritten, or a foreign trigger, view, table or index added."""
+        checked = check_schema(con)
+        if not checked.ok:
+            raise LedgerIntegrityError(f"{self.path}: {checked.problem()}; nothing was written. Check it with "
+                                       "`transit-release audit` and restore the ledger from a backup")
 
     def _check_high_water(self, con: sqlite3.Connection) -> None:
-        """With a key: the ledger holds the high-water mark kept beside the key (see :class:`HighWaterMark`)."""
-        if not self.key:
-            return
-        mark = read_high_water(self.key, self._key_side_name())
-        if mark is None:
-            return
-        row = con.execute("SELECT hash FROM entries WHERE seq = ?", (mark.seq,)).fetchone()
-        if (row[0] if row else (GENESIS_HASH if mark.seq == 0 else None)) == mark.hash:
-            return
-        last = con.execute("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone() or (0, GENESIS_HASH)
-        if not mark.committed and tuple(last) == (mark.prev_seq, mark.prev_hash):
-            return  # the write that set the mark stopped before it committed
-        reason = f"entry {mark.seq} is missing" if row is None else f"entry {mark.seq} has another hash"
-        anchor = Anchor(f"the keyed high-water mark ({high_water_file()})", mark.seq, mark.hash)
-        raise LedgerRollbackError(rollback_message(self.path, [(anchor, reason)], last[0]))
+        """With a key: the ledger agrees with the key's records beside the key (:func:`check_key_records`)."""
+        check_key_records(self.key, self.path, con)
 
     def _commit(self, con: sqlite3.Connection, written: Sequence["LedgerEntry"]) -> None:
-        """COMMIT; with a key, the high-water mark is advanced before (unconfirmed) and confirmed after."""
+        """COMMIT; with a key, the high-water mark is advanced before (unconfirmed) and confirmed after.
+
+        A charge whose mark cannot be confirmed after its commit is refused (:class:`ConfigError`): its spends are
+        on the ledger and count, but the run stops before any noise is drawn, so the one state the mark accepts
+        without its entries (unconfirmed, the ledger ending where it grew from) only ever covers spends whose noise
+        was never drawn. A publication entry's confirmation stays best effort: nothing follows it but bookkeeping,
+        and its release directory, an anchor of its own, names it.
+        """
         if not (self.key and written) or high_water_file() is None:
             con.execute("COMMIT")
             return
+        name = records_name(self.path)
         prev = (written[0].seq - 1, written[0].prev_hash)
         new = written[-1]
-        write_high_water(self.key, self._key_side_name(), HighWaterMark(new.seq, new.hash, False, *prev))
+        row = con.execute("SELECT hash FROM entries WHERE seq = 1").fetchone()
+        first = row[0] if row else None
+        write_high_water(self.key, name, HighWaterMark(new.seq, new.hash, False, *prev, first))
+        self._remember_keyed()  # after the mark: a charge refused before it is recorded nowhere
         con.execute("COMMIT")
         try:
-            write_high_water(self.key, self._key_side_name(), HighWaterMark(new.seq, new.hash, True, *prev))
+            write_high_water(self.key, name, HighWaterMark(new.seq, new.hash, True, *prev, first),
+                             f"the {len(written)} spend(s) of '{new.release_id}' were committed and count, but the "
+                             "mark is not confirmed, so the run stops here, before any noise is drawn (keep the "
+                             "key's directory on another file system than the home)")
         except ConfigError:
-            pass  # committed: the unconfirmed mark already names these entries, which the ledger holds
+            if new.entry_type == SPEND:
+                raise
+            # a publication: committed, and the unconfirmed mark already names this entry, which the ledger holds
 
-    def missing_triggers(self) -> list[str]:
-        """The append-only triggers (:data:`TRIGGERS`) the file lacks."""
+    @_unreadable_is_integrity
+    def schema(self) -> SchemaCheck:
+        """The file's schema against exactly this tool's (:func:`check_schema`)."""
         with closing(self._connect()) as con:
-            return _missing_triggers(con)
+            return check_schema(con)
 
     def schema_version(self) -> int:
         with closing(self._connect()) as con:
             return con.execute("PRAGMA user_version").fetchone()[0]
 
     def check_high_water(self) -> None:
-        """Raise :class:`LedgerRollbackError` if, with a key, the ledger lacks its keyed high-water mark."""
+        """Raise :class:`LedgerRollbackError` if, with a key, the ledger lacks its keyed high-water mark (or holds
+        MACs without a mark, or the key's records list it as keyed and it is empty: :func:`check_key_records`)."""
         with closing(self._connect()) as con:
             self._check_high_water(con)
 
@@ -656,8 +855,57 @@ class Ledger:
                 raise
         self._remember_keyed()
         head = self.head()
-        write_high_water(self.key, self._key_side_name(), HighWaterMark(head.seq, head.hash, True, head.seq, head.hash))
+        first = self.entries()[0].hash if head.seq else None
+        write_high_water(self.key, records_name(self.path),
+                         HighWaterMark(head.seq, head.hash, True, head.seq, head.hash, first))
         return len(rows)
+
+    @_unreadable_is_integrity
+    def adopt_mark(self, anchors: Callable[[], Sequence[Anchor]] | None = None) -> Head:
+        """Record the high-water mark of a keyed ledger that has none at its path (its home was moved or remounted,
+        or it was keyed before marks were kept); returns the head it records.
+
+        Only after the checks a charge makes (chain and MACs with the key, exact schema, every anchor ``anchors()``
+        names) and only if the ledger holds every mark of its own history kept under another path (marks naming
+        the same entry 1, or, in marks written before they named it, the same earlier head): a ledger moved after
+        its newest entries were erased is refused. What was erased, together with every anchor of it, while no
+        mark named the ledger at all (a ledger keyed before marks were kept) cannot be told.
+        """
+        if not self.key or high_water_file() is None:
+            raise ConfigError(f"no ledger key: set {KEY_FILE_ENV}")
+        name = records_name(self.path)
+        with closing(self._connect()) as con:
+            con.execute("BEGIN IMMEDIATE")  # no charge runs meanwhile
+            try:
+                if not con.execute("SELECT count(*) FROM entry_macs").fetchone()[0]:
+                    raise LedgerIntegrityError(f"{self.path} holds no MAC: adopt the key with `transit-release repair "
+                                               "--adopt-ledger-key` on a ledger that passes its audit")
+                if read_high_water(self.key, name) is not None:
+                    con.execute("ROLLBACK")
+                    return self.head()
+                existing = self._check_whole(con, anchors, marks=False)
+                by_seq = {e.seq: e.hash for e in existing}
+                last = (existing[-1].seq, existing[-1].hash) if existing else (0, GENESIS_HASH)
+                first = existing[0].hash if existing else None
+                for other, mark in read_all_high_water(self.key).items():
+                    same = (mark.first == first if mark.first is not None else
+                            by_seq.get(mark.seq) == mark.hash or (mark.prev_seq > 0
+                                                                  and by_seq.get(mark.prev_seq) == mark.prev_hash))
+                    if other != name and same and not mark.held_by(by_seq.get, last):
+                        reason = f"entry {mark.seq} is missing" if mark.seq not in by_seq else \
+                            f"entry {mark.seq} has another hash"
+                        anchor = Anchor(f"the keyed high-water mark of {other} (a path of this ledger's history)",
+                                        mark.seq, mark.hash)
+                        raise LedgerRollbackError(rollback_message(self.path, [(anchor, reason)], last[0],
+                                                                   "no key was adopted"))
+                write_high_water(self.key, name, HighWaterMark(last[0], last[1], True, *last, first))
+                self._remember_keyed()
+                con.execute("ROLLBACK")
+            except BaseException:
+                if con.in_transaction:
+                    con.execute("ROLLBACK")
+                raise
+        return Head(*last)
 
     @_unreadable_is_integrity
     def charge(self, events: Sequence[Any], check: SpendCheck | None = None,
@@ -666,12 +914,11 @@ class Ledger:
 
         ``check(existing_entries, events)`` raises to refuse; then nothing is written. A release id that already
         has spends (an earlier or concurrent run under the same id) is refused here too, so two runs can never
-        both spend under one id. The checks run on a snapshot first, without the write lock
-        (:meth:`_checked_head`); inside the write transaction the ledger's head is only compared with the
-        snapshot's, and the checks run again there only if another run appended meanwhile. Inside it too, the
-        ledger must be whole: its triggers in place, the keyed high-water mark and every anchor ``anchors()``
-        names held (:class:`LedgerRollbackError` otherwise: a ledger older than the home's records would spend
-        again what it forgot).
+        both spend under one id. The budget checks run on a snapshot first, without the write lock
+        (:meth:`_checked_head`). Inside the write transaction the ledger must be whole (:meth:`_check_whole`: its
+        chain and MACs, its exact schema, the keyed high-water mark and every anchor ``anchors()`` names;
+        :class:`LedgerRollbackError` otherwise: a ledger older than the home's records would spend again what it
+        forgot), and the budget checks run again there only if another run appended since the snapshot.
         """
         if not events:
             return []
@@ -679,29 +926,20 @@ class Ledger:
         if len(release_ids) != 1:
             raise ValueError(f"one charge covers one release; got {len(release_ids)} release ids")
         release_id = release_ids.pop()
-        checked, existing = self._checked_head(release_id, events, check)
+        checked = self._checked_head(release_id, events, check)
         with closing(self._connect()) as con:
             con.execute("BEGIN IMMEDIATE")
             try:
-                self._check_keying(con)
-                self._protections(con)
-                self._check_high_water(con)
+                existing = self._check_whole(con, anchors)
                 if self._head_row(con) != checked:  # another run appended since the snapshot: check again
-                    existing = self._read(con)
-                    self._check_chain(existing, dict(con.execute("SELECT seq, mac FROM entry_macs").fetchall()))
                     refuse_second_charge(existing, release_id)
                     if check is not None:
                         check(existing, events)
-                if anchors is not None:
-                    intents = {r[0] for r in con.execute("SELECT release_id FROM publication_intents")}
-                    unmet = unmet_anchors(existing, intents, anchors(), self.key)
-                    if unmet:
-                        head = existing[-1].seq if existing else 0
-                        raise LedgerRollbackError(rollback_message(self.path, unmet, head))
                 written = self._append(con, SPEND, release_id, [e.to_json() for e in events])
                 self._commit(con, written)
             except BaseException:
-                con.execute("ROLLBACK")
+                if con.in_transaction:  # a confirmation refused after the commit leaves nothing to roll back
+                    con.execute("ROLLBACK")
                 raise
         return written
 
@@ -709,12 +947,11 @@ class Ledger:
     def _head_row(con: sqlite3.Connection) -> tuple | None:
         return con.execute("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
 
-    def _checked_head(self, release_id: str, events: Sequence[Any],
-                      check: SpendCheck | None) -> tuple[tuple | None, list[LedgerEntry]]:
-        """The checks of :meth:`charge` on a consistent snapshot of the ledger, read without the write lock (the
-        budget policy's composition can take seconds, during which other runs may publish): the chain (an entry
-        edited in place to give budget back is refused here, not only by a later audit), a second charge of the
-        id, ``check``. Returns the head row they were made against and the entries."""
+    def _checked_head(self, release_id: str, events: Sequence[Any], check: SpendCheck | None) -> tuple | None:
+        """The budget checks of :meth:`charge` on a consistent snapshot of the ledger, read without the write lock
+        (the budget policy's composition can take seconds, during which other runs may publish): the chain (an
+        entry edited in place to give budget back is refused here, not only by a later audit), a second charge of
+        the id, ``check``. Returns the head row they were made against."""
         with closing(self._connect()) as con:
             con.execute("BEGIN")  # one read transaction: entries and MACs of the same moment
             try:
@@ -728,7 +965,38 @@ class Ledger:
         refuse_second_charge(existing, release_id)
         if check is not None:
             check(existing, events)
-        return head, existing
+        return head
+
+    def _check_whole(self, con: sqlite3.Connection, anchors: Callable[[], Sequence[Anchor]] | None,
+                     outcome: str = "nothing was charged", marks: bool = True) -> list[LedgerEntry]:
+        """What every charge checks before it writes (and the dry run, read only); returns the entries."""
+        self._check_keying(con)
+        existing = self._read(con)
+        # the budget is checked against a ledger whose history is intact (an entry edited in place
+        # to give budget back is refused here, not only by a later audit)
+        self._check_chain(existing, dict(con.execute("SELECT seq, mac FROM entry_macs").fetchall()))
+        self._protections(con)
+        if marks:
+            self._check_high_water(con)
+        if anchors is not None:
+            intents = {r[0] for r in con.execute("SELECT release_id FROM publication_intents")}
+            unmet = unmet_anchors(existing, intents, anchors(), self.key)
+            if unmet:
+                head = existing[-1].seq if existing else 0
+                raise LedgerRollbackError(rollback_message(self.path, unmet, head, outcome))
+        return existing
+
+    @_unreadable_is_integrity
+    def check_before_charge(self, anchors: Callable[[], Sequence[Anchor]] | None = None,
+                            outcome: str = "it would charge nothing") -> list[LedgerEntry]:
+        """Run, read only, every check a charge makes before it writes (keying, chain and MACs, exact schema, the
+        key's records, every anchor ``anchors()`` names) in one read transaction; returns the entries it checked."""
+        with closing(self._connect()) as con:
+            con.execute("BEGIN")
+            try:
+                return self._check_whole(con, anchors, outcome)
+            finally:
+                con.execute("ROLLBACK")
 
     @_unreadable_is_integrity
     def record_intent(self, release_id: str, manifest_sha256: str, staging_dir: Path, final_dir: Path,
@@ -745,9 +1013,16 @@ class Ledger:
                                    mlflow_run_id))
                 intent = PublicationIntent(cur.lastrowid, now, release_id, manifest_sha256, str(staging_dir),
                                            str(final_dir), mlflow_run_id)
+                row = con.execute("SELECT id, recorded_at, release_id, manifest_sha256, staging_dir, final_dir, "
+                                  "mlflow_run_id FROM publication_intents WHERE id = ?", (intent.id,)).fetchone()
+                if cur.rowcount != 1 or row is None or PublicationIntent(*row) != intent:
+                    raise self._not_written(f"the publication intent of '{release_id}'")
                 if self.key:
-                    con.execute("INSERT INTO intent_macs (id, mac) VALUES (?, ?)",
-                                (intent.id, intent_mac(self.key, intent)))
+                    mac = intent_mac(self.key, intent)
+                    added = con.execute("INSERT INTO intent_macs (id, mac) VALUES (?, ?)", (intent.id, mac)).rowcount
+                    if added != 1 or con.execute("SELECT mac FROM intent_macs WHERE id = ?",
+                                                 (intent.id,)).fetchone() != (mac,):
+                        raise self._not_written(f"the MAC of the publication intent of '{release_id}'")
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
@@ -789,7 +1064,8 @@ class Ledger:
                 (entry,) = self._append(con, PUBLISHED, release_id, [payload])
                 self._commit(con, [entry])
             except BaseException:
-                con.execute("ROLLBACK")
+                if con.in_transaction:
+                    con.execute("ROLLBACK")
                 raise
         return entry
 
@@ -867,3 +1143,12 @@ class Ledger:
             macs = dict(con.execute("SELECT seq, mac FROM entry_macs").fetchall())
         self._check_chain(entries, macs)
         return len(entries)
+
+
+def snapshot_ledger(path: Path, dest: Path, timeout_s: float = 60.0) -> None:
+    """Copy the ledger at ``path`` into the new file ``dest`` (mode 0600) with SQLite's online backup API: one
+    consistent state of it, whatever happens to the file afterwards (the audit reads only this copy)."""
+    os.close(os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    src = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=timeout_s)
+    with closing(src), closing(sqlite3.connect(dest)) as dst:
+        src.backup(dst)

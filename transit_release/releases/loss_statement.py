@@ -12,7 +12,7 @@ from __future__ import annotations
 from decimal import ROUND_CEILING, Decimal, localcontext
 
 
-def _up(x: float, digits: int) -> str:
+def rounded_up(x: float, digits: int) -> str:
     """``x`` to ``digits`` significant digits, rounded up: a bound printed "at most" is never below the computed one
     (and (ε, δ) rounded up is implied by (ε, δ))."""
     with localcontext() as ctx:
@@ -21,14 +21,14 @@ def _up(x: float, digits: int) -> str:
 
 
 def _pair(loss: dict) -> str:
-    return f"ε = {_up(loss['epsilon'], 4)}, δ = {_up(loss['delta'], 3)}"
+    return f"ε = {rounded_up(loss['epsilon'], 4)}, δ = {rounded_up(loss['delta'], 3)}"
 
 
 def _row(kind: str, share: dict) -> str:
     n, basic = len(share["releases"]), share["basic"]
     if basic is None:
         return f"| {kind} | {n} | unbounded (bounds a trip, not a passenger) | — |"
-    return f"| {kind} | {n} | {_up(basic['epsilon'], 4)} | {_up(basic['delta'], 3)} |"
+    return f"| {kind} | {n} | {rounded_up(basic['epsilon'], 4)} | {rounded_up(basic['delta'], 3)} |"
 
 
 def policy_text(p: dict) -> str:

@@ -1,0 +1,105 @@
+"""Who publishes the open data, under which licence, and where the files will be downloaded from.
+
+One optional file in the home, ``<home>/open-data.yaml`` (:data:`SETTINGS_FILE`),
+read by every release (the manual commands and ``serve`` alike) and by the
+catalogue::
+
+    licence:                 # default: CC BY 4.0
+      name: CC-BY-4.0        # an SPDX licence id
+      title: CC BY 4.0
+      path: https://creativecommons.org/licenses/by/4.0/
+    publisher:               # default: "Unnamed publisher"
+      name: Example Transit Agency
+      url: https://transit.example.org/      # optional
+      email: opendata@transit.example.org    # optional
+    base_url: https://data.example.org/transit/releases/   # default: none (links relative to releases/)
+    keywords: [Sydney, Opal]                 # optional, added to every release's keywords
+
+The licence and the publisher are written into each release's manifest when it
+is staged (``licence``, ``publication``), so a release keeps the terms it was
+published under; ``base_url`` is only used by ``releases/catalog.jsonld``, which
+is regenerated after every publication, so changing it needs no new release.
+Unknown keys, wrong types and a base URL that is not http(s) are refused with
+one line naming the file and the key, before anything is charged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from transit_release.config import read_yaml
+from transit_release.errors import ConfigError
+
+SETTINGS_FILE = "open-data.yaml"
+DEFAULT_LICENCE = {"name": "CC-BY-4.0", "title": "CC BY 4.0", "path": "https://creativecommons.org/licenses/by/4.0/"}
+DEFAULT_PUBLISHER = {"name": "Unnamed publisher"}
+_KEYS = {"licence", "publisher", "base_url", "keywords"}
+_LICENCE_KEYS = {"name", "title", "path"}
+_PUBLISHER_KEYS = {"name", "url", "email"}
+
+
+@dataclass(frozen=True)
+class OpenDataSettings:
+    licence: dict
+    publisher: dict
+    base_url: str = ""
+    keywords: tuple[str, ...] = ()
+
+    def manifest_view(self) -> dict:
+        """What a release's manifest records of them (``publication``): the licence and the publisher."""
+        return {"licence": dict(self.licence), "publisher": dict(self.publisher), "keywords": list(self.keywords)}
+
+
+def _http(url: str, where: str) -> str:
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ConfigError(f"{where}: must be an http(s) URL. Found {url!r}.")
+    return url
+
+
+def _mapping(value, keys: set[str], required: set[str], where: str) -> dict:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: must be a mapping with {', '.join(sorted(keys))}")
+    unknown = sorted(set(value) - keys)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(keys))})")
+    missing = sorted(required - set(value))
+    if missing:
+        raise ConfigError(f"{where}: missing {', '.join(missing)}")
+    for k, v in value.items():
+        if not isinstance(v, str) or not v.strip():
+            raise ConfigError(f"{where}.{k}: must be a non-empty text. Found {v!r}.")
+    return {k: value[k].strip() for k in sorted(value)}
+
+
+def load(home_root: str | Path) -> OpenDataSettings:
+    """The home's settings (the defaults when it has no :data:`SETTINGS_FILE`); refuses a malformed file."""
+    path = Path(home_root) / SETTINGS_FILE
+    if not path.exists():
+        return OpenDataSettings(dict(DEFAULT_LICENCE), dict(DEFAULT_PUBLISHER))
+    data = read_yaml(path, "open-data settings")
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"open-data settings {path}: expected a mapping of {', '.join(sorted(_KEYS))}")
+    unknown = sorted(set(data) - _KEYS)
+    if unknown:
+        raise ConfigError(f"open-data settings {path}: unknown key(s) {', '.join(unknown)} "
+                          f"(known: {', '.join(sorted(_KEYS))})")
+    where = f"open-data settings {path}"
+    licence = _mapping(data.get("licence", DEFAULT_LICENCE), _LICENCE_KEYS, _LICENCE_KEYS, f"{where}: licence")
+    _http(licence["path"], f"{where}: licence.path")
+    publisher = _mapping(data.get("publisher", DEFAULT_PUBLISHER), _PUBLISHER_KEYS, {"name"}, f"{where}: publisher")
+    if "url" in publisher:
+        _http(publisher["url"], f"{where}: publisher.url")
+    base_url = data.get("base_url") or ""
+    if not isinstance(base_url, str):
+        raise ConfigError(f"{where}: base_url must be a text. Found {base_url!r}.")
+    if base_url:
+        base_url = _http(base_url.strip(), f"{where}: base_url").rstrip("/") + "/"
+    keywords = data.get("keywords") or []
+    if not isinstance(keywords, list) or not all(isinstance(k, str) and k.strip() for k in keywords):
+        raise ConfigError(f"{where}: keywords must be a list of non-empty texts. Found {keywords!r}.")
+    return OpenDataSettings(licence, publisher, base_url, tuple(k.strip() for k in keywords))

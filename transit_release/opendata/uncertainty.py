@@ -1,0 +1,255 @@
+"""The margins of error a release publishes beside its counts: ``uncertainty.csv`` and the data card's section.
+
+Both are computed from the manifest alone (its noise scales, bounds and
+thresholds: public parameters), with :mod:`transit_release.analysis`, so they
+are the same for neighbouring inputs and cost no privacy.
+
+One row of ``uncertainty.csv`` per noise distribution a release's counts were
+drawn with (constant over the rows it names):
+
+* Opal releases: one per marginal. The published count is the noisy count, so
+  ``count ± half_width_95`` holds the true count with probability ``coverage``
+  (exact, ≥ 95%).
+* Station sets (DiffPart): one row. A released set's count is its leaf's noisy
+  count, drawn at ε/2 or more, so the half-width at ε/2 bounds every row's
+  (the interval column says "at most").
+* Sequences, n-grams, trajectories: one per kind of tree node. Their published
+  counts are post-processed (made consistent, then turned into copies ending
+  at a node), so the row states the noise each node's count got before that,
+  not an interval of the published count.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import pandas as pd
+
+from transit_release import analysis
+
+UNCERTAINTY = "uncertainty.csv"
+COLUMNS = ["file", "rows", "count_of", "epsilon", "noise_scale", "noise_bound", "threshold", "half_width_95",
+           "coverage", "sd", "interval"]
+#: Sums the data card states the half-width of (a difference of two cells is the sum of two).
+OPAL_SUMS = ((2, "2 cells (or a difference)"), (7, "7 cells (a week from its days)"),
+             (28, "28 cells"), (96, "96 cells (a day of 15-minute windows)"))
+PUBLISHED = "published count ± half_width_95"
+NODE_NOISE = "noise of each node count before consistency (published counts are post-processed: no stated coverage)"
+
+
+def _exact(x: float) -> Fraction:
+    """A manifest's float ε as the fraction it was computed as (``0.08333333333333333`` → 1/12)."""
+    return Fraction(repr(float(x))).limit_denominator(10 ** 9)
+
+
+def _row(file: str, rows: str, count_of: str, epsilon, scale, bound, threshold, h, coverage, sd, interval) -> dict:
+    return {"file": file, "rows": rows, "count_of": count_of, "epsilon": float(epsilon), "noise_scale": str(scale),
+            "noise_bound": "" if bound is None else int(bound), "threshold": int(threshold), "half_width_95": int(h),
+            "coverage": round(float(coverage), 4), "sd": round(float(sd), 3), "interval": interval}
+
+
+def _opal_rows(p: dict) -> list[dict]:
+    rows = []
+    for name, m in sorted(p["marginals"].items(), key=lambda kv: kv[1]["j"]):
+        law = analysis.NoiseLaw.of(m["noise_scale"], m.get("noise_bound"))
+        h, coverage, _ = analysis.half_width([law])
+        tap = "on" if name.startswith("tap_on_") else "off"
+        rows.append(_row(f"{m['file']}.csv", f"tap = {tap}", f"{name} (j = {m['j']})", m["epsilon"], m["noise_scale"],
+                         m.get("noise_bound"), m["threshold"], h, coverage, law.sd, PUBLISHED))
+    return rows
+
+
+def _node_row(file: str, rows: str, count_of: str, epsilon: float, threshold, interval: str = NODE_NOISE) -> dict:
+    scale = 1 / _exact(epsilon)
+    h, coverage, sd = analysis.ideal_half_width(scale)
+    return _row(file, rows, count_of, epsilon, scale, None, threshold, h, coverage, sd, interval)
+
+
+def _tree_rows(manifest: dict) -> list[dict]:
+    p = manifest["privacy"]
+    mech = p.get("mechanism_id")
+    if mech == "prefix-tree":
+        rows = [_node_row("sequences.csv", "all rows", "station nodes of the prefix tree", p["station_epsilon"],
+                          p["station_threshold"])]
+        if p.get("generalized_threshold") is not None:
+            rows.append(_node_row("sequences.csv", "all rows", "generalized nodes (taxonomy groups)",
+                                  p["generalized_epsilon"], p["generalized_threshold"]))
+        return rows
+    if mech == "ngram":
+        return [_row("ngrams.csv", "all rows", f"grams counted at ε = {b['epsilon_exact']}", b["epsilon"],
+                     _exact(b["noise_scale"]), None, b["threshold"], *_ideal(_exact(b["noise_scale"])), NODE_NOISE)
+                for b in p["node_budgets"]]
+    if mech == "safepath":
+        rows = []
+        for which, label in (("location_taxonomy", "location"), ("time_taxonomy", "time")):
+            tax = p[which]
+            steps = list(zip(tax["epsilon_per_step"], tax["thresholds"]))
+            for depth, (eps, threshold) in enumerate(steps, start=1):
+                what = (f"{label} nodes: single {'stations' if label == 'location' else 'hours'}"
+                        if depth == len(steps) else f"{label} nodes: taxonomy depth {depth}")
+                rows.append(_node_row("trajectories.csv", "all rows", what, eps, threshold))
+        return rows
+    if mech == "diffpart":
+        leaf = _exact(p["leaf_reserve_epsilon"])
+        # the leaf threshold ⌈√2·C1/ε_leaf⌉ is largest at the smallest leaf budget, ε/2
+        threshold = _ceil_sqrt(2 * (_exact(p["c1"]) / leaf) ** 2)
+        h, coverage, sd = analysis.ideal_half_width(1 / leaf)
+        return [_row("sets.csv", "all rows", "leaf counts (the released sets)", float(leaf), 1 / leaf, None,
+                     threshold, h, coverage, sd,
+                     "published count ± half_width_95, at most (each leaf's noise scale is at most this one)")]
+    return []
+
+
+def _ceil_sqrt(q: Fraction) -> int:
+    """⌈√q⌉ exactly (as DiffPart computes its integer thresholds)."""
+    c = math.ceil(q)
+    return 0 if c <= 0 else math.isqrt(c - 1) + 1
+
+
+def _ideal(scale: Fraction) -> tuple[int, float, float]:
+    return analysis.ideal_half_width(scale)
+
+
+def uncertainty_rows(manifest: dict) -> list[dict]:
+    """The rows of ``uncertainty.csv`` for a release's manifest (empty for a manifest without a privacy statement
+    of a known kind)."""
+    p = manifest.get("privacy") or {}
+    if "marginals" in p:
+        return _opal_rows(p)
+    return _tree_rows(manifest) if p.get("mechanism_id") else []
+
+
+def uncertainty_table(manifest: dict) -> pd.DataFrame | None:
+    rows = uncertainty_rows(manifest)
+    if not rows:
+        return None
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+# ---- the data card's section ------------------------------------------------------------------------------
+
+def _opal_section(manifest: dict) -> str:
+    p = manifest["privacy"]
+    rows = _opal_rows(p)
+    laws = analysis.marginal_laws(manifest)
+    lines = "\n".join(f"| {r['count_of'].split('(j = ')[1][:-1]} | `{r['file']}` | {r['rows']} | {r['noise_scale']} | "
+                      f"{r['noise_bound'] if r['noise_bound'] != '' else '—'} | ± {r['half_width_95']} | "
+                      f"{100 * r['coverage']:.1f}% | {r['sd']:g} |" for r in rows)
+    distinct: dict[tuple, list[int]] = {}
+    for name, m in sorted(p["marginals"].items(), key=lambda kv: kv[1]["j"]):
+        distinct.setdefault((m["noise_scale"], m.get("noise_bound"), m["threshold"]), []).append(m["j"])
+    sums, effects = [], []
+    for (scale, bound, threshold), js in distinct.items():
+        law = analysis.NoiseLaw.of(scale, bound)
+        h, _, _ = analysis.half_width([law])
+        cells = " | ".join(f"± {analysis.half_width([law] * k)[0]}" for k, _ in OPAL_SUMS)
+        sums.append(f"| {', '.join(map(str, js))} | ± {h} | {cells} |")
+        points = [(threshold - h, "T − h"), (threshold - h // 2, "T − h/2"), (threshold, "T"),
+                  (threshold + h, "T + h")]
+        points = [(c, label) for c, label in points if c >= 1]
+        if bound is not None:
+            points.append((threshold + int(bound), "T + A"))
+        for c, label in points:
+            e = analysis.near_threshold(law, threshold, c, h)
+            effects.append(f"| {', '.join(map(str, js))} | {label} = {c} | {100 * e.published:.1f}% | "
+                           f"+{e.mean_error:.1f} | {100 * e.coverage:.1f}% |")
+    sum_head = " | ".join(label for _, label in OPAL_SUMS)
+    card_level = any(m.get("noise_bound") is not None for m in p["marginals"].values())
+    dropped = ("At this release's card level the noise never exceeds A, so a cell left out had a true count below "
+               "T + A (a cell of true count T + A or more is always published): a sum over published cells can "
+               "miss up to T + A − 1 per cell left out." if card_level else
+               "A cell's true count can be far above T and still be left out (rarely: see the table of the "
+               "threshold's effects above).")
+    example = next(iter(laws))
+    return f"""
+## Margins of error
+
+Every published count is its true count plus integer noise drawn from a public
+distribution (the scale and, at the card level, the bound A below), so its margin
+of error follows from that distribution alone, not from the data: with probability
+at least 95%, the true count lies within **± h** of the published one (the exact
+probability is in the last-but-one column: the noise is integer-valued, so it is
+a little above 95%). `uncertainty.csv` holds this table, one row per marginal.
+
+| j | file | rows | noise scale | noise bound A | ± h (95%) | coverage | standard deviation |
+| --- | --- | --- | --- | --- | --- | --- | --- |
+{lines}
+
+**Combining counts.** Each published cell got its own noise, so the error of a
+sum grows like the square root of the number of cells, not in proportion: the
+95% half-width of a sum of published cells of one marginal (computed exactly
+from the noise distribution) is
+
+| j | one cell | {sum_head} |
+| --- | --- | {' | '.join('---' for _ in OPAL_SUMS)} |
+{chr(10).join(sums)}
+
+A difference of two counts has the half-width of a sum of two. Cells of
+different files (e.g. `time.csv` and `location.csv`) got independent noise too;
+cells left out by the threshold are not in a sum of published cells, which
+estimates the total of the published cells only. {dropped}
+
+**Near the threshold T.** Only noisy counts that reach T are published, so a
+published count near T is biased upward: its cell may have a true count below T
+that got lucky noise. The interval ± h then holds the truth less often (never for
+a true count below T − h, whose noise had to exceed h to be published). Exactly,
+for this release's parameters:
+
+| j | true count | P(published) | mean published − true, when published | ± h holds the truth, when published |
+| --- | --- | --- | --- | --- |
+{chr(10).join(effects)}
+
+Read a published count below about T + h as "at most this many, likely fewer"; far
+above T the threshold changes nothing.
+
+The helper `transit_release.analysis` computes these intervals for any sum or
+difference, from this release's `manifest.json`:
+
+```
+laws = analysis.row_laws(manifest, "location", table)   # each row's noise distribution
+analysis.sum_interval(table["count"][rows], [laws[i] for i in rows])
+laws = analysis.marginal_laws(manifest)                  # or each marginal's
+analysis.difference_interval(a, laws["{example}"], b, laws["{example}"])
+```
+"""
+
+
+def _tree_section(manifest: dict) -> str:
+    rows = _tree_rows(manifest)
+    if not rows:
+        return ""
+    table = "\n".join(f"| `{r['file']}` | {r['count_of']} | {r['epsilon']:.4g} | {r['noise_scale']} | "
+                      f"{r['threshold']} | ± {r['half_width_95']} |" for r in rows)
+    if manifest["privacy"].get("mechanism_id") == "diffpart":
+        how = (f"A released set's count is the noisy count of its group, drawn with noise at scale at most "
+               f"{rows[0]['noise_scale']}: the true number of passengers with that set lies within **± "
+               f"{rows[0]['half_width_95']}** of it with probability at least 95% (a sum of k counts: about "
+               f"√k times that; sets rarer than the threshold are missing, and published counts near it are biased "
+               "upward, as only noisy counts that reached it were kept).")
+    else:
+        how = ("The published counts are post-processed (made consistent along the tree, then turned into the "
+               "copies that end at a node), so they carry these noises combined: the table says how noisy the "
+               "tree's counts were, and is not an interval with a stated coverage for a published count. Counts "
+               "well above the thresholds are the reliable ones.")
+    return f"""
+## Margins of error
+
+Each count the mechanism drew got integer noise from a public distribution
+(discrete Laplace at the scale below; computed from the manifest alone). With
+probability 95% one such noise is within ± h (`uncertainty.csv` holds this table):
+
+| file | counts | ε | noise scale | threshold | ± h (95%) |
+| --- | --- | --- | --- | --- | --- |
+{table}
+
+{how}
+"""
+
+
+def card_section(manifest: dict) -> str:
+    """The data card's "Margins of error" section for this release, with its numbers (empty if none apply)."""
+    p = manifest.get("privacy") or {}
+    if "marginals" in p:
+        return _opal_section(manifest)
+    return _tree_section(manifest) if p.get("mechanism_id") else ""
