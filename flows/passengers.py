@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import pandas as pd
 
 from flows.tail import Records, ReleaseKind, ReleaseRun
 from flows.taps import clean_taps
 from tasks.report import write_sequence_report
+from transit_release.inputs.screening import Period
+from transit_release.inputs.universe import LocationUniverse
 
 
 @dataclass(frozen=True)
@@ -28,16 +31,26 @@ class TapInput:
     stop_table: pd.DataFrame
 
 
+@dataclass(frozen=True)
 class PassengerKind(ReleaseKind):
-    """A passenger-level kind: subclasses give ``input`` (a record file) or ``taps`` (a :class:`TapInput`),
-    ``quarantine_limit``, ``tracking_task``, the steps :meth:`read_file`, :meth:`from_taps`, :meth:`plan_spend` and those of
-    :class:`~flows.tail.ReleaseKind` left open."""
+    """A passenger-level kind: the fields below, the public inputs every such kind has; subclasses add their own
+    (mechanism, budget or setup) and give ``tracking_task``, the steps :meth:`read_file`, :meth:`from_taps`,
+    :meth:`plan_spend` and those of :class:`~flows.tail.ReleaseKind` left open."""
 
+    period: Period
+    #: the public universe (a locations or taxonomy file, or the stop table's stations: never read off the data)
+    universe: LocationUniverse
+    #: the record file, or None with ``taps``
     input: str | None
     taps: TapInput | None
     quarantine_limit: float
+    #: the utility workload: count queries, and the top-k lists compared
+    queries: int
+    top_k: list[int]
+    inputs: list[str]
+
     #: the kind's tracking-record task: ``(manifest, metrics, quarantine) -> dict``
-    tracking_task: Callable[[dict, dict, dict], dict]
+    tracking_task: ClassVar[Callable[[dict, dict, dict], dict]]
 
     def read(self, run: ReleaseRun, workspace=None) -> Records:
         if self.taps is None:

@@ -17,8 +17,6 @@ from tasks.sequences import (evaluate_sequences, plan_sequence_spend, read_seque
                              sequence_budget, sequence_outputs, sequences_from_taps, tracking_record)
 from tasks.validate import validate_stops
 from transit_release.config import population_named
-from transit_release.inputs.screening import Period
-from transit_release.inputs.universe import LocationUniverse
 from transit_release.mechanisms.prefix_tree import Taxonomy
 from transit_release.releases import sequences
 from transit_release.version import code_version
@@ -29,17 +27,9 @@ class SequenceKind(PassengerKind):
     """Passenger sequences over a public universe: a noisy prefix tree or variable-length n-grams (one spend)."""
 
     mechanism: str
-    period: Period
-    universe: LocationUniverse
     budget: sequences.Budget
     taxonomy: Taxonomy | None
-    input: str | None
-    taps: TapInput | None
     mode: str
-    quarantine_limit: float
-    queries: int
-    top_k: list[int]
-    inputs: list[str]
 
     reading = "reading the sequences"
     render_datacard = staticmethod(sequences.render_datacard)
@@ -106,8 +96,9 @@ def sequence_release(epsilon: float, height: int | None = None, input: str | Non
     stop_table = validate_stops(ingest_stops(stops), stops) if trips else None
     universe = stop_universe(stop_table, mode, stops) if trips else load_universe(locations, taxonomy)
     budget, tax = sequence_budget(mechanism, universe, epsilon, height, variant, fanout, lmax, nmax)
-    kind = SequenceKind(mechanism, period, universe, budget, tax, input, TapInput(trips, stops, stop_table)
-                        if trips else None, mode, quarantine_limit, queries,
-                        top_k if top_k is not None else [100, 200, 300],
-                        [p for p in (input, locations, taxonomy, trips, stops) if p])
+    kind = SequenceKind(period=period, universe=universe, input=input,
+                        taps=TapInput(trips, stops, stop_table) if trips else None, quarantine_limit=quarantine_limit,
+                        queries=queries, top_k=top_k if top_k is not None else [100, 200, 300],
+                        inputs=[p for p in (input, locations, taxonomy, trips, stops) if p],
+                        mechanism=mechanism, budget=budget, taxonomy=tax, mode=mode)
     return publish_release(kind, where, budget_policy, population, release_id, dry_run)

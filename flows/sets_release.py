@@ -16,8 +16,6 @@ from tasks.sets import (evaluate_sets, plan_set_spend, read_sets, sanitize_sets,
                         sets_from_taps, stop_locations, tracking_record)
 from tasks.validate import validate_stops
 from transit_release.config import population_named
-from transit_release.inputs.screening import Period
-from transit_release.inputs.universe import LocationUniverse
 from transit_release.mechanisms.diffpart import DiffPartBudget
 from transit_release.releases import sets
 from transit_release.version import code_version
@@ -27,18 +25,10 @@ from transit_release.version import code_version
 class SetKind(PassengerKind):
     """The passengers' station sets of a declared period: DiffPart (one spend)."""
 
-    period: Period
-    universe: LocationUniverse
     budget: DiffPartBudget
     epsilon: float
     fanout: int | None
-    input: str | None
-    taps: TapInput | None
     modes: tuple[str, ...] | None
-    quarantine_limit: float
-    queries: int
-    top_k: list[int]
-    inputs: list[str]
 
     reading = "reading the sets"
     sanitizing = "partitioning (DiffPart)"
@@ -100,7 +90,9 @@ def set_release(epsilon: float, input: str | None = None, locations: str | None 
     stop_table = validate_stops(ingest_stops(stops), stops) if trips else None
     universe = stop_locations(stop_table, modes, stops) if trips else load_universe(locations, None)
     budget = set_budget(universe, epsilon, fanout)
-    kind = SetKind(period, universe, budget, epsilon, fanout, input, TapInput(trips, stops, stop_table)
-                   if trips else None, modes, quarantine_limit, queries,
-                   top_k if top_k is not None else list(sets.TOP_K), [p for p in (input, locations, trips, stops) if p])
+    kind = SetKind(period=period, universe=universe, input=input,
+                   taps=TapInput(trips, stops, stop_table) if trips else None, quarantine_limit=quarantine_limit,
+                   queries=queries, top_k=top_k if top_k is not None else list(sets.TOP_K),
+                   inputs=[p for p in (input, locations, trips, stops) if p],
+                   budget=budget, epsilon=epsilon, fanout=fanout, modes=modes)
     return publish_release(kind, where, budget_policy, population, release_id, dry_run)

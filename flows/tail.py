@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -86,7 +86,8 @@ class ReleaseKind:
     #: ids an earlier version gave this release by default (:func:`tasks.budget.resolve_release`)
     earlier_release_ids: tuple[str, ...] = ()
     render_datacard: Callable[[dict], str]
-    #: progress labels of the steps (None: the step shows its own progress, or none)
+    #: progress labels of the steps (None: the step shows its own progress, or none; evaluating None: the
+    #: evaluation is part of the publishing step)
     reading: str | None = None
     sanitizing: str | None = None
     evaluating: str | None = "evaluating"
@@ -187,9 +188,12 @@ def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, popula
             anchor_ledger(where, rid, "charge")
             with _stage(kind.sanitizing):
                 sanitized = kind.sanitize(run, records, charged)
-            with _stage(kind.evaluating):
-                evaluation = kind.evaluate(records, sanitized)
+            if kind.evaluating:
+                with progress.stage(kind.evaluating):
+                    evaluation = kind.evaluate(records, sanitized)
             with progress.stage(kind.publishing):
+                if not kind.evaluating:  # the kind evaluates as it publishes
+                    evaluation = kind.evaluate(records, sanitized)
                 public = kind.outputs(run, events, records, sanitized, evaluation, in_flight)
                 staged = stage_release(where, rid, public.tables, public.texts, public.manifest, kind.render_datacard,
                                        charged, policy)

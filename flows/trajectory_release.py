@@ -17,8 +17,6 @@ from tasks.trajectories import (check_trajectory_period, evaluate_trajectories, 
                                 trajectories_from_taps, trajectory_outputs, trajectory_setup, trajectory_universe)
 from tasks.validate import validate_stops
 from transit_release.config import population_named
-from transit_release.inputs.screening import Period
-from transit_release.inputs.universe import LocationUniverse
 from transit_release.releases import trajectories
 from transit_release.version import code_version
 
@@ -29,17 +27,9 @@ class TrajectoryKind(PassengerKind):
     model (one spend)."""
 
     mechanism: str
-    period: Period
-    universe: LocationUniverse
     setup: trajectories.Setup
     height: int
-    input: str | None
-    taps: TapInput | None
     mode: str
-    quarantine_limit: float
-    queries: int
-    top_k: list[int]
-    inputs: list[str]
 
     reading = "reading the trajectories"
     render_datacard = staticmethod(trajectories.render_datacard)
@@ -109,8 +99,10 @@ def trajectory_release(epsilon: float, height: int, input: str | None = None, pe
                                    stop_universe(stop_table, mode, stops) if trips else None)
     setup = trajectory_setup(universe, epsilon, height, mechanism, budget, location_fanout, location_taxonomy_height,
                              time_fanout, time_taxonomy_height, thresholds, nmax)
-    kind = TrajectoryKind(mechanism, period, universe, setup, height, input, TapInput(trips, stops, stop_table)
-                          if trips else None, mode, quarantine_limit, queries,
-                          top_k if top_k is not None else list(trajectories.TOP_K),
-                          [p for p in (input, locations, location_taxonomy, trips, stops) if p])
+    kind = TrajectoryKind(period=period, universe=universe, input=input,
+                          taps=TapInput(trips, stops, stop_table) if trips else None,
+                          quarantine_limit=quarantine_limit, queries=queries,
+                          top_k=top_k if top_k is not None else list(trajectories.TOP_K),
+                          inputs=[p for p in (input, locations, location_taxonomy, trips, stops) if p],
+                          mechanism=mechanism, setup=setup, height=height, mode=mode)
     return publish_release(kind, where, budget_policy, population, release_id, dry_run)
