@@ -129,12 +129,12 @@ def test_the_default_cap_refuses_a_too_large_epsilon_and_releases_of_one_period_
 
 def test_refusals_before_prefect_starts(metro, tmp_path, capsys, monkeypatch):
     """A missing universe, a wrong pairing of flags, an ε the samplers cannot honour: exit 2 before any server."""
-    import transit_release.cli as cli
+    import transit_release.cli.server as server
 
     def no_prefect(*a, **k):
         raise AssertionError("Prefect started")
 
-    monkeypatch.setattr(cli, "_prefect", no_prefect)
+    monkeypatch.setattr(server, "prefect_api", no_prefect)
     home = tmp_path / "home"
     sets = ["sets", "--input", str(metro / "sequences.txt"), "--home", str(home), *PERIOD]
     assert main([*sets, "--epsilon", "1"]) == 2
