@@ -2,31 +2,36 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import pandas as pd
 from prefect import flow, unmapped
 from prefect.utilities.annotations import quote
 
-from flows.scale_out import dask_cluster, partition_chunks, run_on_partitions
-from flows.tail import publish_staged
-from tasks.budget import charge_budget, check_budget, load_policy, precheck_budget, resolve_release
+from flows.scale_out import ReleaseCluster, dask_cluster, partition_chunks, run_on_partitions
+from flows.tail import PublicOutputs, Records, ReleaseKind, ReleaseRun, publish_release
+from tasks.budget import load_policy
 from tasks.config import check_scale_out, load_config
 from tasks.evaluate import evaluate_utility
-from tasks.home import check_free_space, discard_run, prepare_home
-from tasks.ingest import fingerprint_inputs, ingest_stops
+from tasks.home import prepare_home
+from tasks.ingest import ingest_stops
+from tasks.inputs import fingerprint_inputs
 from tasks.opal import assemble_tables, build_manifest, plan_spends, same_release, space_needed, tracking_record
 from tasks.preprocess import location_index
-from tasks.publish import load_manifest, stage_release
 from tasks.quality import check_raw_quality, check_release_tables
 from tasks.sanitize import check_cluster, describe_sanitizers, sanitize_chunk
 from tasks.stream import (bound_partitions_per_card, commit_partitions, declared_period, early_gate,
                           pair_shards, prepare_chunk, screen_verdict, stream_trips)
-from tasks.summary import summarize, summarize_dry_run
-from tasks.track import anchor_ledger, check_store
-from tasks.validate import validate_release_tables, validate_stops
 from tasks.report import draw_report_figures, write_report
+from tasks.summary import summarize
+from tasks.validate import validate_release_tables, validate_stops
 from transit_release import partition_store, progress, warmup
-from transit_release.recovery import work_dir
+from transit_release.config import ReleaseConfig, population_named
+from transit_release.inputs.screening import Period
+from transit_release.partition_store import PartitionDataset
+from transit_release.recovery import WorkDir, work_dir
 from transit_release.releases import opal
-from transit_release.config import population_named
 from transit_release.version import code_version
 
 
@@ -60,6 +65,138 @@ def sanitize_partitions(dataset_root: str, chunks: list[list[tuple[str, str]]], 
     return _mapped(sanitize_chunk, "sanitizing", chunks, (dataset_root,), (config, ledger_path, release_id))
 
 
+@dataclass(frozen=True)
+class OpalWorkspace:
+    """The run's private working directory and the cluster its partition steps run on."""
+
+    work: WorkDir
+    cluster: ReleaseCluster
+
+
+@dataclass(frozen=True)
+class OpalRecords:
+    """The committed partitions of the run (on disk, under its working directory) and what the steps after the
+    gate need of the way there. Per-partition results are quoted: Prefect would walk every one's fields at every
+    task."""
+
+    workspace: OpalWorkspace
+    chunks: list[list[tuple[str, str]]]
+    index: str
+    prepared: object
+    dataset: PartitionDataset
+    raw_quality: dict
+
+
+@dataclass(frozen=True)
+class OpalKind(ReleaseKind):
+    """Opal-style marginals of one declared period's trips, at trip or card level: six stability histograms per
+    (mode, date) partition, the partitions prepared and sanitized on a Dask cluster (or in the flow's process)."""
+
+    trips: str
+    stops: str
+    stop_table: pd.DataFrame
+    period: Period
+    config: ReleaseConfig
+    dask_address: str | None
+    workers: int | None
+    period_declared: bool = True  # a dry run may go on with the period the data suggest
+
+    publishing = "checking and publishing"
+    evaluating = None  # checked and evaluated within "checking and publishing"
+    render_datacard = staticmethod(opal.render_datacard)
+
+    @property
+    def inputs(self) -> list[str]:
+        return [self.trips, self.stops]
+
+    @property
+    def default_release_id(self) -> str:
+        return opal.release_id_for(self.period.start, self.period.end, self.config.unit_of_privacy)
+
+    @property
+    def earlier_release_ids(self) -> tuple[str, ...]:
+        return tuple(opal.earlier_release_ids(self.period.start, self.period.end))
+
+    def fingerprint(self, where):
+        # hashed in a thread of its own (no GIL) while the trips are read: a new release id needs it only when its
+        # spends are planned; an existing one waits for it, to compare with the earlier spends
+        return fingerprint_inputs.submit(where, self.inputs)
+
+    def same_release(self, fingerprint):
+        return same_release(self.config, fingerprint)
+
+    @contextmanager
+    def workspace(self, run: ReleaseRun):
+        with work_dir(run.where, run.release_id) as work, dask_cluster(self.dask_address, self.workers) as cluster:
+            yield OpalWorkspace(work, cluster)
+
+    def read(self, run: ReleaseRun, workspace: OpalWorkspace) -> Records:
+        where, rid, work, cfg = run.where, run.release_id, workspace.work, self.config
+        partitions = opal.partitions_of(self.period, cfg)
+        workers_used = workspace.cluster.local_workers
+        if self.dask_address:  # before any work on it, and before any spend
+            workers_used = check_cluster(self.dask_address, str(work.path))
+        chunks = partition_chunks(partitions, workers_used)
+        index = location_index(self.stop_table, cfg, work)  # a path: the stop table is no subflow parameter
+        with progress.stage("reading and screening the trips"):
+            streamed = stream_trips(work, self.trips, self.stop_table, self.period, cfg)  # card ids stay in work.spill
+            early_gate(where, rid, work, self.trips, streamed, cfg, run.dry_run)
+        staging = str(partition_store.staging_for(work.partitions))
+        prepared = quote(run_on_partitions(prepare_partitions, workspace.cluster, work, staging, chunks, cfg, index,
+                                           pair_shards(self.period)))
+        with progress.stage("validating"):
+            figures = screen_verdict(where, rid, work, self.trips, streamed, prepared, cfg, run.dry_run)
+            raw_quality = check_raw_quality(where, str(work.path), rid, figures, prepared, partitions, cfg)
+            quarantine = figures.summary()  # counts only
+            if cfg.unit_of_privacy == "card":  # at most P partitions per card
+                quarantine = {**quarantine, "bounding": bound_partitions_per_card(
+                    work, staging, self.period, cfg, prepared)}  # internal figures, never public
+            dataset = commit_partitions(work, staging, prepared, index, cfg)
+        return Records(OpalRecords(workspace, chunks, index, prepared, dataset, raw_quality), quarantine)
+
+    def plan(self, run: ReleaseRun, records: Records, fingerprint: str, population: str) -> list:
+        return plan_spends(run.release_id, self.period, self.config, fingerprint, code_version(), population)
+
+    def space_needed(self, records: Records) -> int:
+        return space_needed(self.period, self.config, records.data.index)
+
+    def sanitize(self, run: ReleaseRun, records: Records, charged: list):
+        r = records.data
+        return quote(run_on_partitions(sanitize_partitions, r.workspace.cluster, str(r.dataset.root), r.chunks,
+                                       self.config, str(run.where.ledger), run.release_id))
+
+    def evaluate(self, records: Records, outcomes):
+        return evaluate_utility(outcomes), describe_sanitizers(outcomes, self.dask_address, self.workers,
+                                                               records.data.prepared)
+
+    def outputs(self, run, events, records, outcomes, evaluation, in_flight) -> PublicOutputs:
+        utility, sanitizers = evaluation
+        r = records.data
+        manifest = build_manifest(run.release_id, self.period, self.config, sanitizers["noise_source"],
+                                  code_version())
+        # the report's figures, drawn in a process of their own while the release is checked and staged
+        figures = draw_report_figures.submit(run.where, manifest, utility, outcomes)
+        in_flight.append(figures)
+        tables = validate_release_tables(assemble_tables(outcomes, r.dataset))
+        release_quality = check_release_tables(run.where, str(r.workspace.work.path), run.release_id, tables,
+                                               outcomes, r.dataset, self.config)
+        return PublicOutputs(tables, {}, manifest, (figures, release_quality))
+
+    def report(self, run, manifest, records, evaluation, outputs) -> str:
+        figures, _ = outputs.extra
+        return write_report(run.where, str(records.data.workspace.work.path), manifest, evaluation[0],
+                            records.quarantine, figures.result())
+
+    def tracking_record(self, manifest, records, evaluation, outputs) -> dict:
+        utility, sanitizers = evaluation
+        return tracking_record(manifest, utility, records.quarantine,
+                               {"raw": records.data.raw_quality, "release": outputs.extra[1]}, sanitizers)
+
+    def summary(self, run, manifest, mlflow_run_id, report, records, evaluation) -> dict:
+        return summarize(run.where, manifest, "published", mlflow_run_id, f"{report}/report.html",
+                         records.quarantine)
+
+
 @flow(name="opal-release", persist_result=False)
 def opal_release(trips: str, stops: str, period_start: str | None = None, period_end: str | None = None,
                  home: str = ".", config: str | None = None, epsilons: list[float] | None = None,
@@ -88,74 +225,5 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
     budget_policy = load_policy(policy)
     stop_table = validate_stops(ingest_stops(stops), stops)
     period = declared_period(trips, period_start, period_end, dry_run)
-    # hashed in a thread of its own (no GIL) while the trips are read: a new release id needs it only when its
-    # spends are planned; an existing one waits for it here, to compare with the earlier spends (quoted: Prefect
-    # would wait for a future given as a task's parameter)
-    wanted = release_id or opal.release_id_for(period.start, period.end, cfg.unit_of_privacy)
-    fingerprint = fingerprint_inputs.submit(where, [trips, stops])
-    target = resolve_release(where, wanted, same_release(cfg, fingerprint), quote(fingerprint), [trips, stops],
-                             [] if release_id else opal.earlier_release_ids(period.start, period.end))
-    if target.already_published:
-        return summarize(where, load_manifest(where, target.release_id), "already published: nothing drawn or spent")
-    rid = target.release_id
-    partitions = opal.partitions_of(period, cfg)
-    report_figures = None
-    with work_dir(where, rid) as work, dask_cluster(dask_address, workers) as cluster:
-        try:
-            workers_used = cluster.local_workers
-            if dask_address:  # before any work on it, and before any spend
-                workers_used = check_cluster(dask_address, str(work.path))
-            chunks = partition_chunks(partitions, workers_used)
-            index = location_index(stop_table, cfg, work)  # a path: the stop table is no subflow parameter
-            with progress.stage("reading and screening the trips"):
-                streamed = stream_trips(work, trips, stop_table, period, cfg)  # the card id stays in work.spill
-                early_gate(where, rid, work, trips, streamed, cfg, dry_run)
-            staging = str(partition_store.staging_for(work.partitions))
-            # per-partition results are passed on quoted: Prefect would walk every one's fields at every task
-            prepared = quote(run_on_partitions(prepare_partitions, cluster, work, staging, chunks, cfg, index,
-                                               pair_shards(period)))
-            with progress.stage("validating"):
-                figures = screen_verdict(where, rid, work, trips, streamed, prepared, cfg, dry_run)
-                raw_quality = check_raw_quality(where, str(work.path), rid, figures, prepared, partitions, cfg)
-                quarantine = figures.summary()  # counts only
-                if cfg.unit_of_privacy == "card":  # at most P partitions per card
-                    quarantine = {**quarantine, "bounding": bound_partitions_per_card(
-                        work, staging, period, cfg, prepared)}  # internal figures, never public
-                dataset = commit_partitions(work, staging, prepared, index, cfg)
-                events = plan_spends(rid, period, cfg, fingerprint.result(), code_version(),
-                                     population)  # raises its error
-            if dry_run:
-                return summarize_dry_run(rid, period, period_start is not None, events,
-                                         check_budget(where, events, budget_policy), quarantine)
-            precheck_budget(where, events, budget_policy)
-            check_store(where)  # MLflow must work before anything is spent
-            check_free_space(where, space_needed(period, cfg, index), rid)  # room to finish
-            charged = charge_budget(where, events, budget_policy)
-            anchor_ledger(where, rid, "charge")
-            outcomes = quote(run_on_partitions(sanitize_partitions, cluster, str(dataset.root), chunks, cfg,
-                                               str(where.ledger), rid))
-            with progress.stage("checking and publishing"):
-                utility = evaluate_utility(outcomes)
-                sanitizers = describe_sanitizers(outcomes, dask_address, workers, prepared)
-                manifest = build_manifest(rid, period, cfg, sanitizers["noise_source"], code_version())
-                # the report's figures, drawn in a process of their own while the release is checked and staged
-                report_figures = draw_report_figures.submit(where, manifest, utility, outcomes)
-                tables = validate_release_tables(assemble_tables(outcomes, dataset))
-                release_quality = check_release_tables(where, str(work.path), rid, tables, outcomes, dataset, cfg)
-                staged = stage_release(where, rid, tables, {}, manifest, opal.render_datacard, charged,
-                                       budget_policy)
-                report = write_report(where, str(work.path), staged.manifest, utility, quarantine,
-                                      report_figures.result())
-                record = tracking_record(staged.manifest, utility, quarantine,
-                                         {"raw": raw_quality, "release": release_quality}, sanitizers)
-                run_id = publish_staged(where, staged, charged, record, report)
-        except BaseException:
-            try:
-                if report_figures is not None:
-                    report_figures.wait()  # its process writes into the report's folder, which is removed next
-            finally:  # also when the wait is interrupted
-                # a run that drew nothing made no report folder: one there is another run's (e.g. of the same
-                # id, which this one lost to when charging), and stays
-                discard_run(where, rid, keep_reports=report_figures is None)
-            raise
-    return summarize(where, staged.manifest, "published", run_id, f"{report}/report.html", quarantine)
+    kind = OpalKind(trips, stops, stop_table, period, cfg, dask_address, workers, period_declared=period_start is not None)
+    return publish_release(kind, where, budget_policy, population, release_id, dry_run)

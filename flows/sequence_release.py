@@ -2,26 +2,73 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from prefect import flow
 from prefect.utilities.annotations import quote
 
-from flows.tail import publish_staged
-from tasks.budget import charge_budget, check_budget, load_policy, precheck_budget, resolve_release
-from tasks.home import check_free_space, discard_run, prepare_home, records_space_needed
-from flows.taps import clean_taps
-from tasks.ingest import fingerprint_inputs, ingest_stops
-from tasks.publish import load_manifest, stage_release
-from tasks.report import write_sequence_report
-from tasks.sequences import (declared_period, evaluate_sequences, load_universe, plan_sequence_spend, read_sequences,
-                             sanitize_sequences, sequence_budget, sequence_outputs, sequences_from_taps, stop_universe,
-                             tracking_record)
+from flows.passengers import PassengerKind, TapInput
+from flows.tail import PublicOutputs, Records, ReleaseRun, publish_release
+from tasks.budget import load_policy
+from tasks.home import prepare_home
+from tasks.ingest import ingest_stops
+from tasks.inputs import declared_period, load_universe, stop_universe
+from tasks.sequences import (evaluate_sequences, plan_sequence_spend, read_sequences, sanitize_sequences,
+                             sequence_budget, sequence_outputs, sequences_from_taps, tracking_record)
 from tasks.validate import validate_stops
-from tasks.summary import summarize, summarize_dry_run
-from tasks.track import anchor_ledger, check_store
-from transit_release import progress
-from transit_release.releases import sequences
 from transit_release.config import population_named
+from transit_release.mechanisms.prefix_tree import Taxonomy
+from transit_release.releases import sequences
 from transit_release.version import code_version
+
+
+@dataclass(frozen=True)
+class SequenceKind(PassengerKind):
+    """Passenger sequences over a public universe: a noisy prefix tree or variable-length n-grams (one spend)."""
+
+    mechanism: str
+    budget: sequences.Budget
+    taxonomy: Taxonomy | None
+    mode: str
+
+    reading = "reading the sequences"
+    render_datacard = staticmethod(sequences.render_datacard)
+    tracking_task = staticmethod(tracking_record)
+
+    @property
+    def default_release_id(self) -> str:
+        return sequences.default_release_id(self.mechanism, self.period)
+
+    @property
+    def sanitizing(self) -> str:
+        return f"sanitizing ({self.mechanism})"
+
+    def same_release(self, fingerprint):
+        return sequences.same_release(self.budget, fingerprint)
+
+    def read_file(self) -> Records:
+        data = read_sequences(self.input, self.universe, self.quarantine_limit)
+        return Records(data, data.quarantine_counts)
+
+    def from_taps(self, clean, screen) -> Records:
+        data = sequences_from_taps(clean, self.taps.stop_table, self.mode)
+        return Records(data, data.quarantine_counts)
+
+    def plan_spend(self, release_id, fingerprint, population):
+        return plan_sequence_spend(release_id, self.period, self.budget, fingerprint, code_version(), population)
+
+    # the records and the release are large plain collections: quote() spares Prefect visiting every item
+    def sanitize(self, run: ReleaseRun, records: Records, charged: list):
+        return sanitize_sequences(quote(records.data), self.budget, self.taxonomy, charged, run.release_id)
+
+    def evaluate(self, records: Records, sanitized):
+        release, _ = sanitized
+        return evaluate_sequences(quote(records.data), quote(release), self.budget, self.queries, self.top_k)
+
+    def outputs(self, run, events, records, sanitized, evaluation, in_flight) -> PublicOutputs:
+        release, noise_kind = sanitized
+        return PublicOutputs(*sequence_outputs(run.release_id, self.period, self.universe, self.budget, events[0],
+                                               noise_kind, code_version(), quote(release)))
 
 
 @flow(name="sequence-release", persist_result=False)
@@ -49,46 +96,9 @@ def sequence_release(epsilon: float, height: int | None = None, input: str | Non
     stop_table = validate_stops(ingest_stops(stops), stops) if trips else None
     universe = stop_universe(stop_table, mode, stops) if trips else load_universe(locations, taxonomy)
     budget, tax = sequence_budget(mechanism, universe, epsilon, height, variant, fanout, lmax, nmax)
-    inputs = [p for p in (input, locations, taxonomy, trips, stops) if p]
-    wanted = release_id or sequences.default_release_id(mechanism, period)
-    fingerprint = fingerprint_inputs(where, inputs)
-    target = resolve_release(where, wanted, sequences.same_release(budget, fingerprint), fingerprint, inputs)
-    if target.already_published:
-        return summarize(where, load_manifest(where, target.release_id), "already published: nothing drawn or spent")
-    rid = target.release_id
-    with progress.stage("reading the sequences"):
-        if trips:
-            clean, _, _ = clean_taps(where, rid, trips, stops, period, quarantine_limit, dry_run)
-            data = sequences_from_taps(clean, stop_table, mode)
-        else:
-            data = read_sequences(input, universe, quarantine_limit)
-    event = plan_sequence_spend(rid, period, budget, fingerprint, code_version(), population)
-    if dry_run:
-        return summarize_dry_run(rid, period, True, [event], check_budget(where, [event], budget_policy),
-                                 data.quarantine_counts)
-    precheck_budget(where, [event], budget_policy)
-    check_store(where)  # MLflow must work before anything is spent
-    check_free_space(where, records_space_needed(), rid)  # room to finish once charged
-    charged = None
-    try:
-        charged = charge_budget(where, [event], budget_policy)
-        anchor_ledger(where, rid, "charge")
-        # the records and the release are large plain collections: quote() spares Prefect visiting every item
-        with progress.stage(f"sanitizing ({mechanism})"):
-            release, noise_kind = sanitize_sequences(quote(data), budget, tax, charged, rid)
-        with progress.stage("evaluating"):
-            metrics, figures = evaluate_sequences(quote(data), quote(release), budget, queries,
-                                                  top_k if top_k is not None else [100, 200, 300])
-        with progress.stage("publishing"):
-            tables, texts, manifest = sequence_outputs(rid, period, universe, budget, event, noise_kind, code_version(),
-                                                       quote(release))
-            staged = stage_release(where, rid, tables, texts, manifest, sequences.render_datacard, charged,
-                                   budget_policy)
-            report = write_sequence_report(where, staged.manifest, metrics, data.quarantine_counts, figures)
-            run_id = publish_staged(where, staged, charged, tracking_record(staged.manifest, metrics,
-                                                                            data.quarantine_counts), report)
-    except BaseException:
-        # refused at its charge, a run wrote no report: a folder there is another run's (of the same id)
-        discard_run(where, rid, keep_reports=charged is None)
-        raise
-    return {**summarize(where, staged.manifest, "published", run_id, f"{report}/report.html"), "metrics": metrics}
+    kind = SequenceKind(period=period, universe=universe, input=input,
+                        taps=TapInput(trips, stops, stop_table) if trips else None, quarantine_limit=quarantine_limit,
+                        queries=queries, top_k=top_k if top_k is not None else [100, 200, 300],
+                        inputs=[p for p in (input, locations, taxonomy, trips, stops) if p],
+                        mechanism=mechanism, budget=budget, taxonomy=tax, mode=mode)
+    return publish_release(kind, where, budget_policy, population, release_id, dry_run)

@@ -2,25 +2,70 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from prefect import flow
 
-from flows.tail import publish_staged
-from flows.taps import clean_taps
-from tasks.budget import charge_budget, check_budget, load_policy, precheck_budget, resolve_release, same_spend
-from tasks.home import check_free_space, discard_run, prepare_home, records_space_needed
-from tasks.ingest import fingerprint_inputs, ingest_stops
-from tasks.publish import load_manifest, stage_release
-from tasks.report import write_sequence_report
-from tasks.sequences import declared_period, load_universe
+from flows.passengers import PassengerKind, TapInput
+from flows.tail import PublicOutputs, Records, ReleaseRun, publish_release
+from tasks.budget import load_policy, same_spend
+from tasks.home import prepare_home
+from tasks.ingest import ingest_stops
+from tasks.inputs import declared_period, load_universe
 from tasks.sets import (evaluate_sets, plan_set_spend, read_sets, sanitize_sets, set_budget, set_outputs,
                         sets_from_taps, stop_locations, tracking_record)
-from tasks.summary import summarize, summarize_dry_run
-from tasks.track import anchor_ledger, check_store
 from tasks.validate import validate_stops
-from transit_release import progress
-from transit_release.releases import sets
 from transit_release.config import population_named
+from transit_release.mechanisms.diffpart import DiffPartBudget
+from transit_release.releases import sets
 from transit_release.version import code_version
+
+
+@dataclass(frozen=True)
+class SetKind(PassengerKind):
+    """The passengers' station sets of a declared period: DiffPart (one spend)."""
+
+    budget: DiffPartBudget
+    epsilon: float
+    fanout: int | None
+    modes: tuple[str, ...] | None
+
+    reading = "reading the sets"
+    sanitizing = "partitioning (DiffPart)"
+    render_datacard = staticmethod(sets.render_datacard)
+    tracking_task = staticmethod(tracking_record)
+
+    @property
+    def default_release_id(self) -> str:
+        return sets.default_release_id(self.period)
+
+    def same_release(self, fingerprint):
+        return same_spend("diffpart", self.epsilon, fingerprint)
+
+    def read_file(self) -> Records:
+        data = read_sets(self.input, self.universe, self.quarantine_limit)
+        return Records(data, data.quarantine_counts)
+
+    def from_taps(self, clean, screen) -> Records:
+        data = sets_from_taps(clean, self.taps.stop_table, self.period, self.universe, self.modes)
+        return Records(data, {**screen["by_reason"], **data.quarantine_counts})
+
+    def plan_spend(self, release_id, fingerprint, population):
+        return plan_set_spend(release_id, self.period, self.budget, fingerprint, code_version(), population)
+
+    def sanitize(self, run: ReleaseRun, records: Records, charged: list):
+        return sanitize_sets(records.data, self.budget, charged, run.release_id)
+
+    def evaluate(self, records: Records, sanitized):
+        release, _ = sanitized
+        return evaluate_sets(records.data, release, self.queries, self.top_k)
+
+    def outputs(self, run, events, records, sanitized, evaluation, in_flight) -> PublicOutputs:
+        release, noise_kind = sanitized
+        return PublicOutputs(*set_outputs(run.release_id, self.period, self.universe,
+                                          sets.describe_input(self.taps is not None, self.modes), self.budget,
+                                          events[0], noise_kind, code_version(), release,
+                                          sets.fanout_rule(self.fanout)))
 
 
 @flow(name="set-release", persist_result=False)
@@ -45,46 +90,9 @@ def set_release(epsilon: float, input: str | None = None, locations: str | None 
     stop_table = validate_stops(ingest_stops(stops), stops) if trips else None
     universe = stop_locations(stop_table, modes, stops) if trips else load_universe(locations, None)
     budget = set_budget(universe, epsilon, fanout)
-    wanted = release_id or sets.default_release_id(period)
-    inputs = [p for p in (input, locations, trips, stops) if p]
-    fingerprint = fingerprint_inputs(where, inputs)
-    target = resolve_release(where, wanted, same_spend("diffpart", epsilon, fingerprint), fingerprint, inputs)
-    if target.already_published:
-        return summarize(where, load_manifest(where, target.release_id), "already published: nothing drawn or spent")
-    rid = target.release_id
-    with progress.stage("reading the sets"):
-        if trips:
-            clean, _, screen = clean_taps(where, rid, trips, stops, period, quarantine_limit, dry_run)
-            data = sets_from_taps(clean, stop_table, period, universe, modes)
-            quarantine = {**screen["by_reason"], **data.quarantine_counts}
-        else:
-            data = read_sets(input, universe, quarantine_limit)
-            quarantine = data.quarantine_counts
-    event = plan_set_spend(rid, period, budget, fingerprint, code_version(), population)
-    if dry_run:
-        return summarize_dry_run(rid, period, True, [event], check_budget(where, [event], budget_policy), quarantine)
-    precheck_budget(where, [event], budget_policy)
-    check_store(where)  # MLflow must work before anything is spent
-    check_free_space(where, records_space_needed(), rid)  # room to finish once charged
-    charged = None
-    try:
-        charged = charge_budget(where, [event], budget_policy)
-        anchor_ledger(where, rid, "charge")
-        with progress.stage("partitioning (DiffPart)"):
-            release, noise_kind = sanitize_sets(data, budget, charged, rid)
-        with progress.stage("evaluating"):
-            metrics, figures = evaluate_sets(data, release, queries, top_k if top_k is not None else list(sets.TOP_K))
-        with progress.stage("publishing"):
-            tables, texts, manifest = set_outputs(rid, period, universe, sets.describe_input(bool(trips), modes),
-                                                  budget, event, noise_kind, code_version(), release,
-                                                  sets.fanout_rule(fanout))
-            staged = stage_release(where, rid, tables, texts, manifest, sets.render_datacard, charged,
-                                   budget_policy)
-            report = write_sequence_report(where, staged.manifest, metrics, quarantine, figures)
-            run_id = publish_staged(where, staged, charged, tracking_record(staged.manifest, metrics, quarantine),
-                                    report)
-    except BaseException:
-        # refused at its charge, a run wrote no report: a folder there is another run's (of the same id)
-        discard_run(where, rid, keep_reports=charged is None)
-        raise
-    return {**summarize(where, staged.manifest, "published", run_id, f"{report}/report.html"), "metrics": metrics}
+    kind = SetKind(period=period, universe=universe, input=input,
+                   taps=TapInput(trips, stops, stop_table) if trips else None, quarantine_limit=quarantine_limit,
+                   queries=queries, top_k=top_k if top_k is not None else list(sets.TOP_K),
+                   inputs=[p for p in (input, locations, trips, stops) if p],
+                   budget=budget, epsilon=epsilon, fanout=fanout, modes=modes)
+    return publish_release(kind, where, budget_policy, population, release_id, dry_run)

@@ -1,19 +1,220 @@
-"""The publishing tail every release flow shares, after its files are staged and its report written:
-track in MLflow → commit (intent, rename, ledger) → anchor the ledger head → mark the run published → index →
-DCAT catalogue."""
+"""The tail every kind of release shares, and what a kind offers it.
+
+A kind of release (Opal marginals, passenger sequences, trajectories, station sets) is a value, a
+:class:`ReleaseKind` its flow builds from public inputs alone (the declared period, the public universe, the
+budget or setup), offering the few steps that differ. :func:`publish_release` runs any kind through the one tail:
+
+    fingerprint the inputs → resolve the id (published before from the same input: nothing drawn or spent)
+    → read the records → plan the spends → (a dry run: the policy's verdict, and stop) → pre-check the budget
+    → check the MLflow store and the free space → charge → anchor the ledger → sanitize → evaluate
+    → the public outputs → stage → the report → track, commit, anchor, index, DCAT catalogue
+    (:func:`publish_staged`)
+
+and, when a run fails once its charge was attempted, waits for the kind's work in the background and removes
+what the run made under ``release_reports/<id>/``. The tail is no subflow: its steps are tasks of the calling
+flow's run, so the Prefect UI shows each kind's own named tasks and subflows.
+"""
 
 from __future__ import annotations
 
-from tasks.publish import commit_release, update_catalog
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from prefect.utilities.annotations import quote
+
+from tasks.budget import charge_budget, check_budget, precheck_budget, resolve_release
+from tasks.home import check_free_space, discard_run, records_space_needed
+from tasks.inputs import fingerprint_inputs
+from tasks.publish import commit_release, load_manifest, stage_release, update_catalog
 from tasks.report import update_index
-from tasks.track import anchor_ledger, mark_published, track_release
+from tasks.summary import summarize, summarize_dry_run
+from tasks.track import anchor_ledger, check_store, mark_published, track_release
+from transit_release import progress
+from transit_release.accounting.policy import BudgetPolicy
 from transit_release.faults import crash_point
 from transit_release.home import Home
+from transit_release.inputs.screening import Period
 from transit_release.publish import StagedRelease
 
 
+@dataclass(frozen=True)
+class ReleaseRun:
+    """One run of the tail: the home, the release id it resolved to, and whether it is a dry run."""
+
+    where: Home
+    release_id: str
+    dry_run: bool
+
+
+@dataclass(frozen=True)
+class Records:
+    """What a kind read: its records (``data``, never a Prefect parameter as such) and the quarantine figures
+    (counts by reason: what a dry run and the report show)."""
+
+    data: Any
+    quarantine: dict
+
+
+@dataclass(frozen=True)
+class PublicOutputs:
+    """A release's public files before staging: tables (CSV and Parquet), texts and the manifest, and
+    ``extra``, what else the kind's report and tracking record need of this step."""
+
+    tables: dict[str, pd.DataFrame]
+    texts: dict[str, str]
+    manifest: dict
+    extra: Any = None
+
+
+class ReleaseKind:
+    """What a kind of release offers the tail (see the module's docstring): attributes from public inputs, and
+    the steps that differ. A kind is built per run, by its flow, from public inputs only.
+
+    Subclasses give ``period``, ``inputs``, ``default_release_id``, ``render_datacard`` and the steps marked
+    below; the other members have defaults that suit a kind read in the flow's own process.
+    """
+
+    period: Period
+    #: the input files: fingerprinted (home-keyed), and compared when an id is reused
+    inputs: list[str]
+    default_release_id: str
+    #: whether the period was declared (a dry run may show one the data suggest)
+    period_declared: bool = True
+    #: ids an earlier version gave this release by default (:func:`tasks.budget.resolve_release`)
+    earlier_release_ids: tuple[str, ...] = ()
+    render_datacard: Callable[[dict], str]
+    #: progress labels of the steps (None: the step shows its own progress, or none; evaluating None: the
+    #: evaluation is part of the publishing step)
+    reading: str | None = None
+    sanitizing: str | None = None
+    evaluating: str | None = "evaluating"
+    publishing: str = "publishing"
+
+    def fingerprint(self, where: Home):
+        """The inputs' fingerprint, or a future of it (a kind may hash while it reads)."""
+        return fingerprint_inputs(where, self.inputs)
+
+    def same_release(self, fingerprint) -> Callable[[list], bool]:
+        """Do earlier spends describe this very release (same inputs, same public parameters)?"""
+        raise NotImplementedError
+
+    def workspace(self, run: ReleaseRun):
+        """A context for reading through publishing (e.g. a working directory, a cluster); what it yields is given
+        to :meth:`read`."""
+        return nullcontext()
+
+    def read(self, run: ReleaseRun, workspace) -> Records:
+        """Read and screen the records over the public universe (quarantine figures as counts only)."""
+        raise NotImplementedError
+
+    def plan(self, run: ReleaseRun, records: Records, fingerprint: str, population: str) -> list:
+        """The spends, as events, from public parameters (never from the records)."""
+        raise NotImplementedError
+
+    def space_needed(self, records: Records) -> int:
+        """Bytes the release still writes once charged (public: never from the records)."""
+        return records_space_needed()
+
+    def sanitize(self, run: ReleaseRun, records: Records, charged: list):
+        """The noisy release, drawn only after ``charged`` (the ledger's entries of this run) holds its spends."""
+        raise NotImplementedError
+
+    def evaluate(self, records: Records, sanitized):
+        """Utility figures of the release against the records (internal: for the report and MLflow)."""
+        raise NotImplementedError
+
+    def outputs(self, run: ReleaseRun, events: list, records: Records, sanitized, evaluation,
+                in_flight: list) -> PublicOutputs:
+        """The public files and manifest. Work started in the background (e.g. drawing the report's figures) is
+        added to ``in_flight``: a failed run waits for it before the report's folder is removed."""
+        raise NotImplementedError
+
+    def report(self, run: ReleaseRun, manifest: dict, records: Records, evaluation, outputs: PublicOutputs) -> str:
+        """Write the internal report of the staged ``manifest``; its folder."""
+        raise NotImplementedError
+
+    def tracking_record(self, manifest: dict, records: Records, evaluation, outputs: PublicOutputs) -> dict:
+        """What MLflow records of the release (parameters, metrics, tags, artifacts)."""
+        raise NotImplementedError
+
+    def summary(self, run: ReleaseRun, manifest: dict, mlflow_run_id: str, report: str, records: Records,
+                evaluation) -> dict:
+        """What the command prints of a published release."""
+        return summarize(run.where, manifest, "published", mlflow_run_id, f"{report}/report.html")
+
+
+def _stage(label: str | None):
+    return progress.stage(label) if label else nullcontext()
+
+
+def _value(fingerprint) -> str:
+    return fingerprint.result() if hasattr(fingerprint, "result") else fingerprint
+
+
+def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, population: str, release_id: str | None,
+                    dry_run: bool) -> dict:
+    """Run ``kind`` through the tail (see the module's docstring); the summary the command prints.
+
+    ``release_id``: the id asked for (default: the kind's). Nothing is charged before every check has passed;
+    nothing is visible under ``releases/`` before the commit; a run refused at its charge removes nothing of the
+    report folder of its id (it is another run's)."""
+    wanted = release_id or kind.default_release_id
+    fingerprint = kind.fingerprint(where)
+    # quoted: Prefect would wait for a future given as a task's parameter; it is waited for only when there are
+    # earlier spends to compare with
+    target = resolve_release(where, wanted, kind.same_release(fingerprint), quote(fingerprint), kind.inputs,
+                             [] if release_id else list(kind.earlier_release_ids))
+    if target.already_published:
+        return summarize(where, load_manifest(where, target.release_id), "already published: nothing drawn or spent")
+    run = ReleaseRun(where, target.release_id, dry_run)
+    rid = run.release_id
+    with kind.workspace(run) as workspace:
+        with _stage(kind.reading):
+            records = kind.read(run, workspace)
+        events = kind.plan(run, records, _value(fingerprint), population)
+        if dry_run:
+            return summarize_dry_run(rid, kind.period, kind.period_declared, events,
+                                     check_budget(where, events, policy), records.quarantine)
+        precheck_budget(where, events, policy)
+        check_store(where)  # MLflow must work before anything is spent
+        check_free_space(where, kind.space_needed(records), rid)  # room to finish once charged
+        charged = None
+        in_flight: list = []
+        try:
+            charged = charge_budget(where, events, policy)
+            anchor_ledger(where, rid, "charge")
+            with _stage(kind.sanitizing):
+                sanitized = kind.sanitize(run, records, charged)
+            if kind.evaluating:
+                with progress.stage(kind.evaluating):
+                    evaluation = kind.evaluate(records, sanitized)
+            with progress.stage(kind.publishing):
+                if not kind.evaluating:  # the kind evaluates as it publishes
+                    evaluation = kind.evaluate(records, sanitized)
+                public = kind.outputs(run, events, records, sanitized, evaluation, in_flight)
+                staged = stage_release(where, rid, public.tables, public.texts, public.manifest, kind.render_datacard,
+                                       charged, policy)
+                report = kind.report(run, staged.manifest, records, evaluation, public)
+                mlflow_run_id = publish_staged(where, staged, charged,
+                                               kind.tracking_record(staged.manifest, records, evaluation, public),
+                                               report)
+        except BaseException:
+            try:
+                for work in in_flight:
+                    work.wait()  # it writes into the report's folder, which is removed next
+            finally:  # also when the wait is interrupted
+                # refused at its charge, a run wrote no report: a folder there is another run's (of the same id)
+                discard_run(where, rid, keep_reports=charged is None)
+            raise
+    return kind.summary(run, staged.manifest, mlflow_run_id, report, records, evaluation)
+
+
 def publish_staged(where: Home, staged: StagedRelease, charged: list, record: dict, report_dir: str) -> str:
-    """Make a staged release public and recorded; returns the MLflow run id."""
+    """Make a staged release public and recorded: track in MLflow → commit (intent, rename, ledger) → anchor the
+    ledger head → mark the run published → index → DCAT catalogue. Returns the MLflow run id."""
     run_id = track_release(where, staged.manifest, charged, record, report_dir)
     crash_point("after-mlflow-run")
     commit_release(where, staged, run_id)  # the release becomes visible here, and only here

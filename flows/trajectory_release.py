@@ -2,26 +2,72 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from prefect import flow
 
-from flows.tail import publish_staged
-from flows.taps import clean_taps
-from tasks.budget import charge_budget, check_budget, load_policy, precheck_budget, resolve_release
-from tasks.home import check_free_space, discard_run, prepare_home, records_space_needed
-from tasks.ingest import fingerprint_inputs, ingest_stops
-from tasks.publish import load_manifest, stage_release
-from tasks.report import write_sequence_report
-from tasks.sequences import declared_period, stop_universe
-from tasks.summary import summarize, summarize_dry_run
-from tasks.track import anchor_ledger, check_store
+from flows.passengers import PassengerKind, TapInput
+from flows.tail import PublicOutputs, Records, ReleaseRun, publish_release
+from tasks.budget import load_policy
+from tasks.home import prepare_home
+from tasks.ingest import ingest_stops
+from tasks.inputs import declared_period, stop_universe
 from tasks.trajectories import (check_trajectory_period, evaluate_trajectories, plan_trajectory_spend,
                                 read_trajectories, same_release, sanitize_trajectories, tracking_record,
                                 trajectories_from_taps, trajectory_outputs, trajectory_setup, trajectory_universe)
 from tasks.validate import validate_stops
-from transit_release import progress
-from transit_release.releases import trajectories
 from transit_release.config import population_named
+from transit_release.releases import trajectories
 from transit_release.version import code_version
+
+
+@dataclass(frozen=True)
+class TrajectoryKind(PassengerKind):
+    """Passenger trajectories (station, hour of the week) of one week: SafePath's tree, or the factored Markov
+    model (one spend)."""
+
+    mechanism: str
+    setup: trajectories.Setup
+    height: int
+    mode: str
+
+    reading = "reading the trajectories"
+    render_datacard = staticmethod(trajectories.render_datacard)
+    tracking_task = staticmethod(tracking_record)
+
+    @property
+    def default_release_id(self) -> str:
+        return trajectories.default_release_id(self.period, self.mechanism)
+
+    @property
+    def sanitizing(self) -> str:
+        return "building the SafePath tree" if self.mechanism == "safepath" else "building the models"
+
+    def same_release(self, fingerprint):
+        return same_release(self.setup, fingerprint)
+
+    def read_file(self) -> Records:
+        data = read_trajectories(self.input, self.universe, self.quarantine_limit)
+        return Records(data, data.quarantine_counts)
+
+    def from_taps(self, clean, screen) -> Records:
+        data = trajectories_from_taps(clean, self.taps.stop_table, self.period, self.mode)
+        return Records(data, data.quarantine_counts)
+
+    def plan_spend(self, release_id, fingerprint, population):
+        return plan_trajectory_spend(release_id, self.period, self.setup, fingerprint, code_version(), population)
+
+    def sanitize(self, run: ReleaseRun, records: Records, charged: list):
+        return sanitize_trajectories(records.data, self.setup, charged, run.release_id)
+
+    def evaluate(self, records: Records, sanitized):
+        release, n_nodes, _ = sanitized
+        return evaluate_trajectories(records.data, release, self.height, self.queries, self.top_k, n_nodes)
+
+    def outputs(self, run, events, records, sanitized, evaluation, in_flight) -> PublicOutputs:
+        release, _, noise_kind = sanitized
+        return PublicOutputs(*trajectory_outputs(run.release_id, self.period, self.universe, self.setup, events[0],
+                                                 noise_kind, code_version(), release))
 
 
 @flow(name="trajectory-release", persist_result=False)
@@ -53,45 +99,10 @@ def trajectory_release(epsilon: float, height: int, input: str | None = None, pe
                                    stop_universe(stop_table, mode, stops) if trips else None)
     setup = trajectory_setup(universe, epsilon, height, mechanism, budget, location_fanout, location_taxonomy_height,
                              time_fanout, time_taxonomy_height, thresholds, nmax)
-    wanted = release_id or trajectories.default_release_id(period, mechanism)
-    inputs = [p for p in (input, locations, location_taxonomy, trips, stops) if p]
-    fingerprint = fingerprint_inputs(where, inputs)
-    target = resolve_release(where, wanted, same_release(setup, fingerprint), fingerprint, inputs)
-    if target.already_published:
-        return summarize(where, load_manifest(where, target.release_id), "already published: nothing drawn or spent")
-    rid = target.release_id
-    with progress.stage("reading the trajectories"):
-        if trips:
-            clean, _, _ = clean_taps(where, rid, trips, stops, period, quarantine_limit, dry_run)
-            data = trajectories_from_taps(clean, stop_table, period, mode)
-        else:
-            data = read_trajectories(input, universe, quarantine_limit)
-    event = plan_trajectory_spend(rid, period, setup, fingerprint, code_version(), population)
-    if dry_run:
-        return summarize_dry_run(rid, period, True, [event], check_budget(where, [event], budget_policy),
-                                 data.quarantine_counts)
-    precheck_budget(where, [event], budget_policy)
-    check_store(where)  # MLflow must work before anything is spent
-    check_free_space(where, records_space_needed(), rid)  # room to finish once charged
-    charged = None
-    try:
-        charged = charge_budget(where, [event], budget_policy)
-        anchor_ledger(where, rid, "charge")
-        with progress.stage("building the SafePath tree" if mechanism == "safepath" else "building the models"):
-            release, n_nodes, noise_kind = sanitize_trajectories(data, setup, charged, rid)
-        with progress.stage("evaluating"):
-            metrics, figures = evaluate_trajectories(data, release, height, queries,
-                                                     top_k if top_k is not None else list(trajectories.TOP_K), n_nodes)
-        with progress.stage("publishing"):
-            tables, texts, manifest = trajectory_outputs(rid, period, universe, setup, event, noise_kind,
-                                                         code_version(), release)
-            staged = stage_release(where, rid, tables, texts, manifest, trajectories.render_datacard, charged,
-                                   budget_policy)
-            report = write_sequence_report(where, staged.manifest, metrics, data.quarantine_counts, figures)
-            run_id = publish_staged(where, staged, charged, tracking_record(staged.manifest, metrics,
-                                                                            data.quarantine_counts), report)
-    except BaseException:
-        # refused at its charge, a run wrote no report: a folder there is another run's (of the same id)
-        discard_run(where, rid, keep_reports=charged is None)
-        raise
-    return {**summarize(where, staged.manifest, "published", run_id, f"{report}/report.html"), "metrics": metrics}
+    kind = TrajectoryKind(period=period, universe=universe, input=input,
+                          taps=TapInput(trips, stops, stop_table) if trips else None,
+                          quarantine_limit=quarantine_limit, queries=queries,
+                          top_k=top_k if top_k is not None else list(trajectories.TOP_K),
+                          inputs=[p for p in (input, locations, location_taxonomy, trips, stops) if p],
+                          mechanism=mechanism, setup=setup, height=height, mode=mode)
+    return publish_release(kind, where, budget_policy, population, release_id, dry_run)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pandas as pd
 
 from tasks import data_task
-from transit_release.home import Home
 from transit_release.inputs import tables as io
 
 
@@ -17,9 +16,3 @@ def ingest_trips(path: str) -> pd.DataFrame:
 @data_task(name="ingest-stops")
 def ingest_stops(path: str) -> pd.DataFrame:
     return io.read_stops(path)
-
-
-@data_task(name="fingerprint-inputs")
-def fingerprint_inputs(home: Home, paths: list[str]) -> str:
-    """The home-keyed fingerprint of the input files (recorded in the ledger, never published)."""
-    return io.fingerprint(*paths, key=home.fingerprint_key())

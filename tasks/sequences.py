@@ -1,56 +1,19 @@
-"""Tasks of the sequence release kind (and the public universe every passenger-level kind reads)."""
+"""Tasks of the sequence release kind (prefix tree, n-grams)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
 
-from prefect import get_run_logger
-
 from tasks import data_task
+from tasks.inputs import check_quarantine
 from transit_release.accounting.events import DEFAULT_POPULATION
-from tasks.budget import same_spend
-from transit_release.errors import InputDataError
 from transit_release.inputs import universe as universes
-from transit_release.inputs.refusals import refusal
-from transit_release.inputs.screening import Period, parse_period
+from transit_release.inputs.screening import Period
 from transit_release.inputs.sequences import SequenceInput, read_sequence_file, sequences_from_trips
 from transit_release.mechanisms.prefix_tree import Taxonomy
 from transit_release.noise import NoiseSource
 from transit_release.releases import sequences
-
-
-@data_task(name="declared-period")
-def declared_period(start: str | None, end: str | None) -> Period:
-    """The release period, which a publishing run must declare (it is public: it names what is covered)."""
-    if start is None and end is None:
-        raise InputDataError("declare the period the records cover with --period-start and --period-end "
-                             "(YYYY-MM-DD): it is public, and releases of disjoint periods compose in parallel")
-    return parse_period(start, end)
-
-
-@data_task(name="load-universe")
-def load_universe(locations: str | None, taxonomy: str | None,
-                  taxonomy_flag: str = "--taxonomy") -> universes.LocationUniverse:
-    """The public location universe: a locations file, a taxonomy file's leaves, or both (they must agree)."""
-    return universes.load_universe(locations, taxonomy, taxonomy_flag)
-
-
-def check_quarantine(what: str, name: str, counts: dict[str, int], lines: int, limit: float) -> None:
-    bad = sum(counts.values())
-    if lines and bad / lines > limit:
-        parts = ", ".join(f"{r} {c:,}" for r, c in counts.items())
-        raise refusal("record-quarantine-share", InputDataError(
-            f"{what} {name}: {bad:,} of {lines:,} records ({bad / lines:.2%}) would be quarantined, more than the "
-            f"limit of {limit:.2%}: {parts}"))
-    if bad:
-        get_run_logger().warning("quarantined %d of %d records, by reason %s", bad, lines, counts)
-
-
-@data_task(name="stop-table-universe")
-def stop_universe(stops, mode: str, path: str) -> universes.LocationUniverse:
-    """The public universe of a release built from taps: the stop table's stations of ``mode``."""
-    return universes.from_stop_table(stops, mode, f"stops file {Path(path).name}")
 
 
 @data_task(name="read-sequences")

@@ -1,4 +1,4 @@
-"""Tasks of the station-set release kind (DiffPart); the period and the locations file come from tasks.sequences."""
+"""Tasks of the station-set release kind (DiffPart)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tasks import data_task
+from tasks.inputs import check_quarantine
 from transit_release.accounting.events import DEFAULT_POPULATION
-from tasks.sequences import check_quarantine
 from transit_release.inputs import universe as universes
 from transit_release.inputs.screening import Period
 from transit_release.inputs.sets import SetInput, format_sets, read_set_file, sets_from_trips

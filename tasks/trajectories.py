@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tasks import data_task
+from tasks.inputs import check_quarantine
 from transit_release.accounting.events import DEFAULT_POPULATION
-from tasks.sequences import check_quarantine
 from transit_release.inputs import universe as universes
 from transit_release.inputs.screening import Period
 from transit_release.inputs.trajectories import TrajectoryInput, read_trajectory_file, trajectories_from_trips

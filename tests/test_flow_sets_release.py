@@ -129,12 +129,12 @@ def test_the_default_cap_refuses_a_too_large_epsilon_and_releases_of_one_period_
 
 def test_refusals_before_prefect_starts(metro, tmp_path, capsys, monkeypatch):
     """A missing universe, a wrong pairing of flags, an ε the samplers cannot honour: exit 2 before any server."""
-    import transit_release.cli as cli
+    import transit_release.cli.server as server
 
     def no_prefect(*a, **k):
         raise AssertionError("Prefect started")
 
-    monkeypatch.setattr(cli, "_prefect", no_prefect)
+    monkeypatch.setattr(server, "prefect_api", no_prefect)
     home = tmp_path / "home"
     sets = ["sets", "--input", str(metro / "sequences.txt"), "--home", str(home), *PERIOD]
     assert main([*sets, "--epsilon", "1"]) == 2
@@ -208,7 +208,7 @@ def test_a_run_refused_at_its_charge_leaves_another_runs_report_alone(prefect_ha
     """Two runs of one id: the one that charged first owns the id and writes its report; the other, refused at
     its charge, removes nothing of it (it removed release_reports/<id> as a folder of its own). The other run
     charges between this one's precheck and its charge (simulated: no precheck)."""
-    import flows.sets_release as flow_module
+    import flows.tail as flow_module
     from transit_release.accounting.events import StabilityHistogramEvent
     from transit_release.home import Home
 

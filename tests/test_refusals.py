@@ -148,7 +148,7 @@ def test_each_gate_refusal_carries_its_key(key, figures):
 
 
 def test_the_passenger_kinds_refusals_carry_their_keys(tmp_path):
-    from tasks.sequences import check_quarantine
+    from tasks.inputs import check_quarantine
     from transit_release.inputs.sequences import read_sequence_file
     from transit_release.inputs.sets import read_set_file
     from transit_release.inputs.trajectories import read_trajectory_file

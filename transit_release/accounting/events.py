@@ -50,16 +50,6 @@ class InvalidEventError(ValueError):
     """An event field holds a value no spend can have (negative, NaN or missing ε or δ, ...)."""
 
 
-def _check_budget(kind: str, epsilon, delta) -> None:
-    for name, value in (("epsilon", epsilon), ("delta", delta)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InvalidEventError(f"{kind} event: {name} must be a number. Found {type(value).__name__}.")
-        if not math.isfinite(value) or value < 0:
-            raise InvalidEventError(f"{kind} event: {name} must be finite and non-negative. Found {value!r}.")
-    if delta >= 1:
-        raise InvalidEventError(f"{kind} event: delta must be below 1. Found {delta!r}.")
-
-
 def parse_period(text: str) -> tuple[date, date] | None:
     """``YYYY-MM-DD..YYYY-MM-DD`` as two dates (start ≤ end), or None for anything else."""
     m = _PERIOD.fullmatch(text or "")
@@ -77,26 +67,60 @@ def period_label(start: date, end: date) -> str:
     return f"{start.isoformat()}..{end.isoformat()}"
 
 
-class _Serialisable:
-    """Flat JSON for the ledger and MLflow; the round trip is :func:`event_from_dict`."""
+class _FieldChecks:
+    """The field validation of every event, written once; each refusal reads ``<kind> event: <what is wrong>``.
+
+    :meth:`_check_fields` runs at every event's construction (ε and δ, the declared types of text and integer
+    fields, the identifiers that must not be empty, the population); an event class adds its own conditions with
+    :meth:`_check_period`, :meth:`_require` and :meth:`_invalid`."""
 
     kind: ClassVar[str]
+    #: the identifiers no event may leave empty
+    _NON_EMPTY: ClassVar[tuple[str, ...]] = ("release_id", "unit_of_privacy", "neighbouring")
 
-    def __post_init__(self) -> None:
-        _check_budget(self.kind, getattr(self, "epsilon", None), getattr(self, "delta", None))
+    def _invalid(self, what: str) -> InvalidEventError:
+        """The error of this event's ``what``."""
+        return InvalidEventError(f"{self.kind} event: {what}")
+
+    def _require(self, condition: bool, what: str) -> None:
+        """Refuse the event unless ``condition``."""
+        if not condition:
+            raise self._invalid(what)
+
+    def _check_fields(self) -> None:
+        for name in ("epsilon", "delta"):
+            value = getattr(self, name, None)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise self._invalid(f"{name} must be a number. Found {type(value).__name__}.")
+            self._require(math.isfinite(value) and value >= 0,
+                          f"{name} must be finite and non-negative. Found {value!r}.")
+        self._require(self.delta < 1, f"delta must be below 1. Found {self.delta!r}.")
         for f in fields(self):
             value = getattr(self, f.name)
             if f.type == "str" and not isinstance(value, str):
-                raise InvalidEventError(f"{self.kind} event: {f.name} must be text. Found {type(value).__name__}.")
+                raise self._invalid(f"{f.name} must be text. Found {type(value).__name__}.")
             if f.type == "int" and (isinstance(value, bool) or not isinstance(value, int)):
-                raise InvalidEventError(f"{self.kind} event: {f.name} must be an integer. Found {value!r}.")
-        for name in ("release_id", "unit_of_privacy", "neighbouring"):
-            if not getattr(self, name):
-                raise InvalidEventError(f"{self.kind} event: {name} must not be empty")
+                raise self._invalid(f"{f.name} must be an integer. Found {value!r}.")
+        for name in self._NON_EMPTY:
+            self._require(bool(getattr(self, name)), f"{name} must not be empty")
         try:
             check_population(self.population)
         except InvalidEventError as exc:
-            raise InvalidEventError(f"{self.kind} event: {exc}") from None
+            raise self._invalid(str(exc)) from None
+
+    def _check_period(self, say_found: bool = True) -> None:
+        """``period_start..period_end`` are ISO dates in order (``say_found``: the refusal quotes them)."""
+        found = f". Found {self.period_start!r}..{self.period_end!r}." if say_found else ""
+        self._require(parse_period(f"{self.period_start}..{self.period_end}") is not None,
+                      f"period_start..period_end must be ISO dates in order{found}")
+
+
+class _Serialisable(_FieldChecks):
+    """Flat JSON for the ledger and MLflow; the round trip is :func:`event_from_dict`. Fields are checked at
+    construction (:class:`_FieldChecks`)."""
+
+    def __post_init__(self) -> None:
+        self._check_fields()
 
     def to_dict(self) -> dict[str, Any]:
         """Flat JSON-ready mapping, ``kind`` first."""
@@ -113,9 +137,7 @@ class _PeriodScoped(_Serialisable):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if parse_period(f"{self.period_start}..{self.period_end}") is None:
-            raise InvalidEventError(f"{self.kind} event: period_start..period_end must be ISO dates in order. "
-                                    f"Found {self.period_start!r}..{self.period_end!r}.")
+        self._check_period()
 
     @property
     def period(self) -> tuple[date, date]:
@@ -209,10 +231,9 @@ class CardStabilityHistogramEvent(_Serialisable):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.max_trips_per_partition < 1 or self.max_partitions < 1:
-            raise InvalidEventError(f"{self.kind} event: the contribution bounds must be positive")
-        if parse_period(f"{self.period_start}..{self.period_end}") is None:
-            raise InvalidEventError(f"{self.kind} event: period_start..period_end must be ISO dates in order")
+        self._require(self.max_trips_per_partition >= 1 and self.max_partitions >= 1,
+                      "the contribution bounds must be positive")
+        self._check_period(say_found=False)
 
     @property
     def partition(self) -> str:
@@ -337,12 +358,11 @@ class TruncatedCardStabilityHistogramEvent(CardStabilityHistogramEvent):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.noise_bound < self.sensitivity:
-            raise InvalidEventError(f"{self.kind} event: noise_bound must be at least the sensitivity "
-                                    f"{self.sensitivity}. Found {self.noise_bound}.")
-        if self.threshold != self.noise_bound + self.max_trips_per_partition + 1:
-            raise InvalidEventError(f"{self.kind} event: the threshold must be noise_bound + k + 1 = "
-                                    f"{self.noise_bound + self.max_trips_per_partition + 1}. Found {self.threshold}.")
+        self._require(self.noise_bound >= self.sensitivity, f"noise_bound must be at least the sensitivity "
+                                                            f"{self.sensitivity}. Found {self.noise_bound}.")
+        wanted = self.noise_bound + self.max_trips_per_partition + 1
+        self._require(self.threshold == wanted, f"the threshold must be noise_bound + k + 1 = {wanted}. "
+                                                f"Found {self.threshold}.")
 
 
 EVENT_TYPES: dict[str, type] = {StabilityHistogramEvent.kind: StabilityHistogramEvent,

@@ -76,7 +76,7 @@ REFUSALS: dict[str, Refusal] = {r.key: r for r in (
             "no clean trip on some day of the period",
             "the extract misses a day: publishing it would present an outage as a day nobody rode"),
     Refusal("record-quarantine-share", "too many records of a sequence, trajectory or set file quarantined",
-            ("tasks.sequences.check_quarantine",),
+            ("tasks.inputs.check_quarantine",),
             "more than `--quarantine-limit` of the records (default 1%)",
             "as for trips: a file with many bad records is probably not the export it should be"),
     Refusal("empty-record-file", "a sequence, trajectory or set file without any record",

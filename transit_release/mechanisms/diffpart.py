@@ -521,114 +521,236 @@ def sanitize_sets(records: ItemSets, budget: DiffPartBudget, generator: np.rando
         raise ValueError(f"the records' universe has {records.universe_size} items, the budget's "
                          f"{budget.universe_size}")
     check_partition_size(budget)
-    tax = budget.taxonomy
-    f = tax.fanout
-    full = 1 << f
-    budgets = _Budgets(budget)
-    tables: dict[int, object] = {}
+    run = _Partitioning(records, budget, generator, trace)
+    parts, recs = run.start()
+    if budget.taxonomy.height == 0:  # a one-item universe: the root is a leaf partition, counted at ε
+        return run.count_the_root()
+    while parts.count:
+        parts, recs = run.split(parts, recs)
+    return run.result()
 
-    def table(bid: int):
-        t = tables.get(bid)
+
+@dataclass(frozen=True)
+class _OpenPartitions:
+    """The partitions still to split: their cuts as sorted node ids in CSR form (``nodes``, ``offsets``), their
+    unspent budget ε̃ (interned id), ``n(cut)``, and their index in the trace."""
+
+    nodes: np.ndarray
+    offsets: np.ndarray
+    unspent_id: np.ndarray
+    n_cut: np.ndarray
+    trace_id: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return self.offsets.size - 1
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+@dataclass(frozen=True)
+class _OpenRecords:
+    """The records still in an open partition: their index in the input, their partition, their size and their
+    items (grouped by record)."""
+
+    index: np.ndarray
+    partition: np.ndarray
+    size: np.ndarray
+    items: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Tests:
+    """A round's split of each open partition: the node ``u`` replaced, its level and number of children, the
+    budget (interned id) and threshold of the candidates' test, the unspent budget kept partitions carry on
+    (interned id), and whether the split is the partition's last (its candidates are leaves)."""
+
+    u: np.ndarray
+    level: np.ndarray
+    n_kids: np.ndarray
+    count_bid: np.ndarray
+    threshold: np.ndarray
+    child_uid: np.ndarray
+    last: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """The non-empty candidates of a round, as keys ``partition·2^f + subset`` (sorted), the candidate of each
+    open record, and their true sizes."""
+
+    key: np.ndarray
+    of_record: np.ndarray
+    true_size: np.ndarray
+    full: int
+
+    @property
+    def partition(self) -> np.ndarray:
+        return self.key // self.full
+
+    @property
+    def mask(self) -> np.ndarray:
+        return self.key % self.full
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """The kept sub-partitions of a round, ordered by (parent, subset): parent, subset, noisy size, phantom or
+    not, their cuts (CSR by sub-partition: ``nodes``, ``node_of``, ``sizes``), ``n(cut)`` and whether they are
+    leaves."""
+
+    parent: np.ndarray
+    mask: np.ndarray
+    noisy: np.ndarray
+    phantom: np.ndarray
+    nodes: np.ndarray
+    node_of: np.ndarray
+    sizes: np.ndarray
+    n_cut: np.ndarray
+    leaf: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return self.parent.size
+
+
+def _empty_int() -> np.ndarray:
+    return np.zeros(0, dtype=np.int64)
+
+
+class _Partitioning:
+    """One run of DiffPart: the public taxonomy's lookup tables, the interned budgets and their noise tables,
+    and what the run releases, counts (internal) and traces. Randomness is drawn in a fixed order: the choice of
+    ``u`` per round, then the non-empty candidates' noise by budget, then the empty candidates' by group."""
+
+    def __init__(self, records: ItemSets, budget: DiffPartBudget, generator: np.random.Generator, trace: bool):
+        self.records, self.budget, self.generator = records, budget, generator
+        self.tax = budget.taxonomy
+        self.full = 1 << self.tax.fanout
+        self.budgets = _Budgets(budget)
+        self.tables: dict[int, object] = {}
+        self.trace = DiffPartTrace() if trace else None
+        if self.trace is not None:
+            self.trace.record_spent = [Fraction(0)] * len(records)
+            self.trace.record_reserved = [Fraction(0)] * len(records)
+        self.stats = {"splits": 0, "partitions": 1, "phantom_partitions": 0, "leaves": 0, "phantom_leaves": 0,
+                      "rounds": 0}
+        self.released: list[tuple[tuple[int, ...], int]] = []
+
+    def table(self, bid: int):
+        t = self.tables.get(bid)
         if t is None:
-            t = tables[bid] = discrete_laplace_table(1 / budgets.values[bid])
+            t = self.tables[bid] = discrete_laplace_table(1 / self.budgets.values[bid])
         return t
 
-    n = len(records)
-    tr = DiffPartTrace() if trace else None
-    if tr is not None:
-        tr.record_spent = [Fraction(0)] * n
-        tr.record_reserved = [Fraction(0)] * n
-    stats = {"splits": 0, "partitions": 1, "phantom_partitions": 0, "leaves": 0, "phantom_leaves": 0, "rounds": 0}
-    released: list[tuple[tuple[int, ...], int]] = []
-
-    # open partitions: cuts as sorted node ids in CSR form
-    cut_nodes = np.array([tax.root], dtype=np.int64)
-    cut_off = np.array([0, 1], dtype=np.int64)
-    unspent_id = np.array([budgets.id(budget.root_unspent)], dtype=np.int64)
-    n_cut = np.array([tax.n_internal], dtype=np.int64)
-    part_gid = np.array([0], dtype=np.int64)  # trace ids
-    if tr is not None:
-        tr.parent.append(-1), tr.phantom.append(False), tr.n_cut.append(tax.n_internal)
-        tr.unspent.append(budget.root_unspent), tr.tested_at.append(Fraction(0)), tr.leaf.append(tax.height == 0)
-
-    # open records: their partition, and their (record, item) pairs grouped by record
-    rec_id = np.arange(n, dtype=np.int64)
-    rec_part = np.zeros(n, dtype=np.int64)
-    rec_size = records.sizes.astype(np.int64)
-    pair_item = records.items.astype(np.int32)
-    # per (level k, item): the item's ancestor at level k and its bit among that ancestor's children
-    U = tax.universe_size
-    anc_tab = np.concatenate([tax.level_start[k] + np.arange(U) // f ** k for k in range(tax.height + 1)])
-    bit_tab = np.concatenate([np.zeros(U, dtype=np.int64)] +
+    def start(self) -> tuple[_OpenPartitions, _OpenRecords]:
+        """The root partition, holding every record, and the taxonomy's lookup tables."""
+        tax, budget, tr = self.tax, self.budget, self.trace
+        root = _OpenPartitions(np.array([tax.root], dtype=np.int64), np.array([0, 1], dtype=np.int64),
+                               np.array([self.budgets.id(budget.root_unspent)], dtype=np.int64),
+                               np.array([tax.n_internal], dtype=np.int64), np.array([0], dtype=np.int64))
+        if tr is not None:
+            tr.parent.append(-1), tr.phantom.append(False), tr.n_cut.append(tax.n_internal)
+            tr.unspent.append(budget.root_unspent), tr.tested_at.append(Fraction(0)), tr.leaf.append(tax.height == 0)
+        n = len(self.records)
+        records = _OpenRecords(np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
+                               self.records.sizes.astype(np.int64), self.records.items.astype(np.int32))
+        # per (level k, item): the item's ancestor at level k and its bit among that ancestor's children
+        f, U = tax.fanout, tax.universe_size
+        anc = np.concatenate([tax.level_start[k] + np.arange(U) // f ** k for k in range(tax.height + 1)])
+        bit = np.concatenate([np.zeros(U, dtype=np.int64)] +
                              [np.left_shift(1, (np.arange(U) // f ** (k - 1)) % f) for k in range(1, tax.height + 1)])
-    anc_tab, bit_tab = anc_tab.astype(np.int32), bit_tab.astype(np.int32)
+        self.ancestor, self.child_bit = anc.astype(np.int32), bit.astype(np.int32)
+        return root, records
 
-    if tax.height == 0:  # a one-item universe: the root is a leaf partition, counted at ε
+    def count_the_root(self) -> DiffPartResult:
+        """A one-item universe: the root is a leaf partition, counted once at ε."""
+        budget, n, tr = self.budget, len(self.records), self.trace
         eps = budget.leaf_epsilon(budget.root_unspent)
-        noisy = n + int(discrete_laplace_table(1 / eps).sample(generator, 1)[0])
+        noisy = n + int(discrete_laplace_table(1 / eps).sample(self.generator, 1)[0])
         if noisy >= budget.leaf_threshold(eps):
-            released.append(((0,), noisy))
-            stats["leaves"] = 1
+            self.released.append(((0,), noisy))
+            self.stats["leaves"] = 1
         if tr is not None:
             tr.tested_at[0] = eps
             tr.record_spent = [eps] * n
             tr.record_reserved = [Fraction(0)] * n
-        return DiffPartResult(released, stats, tr)
+        return DiffPartResult(self.released, self.stats, tr)
 
-    while cut_off.size > 1:
-        P = cut_off.size - 1
-        stats["rounds"] += 1
-        stats["splits"] += P
-        sizes = np.diff(cut_off)
-        owner = np.repeat(np.arange(P, dtype=np.int64), sizes)
-        level = tax.level_of(cut_nodes)
-        top = np.maximum.reduceat(level, cut_off[:-1])
-        # 1. u: uniform among the cut's nodes of the largest height
+    def split(self, parts: _OpenPartitions, recs: _OpenRecords) -> tuple[_OpenPartitions, _OpenRecords]:
+        """One round: every open partition is split once; the kept sub-partitions that are not leaves, and the
+        records in them, are the next round's."""
+        self.stats["rounds"] += 1
+        self.stats["splits"] += parts.count
+        tests = self.tests(parts)
+        cands = self.candidates(parts, recs, tests)
+        noisy, keep = self.noisy_sizes(cands, tests)
+        kept = self.kept(parts, tests, cands, noisy, keep, self.passing_empties(parts.count, cands, tests))
+        trace_ids = self.trace_round(parts, recs, tests, kept)
+        self.stats["partitions"] += kept.count
+        self.stats["phantom_partitions"] += int(kept.phantom.sum())
+        self.release_leaves(kept)
+        open_sub = np.flatnonzero(~kept.leaf)
+        recs = self.move_records(recs, tests, cands, kept, open_sub)
+        node_keep = ~kept.leaf[kept.node_of]
+        parts = _OpenPartitions(kept.nodes[node_keep],
+                                np.concatenate([[0], np.cumsum(kept.sizes[open_sub])]).astype(np.int64),
+                                tests.child_uid[kept.parent[open_sub]], kept.n_cut[open_sub],
+                                trace_ids[open_sub] if trace_ids is not None else parts.trace_id)
+        return parts, recs
+
+    def tests(self, parts: _OpenPartitions) -> _Tests:
+        """Step 1: ``u`` uniform among each cut's nodes of the largest height; the budgets of the round's tests
+        (exact, interned)."""
+        tax, offsets = self.tax, parts.offsets
+        owner = np.repeat(np.arange(parts.count, dtype=np.int64), parts.sizes)
+        level = tax.level_of(parts.nodes)
+        top = np.maximum.reduceat(level, offsets[:-1])
         cand = level == top[owner]
-        n_cand = np.add.reduceat(cand.astype(np.int64), cut_off[:-1])
-        pick = generator.integers(0, n_cand)
+        n_cand = np.add.reduceat(cand.astype(np.int64), offsets[:-1])
+        pick = self.generator.integers(0, n_cand)
         rank = np.cumsum(cand) - 1 - np.concatenate([[0], np.cumsum(n_cand)[:-1]])[owner]
-        chosen = cand & (rank == pick[owner])
-        u = cut_nodes[chosen]
-        u_level = top
-        n_kids = tax.n_children[u]
-        # budgets of this round's tests, per partition (exact, interned)
-        rows, which = np.unique(np.stack([unspent_id, n_cut, u_level], axis=1), axis=0, return_inverse=True)
-        table_rows = np.array([budgets.rule(*map(int, r)) for r in rows], dtype=np.int64).reshape(-1, 3)
-        count_bid, thresh, child_uid = table_rows[which.ravel()].T
-        last = n_cut == 1
+        u = parts.nodes[cand & (rank == pick[owner])]
+        rows, which = np.unique(np.stack([parts.unspent_id, parts.n_cut, top], axis=1), axis=0, return_inverse=True)
+        table_rows = np.array([self.budgets.rule(*map(int, r)) for r in rows], dtype=np.int64).reshape(-1, 3)
+        count_bid, threshold, child_uid = table_rows[which.ravel()].T
+        return _Tests(u, top, tax.n_children[u], count_bid, threshold, child_uid, parts.n_cut == 1)
 
-        # 2. route the records: bitmask of u's children holding their items
-        if rec_part.size:
-            flat = np.repeat((u_level * U)[rec_part], rec_size) + pair_item
-            under = anc_tab[flat] == np.repeat(u[rec_part], rec_size)
-            bits = bit_tab[flat] * under
-            starts = np.concatenate([[0], np.cumsum(rec_size[:-1])])
-            mask = np.bitwise_or.reduceat(bits, starts).astype(np.int64)
-            cand_key, rec_cand, cand_true = _group(rec_part * full + mask, P * full)
-        else:
-            cand_key = np.zeros(0, dtype=np.int64)
-            rec_cand = np.zeros(0, dtype=np.int64)
-            cand_true = np.zeros(0, dtype=np.int64)
-        cand_part = cand_key // full
-        cand_mask = cand_key % full
+    def candidates(self, parts: _OpenPartitions, recs: _OpenRecords, tests: _Tests) -> _Candidates:
+        """Step 2: route the records, by the bitmask of ``u``'s children holding their items."""
+        if not recs.partition.size:
+            return _Candidates(_empty_int(), _empty_int(), _empty_int(), self.full)
+        U, part, size = self.tax.universe_size, recs.partition, recs.size
+        flat = np.repeat((tests.level * U)[part], size) + recs.items
+        under = self.ancestor[flat] == np.repeat(tests.u[part], size)
+        bits = self.child_bit[flat] * under
+        starts = np.concatenate([[0], np.cumsum(size[:-1])])
+        mask = np.bitwise_or.reduceat(bits, starts).astype(np.int64)
+        return _Candidates(*_group(part * self.full + mask, parts.count * self.full), self.full)
 
-        # 3. non-empty candidates: noisy sizes, grouped by scale in a fixed order
-        cand_noisy = cand_true.copy()
-        cand_bid = count_bid[cand_part]
-        for bid in np.unique(cand_bid):
-            sel = np.flatnonzero(cand_bid == bid)
-            cand_noisy[sel] += table(int(bid)).sample(generator, sel.size)
-        cand_keep = cand_noisy >= thresh[cand_part]
+    def noisy_sizes(self, cands: _Candidates, tests: _Tests) -> tuple[np.ndarray, np.ndarray]:
+        """Step 3: the non-empty candidates' noisy sizes, drawn by budget in a fixed order; which pass."""
+        cand_part = cands.partition
+        noisy = cands.true_size.copy()
+        bids = tests.count_bid[cand_part]
+        for bid in np.unique(bids):
+            sel = np.flatnonzero(bids == bid)
+            noisy[sel] += self.table(int(bid)).sample(self.generator, sel.size)
+        return noisy, noisy >= tests.threshold[cand_part]
 
-        # 4. empty candidates: the shared sampler, per (scale, threshold, number of children)
-        n_nonempty = np.bincount(cand_part, minlength=P)
-        n_empty = (np.left_shift(1, n_kids) - 1) - n_nonempty
-        groups = np.unique(np.stack([count_bid, thresh, n_kids], axis=1), axis=0)
+    def passing_empties(self, n_parts: int, cands: _Candidates,
+                        tests: _Tests) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Step 4: the empty candidates that pass, by the shared sampler, per (scale, threshold, number of
+        children): their partition, subset and noisy size."""
+        cand_part, cand_mask = cands.partition, cands.mask
+        n_empty = (np.left_shift(1, tests.n_kids) - 1) - np.bincount(cand_part, minlength=n_parts)
+        groups = np.unique(np.stack([tests.count_bid, tests.threshold, tests.n_kids], axis=1), axis=0)
         e_part, e_mask, e_count = [], [], []
         for bid, t, l in groups.tolist():
-            members = np.flatnonzero((count_bid == bid) & (thresh == t) & (n_kids == l))
-            s = sample_passing_empties(generator, n_empty[members], 1 / budgets.values[bid], t)
+            members = np.flatnonzero((tests.count_bid == bid) & (tests.threshold == t) & (tests.n_kids == l))
+            s = sample_passing_empties(self.generator, n_empty[members], 1 / self.budgets.values[bid], t)
             if s.size == 0:
                 continue
             universe = (1 << l) - 1
@@ -639,89 +761,91 @@ def sanitize_sets(records: ItemSets, budget: DiffPartBudget, generator: np.rando
             e_part.append(members[s.group])
             e_mask.append(ids + 1)
             e_count.append(s.count)
-        e_part = np.concatenate(e_part) if e_part else np.zeros(0, dtype=np.int64)
-        e_mask = np.concatenate(e_mask) if e_mask else np.zeros(0, dtype=np.int64)
-        e_count = np.concatenate(e_count) if e_count else np.zeros(0, dtype=np.int64)
+        return tuple(np.concatenate(x) if x else _empty_int() for x in (e_part, e_mask, e_count))
 
-        # 5. the kept sub-partitions, ordered by (parent, subset)
-        k_part = np.concatenate([cand_part[cand_keep], e_part])
-        k_mask = np.concatenate([cand_mask[cand_keep], e_mask])
-        k_count = np.concatenate([cand_noisy[cand_keep], e_count])
-        k_phantom = np.concatenate([np.zeros(int(cand_keep.sum()), dtype=bool), np.ones(e_part.size, dtype=bool)])
+    def kept(self, parts: _OpenPartitions, tests: _Tests, cands: _Candidates, noisy: np.ndarray, keep: np.ndarray,
+             empties: tuple[np.ndarray, np.ndarray, np.ndarray]) -> _Kept:
+        """Step 5: the kept sub-partitions, ordered by (parent, subset), and their cuts: the parent's cut without
+        ``u``, plus ``u``'s children in the subset."""
+        tax, f, sizes = self.tax, self.tax.fanout, parts.sizes
+        e_part, e_mask, e_count = empties
+        k_part = np.concatenate([cands.partition[keep], e_part])
+        k_mask = np.concatenate([cands.mask[keep], e_mask])
+        k_count = np.concatenate([noisy[keep], e_count])
+        k_phantom = np.concatenate([np.zeros(int(keep.sum()), dtype=bool), np.ones(e_part.size, dtype=bool)])
         order = np.lexsort((k_mask, k_part))
         k_part, k_mask, k_count, k_phantom = k_part[order], k_mask[order], k_count[order], k_phantom[order]
         S = k_part.size
-        # their cuts: the parent's cut without u, plus u's children in the subset
-        idx = _ranges(cut_off[k_part], sizes[k_part])
+        idx = _ranges(parts.offsets[k_part], sizes[k_part])
         sub = np.repeat(np.arange(S, dtype=np.int64), sizes[k_part])
-        not_u = cut_nodes[idx] != u[k_part][sub]
-        old_nodes, old_sub = cut_nodes[idx][not_u], sub[not_u]
+        not_u = parts.nodes[idx] != tests.u[k_part][sub]
+        old_nodes, old_sub = parts.nodes[idx][not_u], sub[not_u]
         bit_s, bit_b = np.nonzero((k_mask[:, None] >> np.arange(f)) & 1)
-        first = tax.first_child(u[k_part], u_level[k_part])
+        first = tax.first_child(tests.u[k_part], tests.level[k_part])
         new_nodes = np.concatenate([old_nodes, first[bit_s] + bit_b])
         new_sub = np.concatenate([old_sub, bit_s])
         o = np.lexsort((new_nodes, new_sub))
-        new_nodes, new_sub = new_nodes[o], new_sub[o]
         new_sizes = sizes[k_part] - 1 + np.bincount(bit_s, minlength=S)
-        new_n = n_cut[k_part] - tax.internal_below[u[k_part]] + np.bincount(
+        new_n = parts.n_cut[k_part] - tax.internal_below[tests.u[k_part]] + np.bincount(
             bit_s, weights=tax.internal_below[first[bit_s] + bit_b], minlength=S).astype(np.int64)
-        leaf = last[k_part]
+        return _Kept(k_part, k_mask, k_count, k_phantom, new_nodes[o], new_sub[o], new_sizes, new_n,
+                     tests.last[k_part])
 
-        if tr is not None:
-            gids = np.arange(len(tr.parent), len(tr.parent) + S, dtype=np.int64)
-            for s_, p_ in enumerate(k_part.tolist()):
-                tr.parent.append(int(part_gid[p_]))
-                tr.phantom.append(bool(k_phantom[s_]))
-                tr.n_cut.append(int(new_n[s_]))
-                tr.tested_at.append(budgets.values[count_bid[p_]])
-                tr.unspent.append(Fraction(0) if leaf[s_] else budgets.values[child_uid[p_]])
-                tr.leaf.append(bool(leaf[s_]))
-            for r_, p_ in zip(rec_id.tolist(), rec_part.tolist()):
-                tr.record_spent[r_] += budgets.values[count_bid[p_]]
-        stats["partitions"] += S
-        stats["phantom_partitions"] += int(k_phantom.sum())
+    def trace_round(self, parts: _OpenPartitions, recs: _OpenRecords, tests: _Tests,
+                    kept: _Kept) -> np.ndarray | None:
+        """The kept sub-partitions' trace entries and what the records spent this round; their trace ids."""
+        tr, values = self.trace, self.budgets.values
+        if tr is None:
+            return None
+        ids = np.arange(len(tr.parent), len(tr.parent) + kept.count, dtype=np.int64)
+        for s_, p_ in enumerate(kept.parent.tolist()):
+            tr.parent.append(int(parts.trace_id[p_]))
+            tr.phantom.append(bool(kept.phantom[s_]))
+            tr.n_cut.append(int(kept.n_cut[s_]))
+            tr.tested_at.append(values[tests.count_bid[p_]])
+            tr.unspent.append(Fraction(0) if kept.leaf[s_] else values[tests.child_uid[p_]])
+            tr.leaf.append(bool(kept.leaf[s_]))
+        for r_, p_ in zip(recs.index.tolist(), recs.partition.tolist()):
+            tr.record_spent[r_] += values[tests.count_bid[p_]]
+        return ids
 
-        # 6. leaves: release (the noisy size is an integer: round(N) = N; clamped at 0 defensively)
-        leaf_rows = np.flatnonzero(leaf)
-        if leaf_rows.size:
-            stats["leaves"] += leaf_rows.size
-            stats["phantom_leaves"] += int(k_phantom[leaf_rows].sum())
-            nb = np.concatenate([[0], np.cumsum(new_sizes)])
-            items = new_nodes  # level-0 node ids are item ids
-            copies = np.maximum(k_count, 0)
-            for s_ in leaf_rows.tolist():
-                if copies[s_] > 0:
-                    released.append((tuple(items[nb[s_]:nb[s_ + 1]].tolist()), int(copies[s_])))
+    def release_leaves(self, kept: _Kept) -> None:
+        """Step 6: each kept leaf is released with its noisy size as copies (an integer: round(N) = N; clamped at
+        0 defensively)."""
+        leaf_rows = np.flatnonzero(kept.leaf)
+        if not leaf_rows.size:
+            return
+        self.stats["leaves"] += leaf_rows.size
+        self.stats["phantom_leaves"] += int(kept.phantom[leaf_rows].sum())
+        nb = np.concatenate([[0], np.cumsum(kept.sizes)])
+        items = kept.nodes  # level-0 node ids are item ids
+        copies = np.maximum(kept.noisy, 0)
+        for s_ in leaf_rows.tolist():
+            if copies[s_] > 0:
+                self.released.append((tuple(items[nb[s_]:nb[s_ + 1]].tolist()), int(copies[s_])))
 
-        # 7. the records move to their kept, non-leaf sub-partition; the others are done
-        open_sub = np.flatnonzero(~leaf)
-        new_index = np.full(S, -1, dtype=np.int64)
+    def move_records(self, recs: _OpenRecords, tests: _Tests, cands: _Candidates, kept: _Kept,
+                     open_sub: np.ndarray) -> _OpenRecords:
+        """Step 7: the records move to their kept, non-leaf sub-partition; the others are done."""
+        new_index = np.full(kept.count, -1, dtype=np.int64)
         new_index[open_sub] = np.arange(open_sub.size)
-        real_rows = np.flatnonzero(~k_phantom)
-        real_key = k_part[real_rows] * full + k_mask[real_rows]  # sorted: rows are ordered by (parent, subset)
-        pos = np.searchsorted(real_key, cand_key)
+        real_rows = np.flatnonzero(~kept.phantom)
+        real_key = kept.parent[real_rows] * self.full + kept.mask[real_rows]  # sorted: ordered by (parent, subset)
+        pos = np.searchsorted(real_key, cands.key)
         hit = pos < real_key.size
-        hit[hit] = real_key[pos[hit]] == cand_key[hit]
-        cand_to_new = np.full(cand_key.size, -1, dtype=np.int64)
+        hit[hit] = real_key[pos[hit]] == cands.key[hit]
+        cand_to_new = np.full(cands.key.size, -1, dtype=np.int64)
         cand_to_new[hit] = new_index[real_rows[pos[hit]]]
-        rec_new = cand_to_new[rec_cand] if rec_cand.size else rec_cand
-        if tr is not None:
-            for r_, p_, nn in zip(rec_id.tolist(), rec_part.tolist(), rec_new.tolist()):
+        rec_new = cand_to_new[cands.of_record] if cands.of_record.size else cands.of_record
+        if self.trace is not None:
+            for r_, p_, nn in zip(recs.index.tolist(), recs.partition.tolist(), rec_new.tolist()):
                 if nn < 0:  # done: at a leaf, or dropped at this test
-                    lf = bool(last[p_])
-                    tr.record_reserved[r_] = (Fraction(0) if lf else
-                                              budget.leaf_reserve + budgets.values[child_uid[p_]])
+                    self.trace.record_reserved[r_] = (Fraction(0) if tests.last[p_] else self.budget.leaf_reserve
+                                                      + self.budgets.values[tests.child_uid[p_]])
         alive = rec_new >= 0
-        pair_item = pair_item[np.repeat(alive, rec_size)]
-        rec_id, rec_part, rec_size = rec_id[alive], rec_new[alive], rec_size[alive]
+        return _OpenRecords(recs.index[alive], rec_new[alive], recs.size[alive],
+                            recs.items[np.repeat(alive, recs.size)])
 
-        # next round's open partitions
-        node_keep = ~leaf[new_sub]
-        cut_nodes = new_nodes[node_keep]
-        cut_off = np.concatenate([[0], np.cumsum(new_sizes[open_sub])]).astype(np.int64)
-        unspent_id = child_uid[k_part[open_sub]]
-        n_cut = new_n[open_sub]
-        if tr is not None:
-            part_gid = gids[open_sub]
-    released.sort()
-    return DiffPartResult(released, stats, tr)
+    def result(self) -> DiffPartResult:
+        self.released.sort()
+        return DiffPartResult(self.released, self.stats, self.trace)

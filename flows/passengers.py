@@ -1,0 +1,88 @@
+"""What the passenger-level kinds (sequences, trajectories, station sets) share as kinds of release.
+
+Their records cover one declared period and come from a record file over a public universe, or from tap data
+(one record per card over the period, through the validation gate of :mod:`flows.taps`); each release is one
+spend; its report is the passenger-level report (utility against the raw records); the command's summary
+shows its utility figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pandas as pd
+
+from flows.tail import Records, ReleaseKind, ReleaseRun
+from flows.taps import clean_taps
+from tasks.report import write_sequence_report
+from transit_release.inputs.screening import Period
+from transit_release.inputs.universe import LocationUniverse
+
+
+@dataclass(frozen=True)
+class TapInput:
+    """Tap data as a passenger-level kind's input: the trips and stops files and the validated stop table
+    (whose stations are the public universe)."""
+
+    trips: str
+    stops: str
+    stop_table: pd.DataFrame
+
+
+@dataclass(frozen=True)
+class PassengerKind(ReleaseKind):
+    """A passenger-level kind: the fields below, the public inputs every such kind has; subclasses add their own
+    (mechanism, budget or setup) and give ``tracking_task``, the steps :meth:`read_file`, :meth:`from_taps`,
+    :meth:`plan_spend` and those of :class:`~flows.tail.ReleaseKind` left open."""
+
+    period: Period
+    #: the public universe (a locations or taxonomy file, or the stop table's stations: never read off the data)
+    universe: LocationUniverse
+    #: the record file, or None with ``taps``
+    input: str | None
+    taps: TapInput | None
+    quarantine_limit: float
+    #: the utility workload: count queries, and the top-k lists compared
+    queries: int
+    top_k: list[int]
+    inputs: list[str]
+
+    #: the kind's tracking-record task: ``(manifest, metrics, quarantine) -> dict``
+    tracking_task: ClassVar[Callable[[dict, dict, dict], dict]]
+
+    def read(self, run: ReleaseRun, workspace=None) -> Records:
+        if self.taps is None:
+            return self.read_file()
+        clean, _, screen = clean_taps(run.where, run.release_id, self.taps.trips, self.taps.stops, self.period,
+                                      self.quarantine_limit, run.dry_run)
+        return self.from_taps(clean, screen)
+
+    def read_file(self) -> Records:
+        """The records of the input file, screened against the public universe."""
+        raise NotImplementedError
+
+    def from_taps(self, clean: pd.DataFrame, screen: dict) -> Records:
+        """One record per card over the period, from the clean trips (``screen``: the gate's quarantine
+        summary)."""
+        raise NotImplementedError
+
+    def plan(self, run: ReleaseRun, records: Records, fingerprint: str, population: str) -> list:
+        return [self.plan_spend(run.release_id, fingerprint, population)]
+
+    def plan_spend(self, release_id: str, fingerprint: str, population: str):
+        """The release's one spend."""
+        raise NotImplementedError
+
+    def report(self, run: ReleaseRun, manifest: dict, records: Records, evaluation, outputs) -> str:
+        metrics, figures = evaluation
+        return write_sequence_report(run.where, manifest, metrics, records.quarantine, figures)
+
+    def tracking_record(self, manifest: dict, records: Records, evaluation, outputs) -> dict:
+        return self.tracking_task(manifest, evaluation[0], records.quarantine)
+
+    def summary(self, run: ReleaseRun, manifest: dict, mlflow_run_id: str, report: str, records: Records,
+                evaluation) -> dict:
+        return {**super().summary(run, manifest, mlflow_run_id, report, records, evaluation),
+                "metrics": evaluation[0]}

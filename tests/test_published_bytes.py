@@ -1,0 +1,280 @@
+"""The published bytes of every kind of release, under the test seed, are the ones recorded here.
+
+One small release per kind and mechanism (Opal at card and trip level, sequences by prefix tree and by n-grams,
+trajectories by SafePath and by the Markov model, station sets from a set file and from tap data) is made with the
+test-only noise seed, and every public file is compared with a recorded SHA-256:
+
+- the data files (CSV and text) byte for byte; Parquet files by their content (schema and rows, read back), so
+  that a new pyarrow writing other metadata is no failure;
+- ``manifest.json`` without what differs from run to run or from checkout to checkout: ``created_at``, the
+  ledger head, the code version and the files' entries for ``DATACARD.md``, ``datapackage.json``, ``index.html``
+  and the Parquet files (the first three hold the ledger head or the creation time; Parquet as above);
+- ``DATACARD.md`` with the creation time, the ledger head and the code version masked;
+- ``datapackage.json`` without ``created`` and the ``bytes`` and ``hash`` of ``DATACARD.md`` and the Parquet files
+  (as the manifest);
+- the landing page ``index.html`` with the card's masks, every SHA-256 and every file size masked (the files
+  themselves are compared above).
+
+A refactoring leaves these digests as they are. Re-record them (``TRANSIT_RELEASE_RECORD_DIGESTS=<file>``, then
+copy the printed mapping into :data:`RECORDED`) only with a change that is meant to alter what is published, and
+say so in its commit message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.flow
+
+SEQUENCE_PERIOD = {"period_start": "2026-01-01", "period_end": "2026-01-31"}
+TRAJECTORY_WEEK = {"period_start": "2026-01-05", "period_end": "2026-01-11"}
+OPAL_WEEK = {"period_start": "2016-08-08", "period_end": "2016-08-14"}
+
+#: What each kind published, as recorded from the code at b5c6ffa (main with the open-data files, before the
+#: release kinds shared one tail): {release: {file: sha256}}. Re-recorded only by a change meant to alter
+#: published bytes.
+RECORDED: dict[str, dict[str, str]] = {
+    "opal-card": {
+        "DATACARD.md": "ba5eb0d97fff1edfe3a4094ef998beef2c04800466fc64b16029793964e7e10d",
+        "datapackage.json": "63ef7247103d1a77aa89ff0353e2078c3dcbdfecd668445955f83d1f2c676e81",
+        "index.html": "7d646a2d4e73c2e4c574904a968f4715b4349a15b25e6c92b2f7aa073d4fb519",
+        "location.csv": "3c9c83914a2674480a7aac6493b6edec358f9d21f9d143343ca872d997ae1c46",
+        "location.parquet": "cb17fff7b55bc521450c6befae509bc10f66082d138586093976729b78cf7a20",
+        "manifest.json": "8976b98f70ff0d97b3a3237f3d32bfeb04e09f6df1bedb87425eab7cf9379002",
+        "time-loc.csv": "6ad175cc13215a2d434c1fbdac05ad482d4d2260672c95eb0099cd00a63f90c1",
+        "time-loc.parquet": "86948706581e252e32688cdf54a98a0e8a9fff064f7ff714cd0950fbee3ad935",
+        "time.csv": "73557c45eb42fe817208022636704047817d4359a08657ed12e05018ac31a8ec",
+        "time.parquet": "19e13ac2ebd858abb435fced4f486d3d3e92f4b064792393bf2e7c7effdb7798",
+        "uncertainty.csv": "eeb7c651af824788abc3e8618f0a3a73eb8d3df21030674ede0ea5865efe4c49",
+    },
+    "opal-trip": {
+        "DATACARD.md": "93699faa2d9524d155deda609475ef87cf5cfddb50ddff93b323c7ed084a5aae",
+        "datapackage.json": "ef8e25dbd2891c3488dd2487f73412891cd039c94a0b2ca217ab93e8a82f21f7",
+        "index.html": "854b3dd81377d4fa45e7d936400b4b06b2fdbf2f8fdf3abfb62b1b2b355f2655",
+        "location.csv": "955fc8cb1160029d0a8b79e9f151f88301bc3afb37fcab03f5f8f67b27fc1610",
+        "location.parquet": "f27a941f7a8c11379cb0f9012c509953434f823f17ccf9657745b4d88c40d11f",
+        "manifest.json": "418a4552241e3ced875fcfb009aff6470051964679a7ccbcab522238ade1e9ee",
+        "time-loc.csv": "9191631f4acfcbbf5dba5b8f7568a22e25f1b27cef2718fb6fe0a235907dc32b",
+        "time-loc.parquet": "99a1b29c4a4ec39b227fe40fdfe8c51133a7fb32ac0a9a849ea9254c3d2a2ef4",
+        "time.csv": "6283252afdbd521c09e749a22c9de5fe008e3598939fc9335249b889f669b5f4",
+        "time.parquet": "a95e90139eba5b71a5c2c4ba9c4f165077f1049be8264ba9a3be97cbf7347147",
+        "uncertainty.csv": "214ae71eac5a9bca571af7980c7885850629b76ef241921ae0bdb97547930ffa",
+    },
+    "sequences-from-taps": {
+        "DATACARD.md": "14f0406e8eb73c154489c4d29ef5fbc5395e1086f2273ef0a77c1fc8e2d09f79",
+        "datapackage.json": "f7434f6553d70645cc120ea27d50d22a5f0d5133105842f6090329b8a2264558",
+        "index.html": "634f3fa988fb64bc2f1213bb8113e926117592c79885992d7dd910a679b68f42",
+        "manifest.json": "5c4e2f41875f93396999fc6b6d28b3df65db40157f74f9101a0598386125b704",
+        "sequences.csv": "20c2fa3379155b5ae93c9bafc7f22f466c867e324594767c42d37d8ffb96bf11",
+        "sequences.parquet": "e2fd20fb875600c4003ba89496e0d72a64009fba892e2abd269c6147b44034f2",
+        "sequences.txt": "0cdcb77c39f45f6653f3bdda282782b6c1797514d3e236d4ff9ce53a3b8ff982",
+        "uncertainty.csv": "efd331852981dc952306072966c909c3dc082d786d3da25e6db25538300c3e4d",
+    },
+    "sequences-ngram": {
+        "DATACARD.md": "8a7d0cbd1faf20ac7894538262f81039deffaf75fd022cfeabd830d5d3e342be",
+        "datapackage.json": "affce7cd9f1eb7bcdee2612db428ae7fed34990183ac9ffce7eef7222759a4b6",
+        "index.html": "d0a60d199ad555c90bb0375a2d114796ea74369f8a943b52c91ddbd578435503",
+        "manifest.json": "024fba5be7c641ab1445f23e724b1d0603f70a1166dd89d171cc55a0eb8cacae",
+        "ngrams.csv": "d3b88996bee5da4000cb523113e00756a3f4fcdd263d26ff02afcec62353b026",
+        "ngrams.parquet": "f01d07f900d7f3a243bdab66b43a2f8d88d777cd4f8908509bbf2255ca3f069b",
+        "sequences.csv": "47284b6fe94dafacd39f5b1c9d92dec26086c57f0f39fa656dc414751dc801c7",
+        "sequences.parquet": "27dae3171c0a1c55e273d2e32539300420f90aab4cb35fd5a375ce7bdeea70d2",
+        "sequences.txt": "e2afb91e461417d22b30cbbdb8235da3eed54b8a604626bd7790fb588f04ae10",
+        "uncertainty.csv": "285ae02dc628f92ca03bde5ffb1b1092852cfce8ae80a21f3426fe48893b9226",
+    },
+    "sequences-prefix-tree": {
+        "DATACARD.md": "6f0f5e8c61541eb690918a273569a92e545cc2c2aa1a3be246a604c0b0ba599a",
+        "datapackage.json": "2b1b3c6fb12be9ba5c6ae9102036cb7549d6e34904e6c27e00a4caf99776cf6e",
+        "index.html": "553938604184bdad96213326eea4639384bdbd8f9aa8ee48d204e47b252f7b35",
+        "manifest.json": "bbaf35d48bc49a4e44440a7fab7c3dbac80edcbccc45846ed840104d87f09956",
+        "sequences.csv": "717ff6473255bb08f1120ddb96e566647f74a492823ea6f244aa18cb5db4cc68",
+        "sequences.parquet": "9c2d55558231c89cff1a9b0dea2dee36e07117e07d4977dbb2172d60df2021eb",
+        "sequences.txt": "a6be2dd39cdbd66d70f45fa88680ed12516e76a61d92c8196101bce1f153fa9f",
+        "uncertainty.csv": "e6c6fc23bb894cc274de08d0d20c09a06d30172ab4b0e231d4a3db46d77b0387",
+    },
+    "sets": {
+        "DATACARD.md": "d434ec8fe287a52ccdb4fabc1d51c558edd78c30dc9cdf7924c40c241a5a095e",
+        "datapackage.json": "021f828d6085c03623bf19284be46e6517cf21e37a215896825448b805075de1",
+        "index.html": "2455ee27b94a3892ec05394681e616ca1d3f3e3fa0a8aac9ffe28688ca7affba",
+        "manifest.json": "51b5a97fef684b79a1d402da68ece13524958e365acdfeb7fcff1ef1a0ba0449",
+        "sets.csv": "2e8f56973b2adc3b33caca5854fa985e6dbaa4a1cd02c970dab2edd94597e00a",
+        "sets.parquet": "67f243c509e521502206de7b3db79eea3d6707e77a2e6b2a4a6aca3ae4a5ee19",
+        "sets.txt": "d2229a3cf8beb5cc3b6f534136e07c44224f359d5bdb24048a7fe09abdc507b6",
+        "uncertainty.csv": "a0bbfedea66ef454493a5876eabafb180065f9b9d39434651af0963c775fbdd2",
+    },
+    "sets-from-taps": {
+        "DATACARD.md": "6df4537d7f3b591ae62c8a465751ee291bb76f97d935f3e9e3c3c7f1dbaa902c",
+        "datapackage.json": "1f905e9e9e2616621c3e91688bdf049d111b7be47e7dac6b2acd2f8fd6dcb201",
+        "index.html": "12decdf50d85263e14477a5c917e7ad2e3d7c809f7c8cd91c22163ba6bb3455b",
+        "manifest.json": "62d00ae37c4797bcf6d008923a3036708b132b50e67412ed326dc34615ae98e8",
+        "sets.csv": "abf1c589d6ddbb30b025c1c1806aa81d1c8957cd0701a6c5f5af2cde7f3729f2",
+        "sets.parquet": "ab56f7965f1b08dfaaceb8e251d7dd2da09c33a876c51927e4ef0fb8e167a044",
+        "sets.txt": "cbb533c274d1355f56b8d6bff944e2f178be77c4226c4440365d148809e384c7",
+        "uncertainty.csv": "a0bbfedea66ef454493a5876eabafb180065f9b9d39434651af0963c775fbdd2",
+    },
+    "trajectories-markov": {
+        "DATACARD.md": "ce5ea83c50a2c0f34dd115240a6e08d55929db71d49fd5667c0bdfc7c0363af7",
+        "datapackage.json": "8c423c1b8f762e4148da161f6d30ac925927685b522210f0590cc8e0bb3fe769",
+        "index.html": "dafb073d3c1af3c0822204e0037865d379efbb24d083769e15406580cc86b2f7",
+        "manifest.json": "88dea1798e33c9ac3ac0a75d063e88f6c15c51ea7a14d07aaa0efe84fed5faac",
+        "trajectories.csv": "4bd2fdc47b606f047161fe99ef90a09d6f2ad6241056dcd69c6f721f6596243a",
+        "trajectories.parquet": "3acb900ae72bbe7e5d9b9db520d5084e8f921a9fc0a760cab7305e2a7ddb5646",
+        "trajectories.txt": "a22d01ffc830984e9d9ad11e9024b8f7dbc4c7890186df47c2fb65fb5c81fee1",
+    },
+    "trajectories-safepath": {
+        "DATACARD.md": "42f471cf7ca093eaf05000ade117597f42761feec01c02ff8309d238a2b9c861",
+        "datapackage.json": "216f24713d8172ff7ba82ca8875f39a39b392ac3000d404cc8e24bf99a84f266",
+        "index.html": "8be7fe8cb90d6f363b4a270bdb5eb2b7b7bc85bc2c214cd7d069c9984ac5c828",
+        "manifest.json": "5283e3ae71434d308bda5b85e959491daf336dfed5539c23ed3e45caf57463ce",
+        "trajectories.csv": "5face800fa27cc4972bb76cb08e4622866f2b5cc4bf2c394eef1624c7163755e",
+        "trajectories.parquet": "3827c95fffecaa3f9fd0ca8aa0edf4bca40f4a44df0a7b4c1e3f86037fb69f6a",
+        "trajectories.txt": "9c748452742bea1502194056882736406326607d5994cb0b411f03a849b9f1a8",
+        "uncertainty.csv": "63653fbe335f68576930bfb03e7c6739dd8b1a3213bd31222267054722281851",
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """A small synthetic metro (sequences, sets, a week of trajectories, the universe files) and a tiny Opal week."""
+    from transit_release.cli import main
+    from transit_release.synth.opal_week import write_synthetic_week
+
+    metro = tmp_path_factory.mktemp("bytes-metro")
+    assert main(["synth-metro", "--out", str(metro), "--passengers", "4000", "--seed", "5"]) == 0
+    week = write_synthetic_week(tmp_path_factory.mktemp("bytes-week"), scale=0.001, seed=13, show_progress=False)
+    return metro, {k: str(v) for k, v in week.items()}
+
+
+def _releases(metro: Path, week: dict, root: Path, trip_policy: str) -> dict[str, Path]:
+    """Make one release of each kind in a home of its own; the release folders by name."""
+    from flows.opal_release import opal_release
+    from flows.sequence_release import sequence_release
+    from flows.sets_release import set_release
+    from flows.trajectory_release import trajectory_release
+
+    made = {}
+
+    def home(name: str) -> str:
+        return str(root / name)
+
+    def folder(name: str, summary: dict) -> None:
+        assert summary["status"] == "published", summary
+        made[name] = Path(summary["release_dir"])
+
+    folder("opal-card", opal_release(trips=week["trips"], stops=week["stops"], home=home("opal-card"), workers=0,
+                                     **OPAL_WEEK))
+    folder("opal-trip", opal_release(trips=week["trips"], stops=week["stops"], home=home("opal-trip"), workers=0,
+                                     unit="trip", policy=trip_policy, **OPAL_WEEK))
+    folder("sequences-prefix-tree", sequence_release(
+        epsilon=1.0, height=4, input=str(metro / "sequences.txt"), taxonomy=str(metro / "taxonomy.csv"),
+        home=home("sequences-prefix-tree"), queries=200, **SEQUENCE_PERIOD))
+    folder("sequences-ngram", sequence_release(
+        epsilon=1.0, mechanism="ngram", lmax=8, nmax=3, input=str(metro / "sequences.txt"),
+        locations=str(metro / "locations.txt"), home=home("sequences-ngram"), queries=200, **SEQUENCE_PERIOD))
+    folder("sequences-from-taps", sequence_release(
+        epsilon=1.0, height=3, fanout=4, trips=week["trips"], stops=week["stops"], home=home("sequences-from-taps"),
+        queries=200, **OPAL_WEEK))
+    folder("trajectories-safepath", trajectory_release(
+        epsilon=1.0, height=3, input=str(metro / "trajectories.txt"), location_taxonomy=str(metro / "taxonomy.csv"),
+        home=home("trajectories-safepath"), queries=200, **TRAJECTORY_WEEK))
+    folder("trajectories-markov", trajectory_release(
+        epsilon=1.0, height=3, mechanism="markov", input=str(metro / "trajectories.txt"),
+        locations=str(metro / "locations.txt"), home=home("trajectories-markov"), queries=200, **TRAJECTORY_WEEK))
+    folder("sets", set_release(epsilon=1.0, input=str(metro / "sets.txt"), locations=str(metro / "locations.txt"),
+                               home=home("sets"), queries=200, **SEQUENCE_PERIOD))
+    folder("sets-from-taps", set_release(epsilon=1.0, trips=week["trips"], stops=week["stops"], mode="train",
+                                         home=home("sets-from-taps"), queries=200, **OPAL_WEEK))
+    return made
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _parquet_content(path: Path) -> bytes:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    buf = io.StringIO()
+    table.to_pandas().to_csv(buf, index=False, lineterminator="\n")
+    return (table.schema.remove_metadata().to_string() + "\n" + buf.getvalue()).encode("utf-8")
+
+
+#: files whose manifest entries (hash and size) follow the creation time or the ledger head; compared apart, masked
+_DESCRIBED_APART = ("DATACARD.md", "datapackage.json", "index.html")
+
+
+def _manifest_content(path: Path) -> bytes:
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    for volatile in ("created_at", "ledger_head", "code_version"):
+        manifest.pop(volatile, None)
+    manifest["files"] = {name: entry for name, entry in manifest["files"].items()
+                         if name not in _DESCRIBED_APART and not name.endswith(".parquet")}
+    return json.dumps(manifest, sort_keys=True, ensure_ascii=False).encode("utf-8")
+
+
+_VOLATILE_CARD = (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\+00:00|Z)?"), re.compile(r"\b[0-9a-f]{64}\b"),
+                  re.compile(r"\d+\.\d+\.\d+(\+g[0-9a-f]{12}(\.dirty)?)?"))
+
+
+def _card_content(path: Path) -> bytes:
+    text = path.read_text(encoding="utf-8")
+    for pattern in _VOLATILE_CARD:
+        text = pattern.sub("<masked>", text)
+    return text.encode("utf-8")
+
+
+def _datapackage_content(path: Path) -> bytes:
+    package = json.loads(path.read_text(encoding="utf-8"))
+    package.pop("created", None)
+    for resource in package.get("resources", []):
+        if resource.get("path") == "DATACARD.md" or str(resource.get("path", "")).endswith(".parquet"):
+            resource.pop("bytes", None)
+            resource.pop("hash", None)
+    return json.dumps(package, sort_keys=True, ensure_ascii=False).encode("utf-8")
+
+
+_FILE_SIZE = re.compile(r"\b\d+(\.\d+)?\s(B|KiB|MiB|GiB)\b")
+
+
+def _page_content(path: Path) -> bytes:
+    text = _FILE_SIZE.sub("<size>", _card_content(path).decode("utf-8"))
+    return text.encode("utf-8")
+
+
+def digests(folder: Path) -> dict[str, str]:
+    """The SHA-256 of every public file of a release folder, as this module compares them."""
+    out = {}
+    for path in sorted(folder.iterdir()):
+        if path.name == "manifest.json":
+            content = _manifest_content(path)
+        elif path.name == "DATACARD.md":
+            content = _card_content(path)
+        elif path.name == "datapackage.json":
+            content = _datapackage_content(path)
+        elif path.name == "index.html":
+            content = _page_content(path)
+        elif path.suffix == ".parquet":
+            content = _parquet_content(path)
+        else:
+            content = path.read_bytes()
+        out[path.name] = _sha256(content)
+    return out
+
+
+def test_every_kind_publishes_the_recorded_bytes(prefect_harness, inputs, tmp_path, trip_policy, test_seed):
+    metro, week = inputs
+    found = {name: digests(folder) for name, folder in _releases(metro, week, tmp_path, trip_policy).items()}
+    record = os.environ.get("TRANSIT_RELEASE_RECORD_DIGESTS")
+    if record:
+        Path(record).write_text(json.dumps(found, indent=4, sort_keys=True) + "\n", encoding="utf-8")
+        pytest.skip(f"digests recorded in {record}")
+    assert found == RECORDED

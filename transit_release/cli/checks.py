@@ -1,0 +1,147 @@
+"""What can be checked of an invocation before Prefect starts (or while its server starts): files, headers,
+periods, ids, populations, policies, configurations, the public universe and what it allows, the ledger key's place.
+Reads the input files' headers and the public inputs (stop tables, universes, taxonomies, YAML), never a record;
+writes nothing, starts nothing; a refusal is the exception it raises."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from transit_release.errors import InputDataError
+from transit_release.home import Home, check_release_id
+
+
+def check_ledger_key(home: Home) -> None:
+    """Before anything starts (Prefect, a flow, a read of the ledger): a configured key lies outside the home and
+    the ledger's directory and is private (:func:`~transit_release.accounting.ledger.check_key_place`)."""
+    from transit_release.accounting.ledger import check_key_place
+
+    check_key_place(home.root, home.ledger)
+
+
+def check_release_args(args, trips: str, stops: str, home: Home) -> None:
+    """Everything about a release invocation that needs no Prefect: files, headers, period, config, policy, id."""
+    from transit_release import preflight
+    from transit_release.cluster import check_workers_setting
+    from transit_release.inputs.stored_types import STOP_COLUMN_TYPES, TRIP_COLUMN_TYPES
+
+    check_workers_setting(args.workers, args.dask_address)
+    preflight.readable_file(trips, "trips")
+    preflight.readable_file(stops, "stops")
+    preflight.check_parquet_types(trips, "trips", TRIP_COLUMN_TYPES)  # first: pyarrow alone, before pandas
+    preflight.check_parquet_types(stops, "stops", STOP_COLUMN_TYPES)
+    from transit_release.accounting.policy import load_budget_policy
+    from transit_release.config import load_release_config, population_named, release_unit
+    from transit_release.inputs.screening import PERIOD_REQUIRED, parse_period
+
+    if args.period_start is None and args.period_end is None:
+        if not args.dry_run:
+            raise InputDataError(PERIOD_REQUIRED)
+    else:
+        parse_period(args.period_start, args.period_end)
+    if args.release_id is not None:
+        check_release_id(args.release_id)
+    population_named(args.population)
+    load_release_config(args.config, release_unit(args.config, args.unit)).with_overrides(
+        epsilons=args.epsilons, delta=args.delta, quarantine_limit=args.quarantine_limit)
+    load_budget_policy(args.policy)
+    preflight.check_trip_inputs(trips, stops)
+    preflight.check_stop_table(stops)
+
+
+def check_passenger_release_args(args) -> None:
+    """What every passenger-level kind checks first, without Prefect: the declared period, the id, the population,
+    the policy."""
+    from transit_release.accounting.policy import load_budget_policy
+    from transit_release.config import population_named
+    from transit_release.inputs.screening import parse_period
+
+    parse_period(args.period_start, args.period_end)
+    if args.release_id is not None:
+        check_release_id(args.release_id)
+    population_named(args.population)
+    load_budget_policy(args.policy)
+
+
+def validated_stops(args):
+    """(stop table, its name in messages) of a release built from taps, after the trips and stops files' checks."""
+    from transit_release import preflight
+
+    preflight.check_trip_inputs(args.trips, args.stops)
+    return preflight.check_stop_table(args.stops), f"stops file {Path(args.stops).name}"
+
+
+def stop_table_universe(args):
+    """The universe of a release from tap data: the stop table's stations of ``--mode`` (files checked first)."""
+    from transit_release.inputs.universe import from_stop_table
+
+    stops, name = validated_stops(args)
+    return from_stop_table(stops, args.mode, name)
+
+
+def check_sequence_args(args) -> None:
+    """A ``sequences`` invocation: the universe (a locations or taxonomy file, or the stop table's stations), then
+    the mechanism's flags, an impossible ε or a tree too large."""
+    from transit_release import preflight
+    from transit_release.inputs.universe import load_universe
+    from transit_release.releases.sequences import budget_for
+
+    check_passenger_release_args(args)
+    if args.trips:
+        if not args.stops or args.locations or args.taxonomy:
+            raise InputDataError("with --trips give --stops (its stations are the universe), not --locations or "
+                                 "--taxonomy")
+        universe = stop_table_universe(args)
+    else:
+        preflight.readable_file(args.input, "sequence")
+        universe = load_universe(args.locations, args.taxonomy)
+    budget_for(args.mechanism, universe, args.epsilon, args.height, args.variant, args.fanout, args.lmax, args.nmax)
+
+
+def check_trajectory_args(args) -> None:
+    """A ``trajectories`` invocation: the week, the universe, then a configuration the public universe cannot carry
+    (flags, the ε_ng guard, scales, sizes)."""
+    from transit_release import preflight
+    from transit_release.inputs.screening import parse_period
+    from transit_release.inputs.universe import load_universe, read_taxonomy_file, with_taxonomy
+    from transit_release.releases.trajectories import check_period, trajectory_setup
+
+    check_passenger_release_args(args)
+    check_period(parse_period(args.period_start, args.period_end))
+    if args.trips:
+        if not args.stops or args.locations:
+            raise InputDataError("with --trips give --stops (its stations are the universe), not --locations")
+        universe = stop_table_universe(args)
+        if args.location_taxonomy:
+            universe = with_taxonomy(universe, read_taxonomy_file(args.location_taxonomy))
+    else:
+        preflight.readable_file(args.input, "trajectory")
+        universe = load_universe(args.locations, args.location_taxonomy, "--location-taxonomy")
+    trajectory_setup(universe, args.epsilon, args.height, mechanism=args.mechanism, budget=args.budget,
+                     location_fanout=args.location_fanout, location_taxonomy_height=args.location_taxonomy_height,
+                     time_fanout=args.time_fanout, time_taxonomy_height=args.time_taxonomy_height,
+                     rule=args.thresholds, max_gram=args.nmax)
+
+
+def check_set_args(args) -> None:
+    """A ``sets`` invocation: the universe (a locations file, or the stop table's locations), then a bad ε or an
+    exploding partitioning."""
+    from transit_release import preflight
+    from transit_release.inputs.universe import from_stop_locations, read_locations_file
+    from transit_release.releases.sets import set_budget
+
+    check_passenger_release_args(args)
+    if args.trips:
+        if not args.stops or args.locations:
+            raise InputDataError("with --trips give --stops (its locations are the universe), not --locations")
+        stops, name = validated_stops(args)
+        universe = from_stop_locations(stops, (args.mode,) if args.mode else None, name)
+    else:
+        if args.stops or args.mode:
+            raise InputDataError("--stops and --mode go with --trips; with --input give --locations")
+        preflight.readable_file(args.input, "set")
+        if args.locations is None:
+            raise InputDataError("give the public location universe: --locations FILE (one location id per line); "
+                                 "the universe is never read off the data")
+        universe = read_locations_file(args.locations)
+    set_budget(universe, args.epsilon, args.fanout)

@@ -1,0 +1,97 @@
+"""The command's run: parse, then dispatch to the command's group, then turn what happened into one line and an exit
+code (2 bad input or configuration, 3 budget, 4 audit failed or a ledger failing its checks, 130 interrupted, 1 a
+storage failure), cleaning up after a refusal (:mod:`~transit_release.cli.aftermath`). Sets the process umask; the
+rest it leaves to the modules it calls."""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import nullcontext
+
+from transit_release.cli import aftermath, checks, data, ledger, opal, passengers, serve
+from transit_release.cli.exits import (EXIT_AUDIT_FAILED, EXIT_BUDGET, EXIT_INPUT, EXIT_INTERRUPTED,
+                                       EXIT_UNEXPECTED)
+from transit_release.cli.parser import build_parser
+from transit_release.cli.server import prepare_environment
+from transit_release.errors import BudgetError, LedgerIntegrityError, TransitReleaseError
+from transit_release.home import UMASK, Home
+
+#: the commands that run on a home, by name
+COMMANDS = {"backup": ledger.backup, "budget": ledger.budget, "repair": ledger.repair, "serve": serve.serve,
+            "release": lambda args, home: opal.release(args, args.trips, args.stops, home),
+            "sequences": passengers.sequences, "trajectories": passengers.trajectories, "sets": passengers.sets,
+            "audit": ledger.audit, "demo": opal.demo}
+
+
+def dispatch(args, home: Home) -> int:
+    """The settings Prefect and MLflow read, the ledger key's place, then the command."""
+    prepare_environment(home, args.verbose)
+    checks.check_ledger_key(home)
+    return COMMANDS[args.command](args, home)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command ``argv`` (default: the process's arguments); its exit code."""
+    args = build_parser().parse_args(argv)
+    os.umask(UMASK)
+    state = ""  # what a run that stopped left (charged, published, interrupted publication)
+    try:
+        if args.command == "synth":
+            return data.synth(args)
+        if args.command == "synth-metro":
+            return data.synth_metro(args)
+        home = Home.at(args.home, getattr(args, "ledger", None)).check_usable()  # created only when a flow runs
+        before = aftermath.entries(home)
+        head, results = aftermath.ledger_head(home), aftermath.prefect_results(home)
+        try:
+            # serve: Prefect's own handling of Ctrl-C
+            with aftermath.interruptible() if args.command != "serve" else nullcontext():
+                return dispatch(args, home)
+        except BaseException as exc:
+            if not isinstance(exc, (TransitReleaseError, KeyboardInterrupt)) and aftermath.storage_failure(exc) is None:
+                raise  # a bug: its traceback
+            aftermath.remove_failure_records(home, results)
+            aftermath.remove_what_a_refusal_created(home, before)
+            state = aftermath.state_since(home, head)
+            raise
+    except TransitReleaseError as exc:
+        if args.verbose:
+            raise
+        print(f"transit-release: error: {exc}" + (f" ({state})" if state else ""), file=sys.stderr)
+        if isinstance(exc, LedgerIntegrityError):
+            return EXIT_AUDIT_FAILED
+        return EXIT_BUDGET if isinstance(exc, BudgetError) else EXIT_INPUT
+    except KeyboardInterrupt:
+        print("transit-release: interrupted: " + (state or "nothing was charged or published"), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BaseException as exc:
+        failure = aftermath.storage_failure(exc)
+        if failure is None or args.verbose:
+            raise
+        print(f"transit-release: error: {failure}; " + (state or "nothing was charged or published"),
+              file=sys.stderr)
+        return EXIT_UNEXPECTED
+
+
+def run() -> None:
+    """The ``transit-release`` command: :func:`main`, then a quick exit.
+
+    Once the command has returned — its output printed, its files closed and committed — the interpreter's exit
+    steps run in its order (non-daemon threads joined and Prefect's event and log queues drained, then the exit
+    handlers: MLflow's, logging's) and the process ends without the
+    interpreter's own teardown, which frees the modules of Prefect, MLflow, Great Expectations and pandas one
+    object at a time: about 2 s after every release, for nothing. A command that raises ends the usual way."""
+    import atexit
+    import threading
+
+    code = main()
+    threading._shutdown()  # as the interpreter's exit: joins non-daemon threads, drains Prefect's event queues
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    run()

@@ -1,0 +1,119 @@
+"""The Prefect API a command runs its flow on, and the settings before it: the environment Prefect and MLflow read
+when imported, the libraries' logging, and the loopback server's lifecycle (start, the invocation's checks and
+warm-up while it starts, stop). May touch the process environment, logging, ``<home>/.prefect`` (removed again when
+the checks refuse a new one) and :meth:`Home.prepare`; runs the checks it is given, never a flow."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from contextlib import contextmanager
+
+from transit_release.home import Home
+from transit_release.telemetry import telemetry_off
+
+
+def prepare_environment(home: Home, verbose: bool) -> None:
+    """Settings that must be in place before Prefect or MLflow is imported. Without ``--verbose`` Prefect's console
+    logs are off (its API logs stay, for the server's UI); a terminal shows progress instead."""
+    if not verbose:
+        os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_HOME", str(home.prefect_home))
+    telemetry_off()  # no library reports usage to its maker
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+
+
+def quiet_logging(verbose: bool) -> None:
+    """Other libraries' chatter only with ``--verbose``; on a terminal, progress is shown instead."""
+    from transit_release import progress
+
+    for name in ("alembic", "mlflow", "distributed", "great_expectations"):
+        logging.getLogger(name).setLevel(logging.INFO if verbose else logging.ERROR)
+    if not verbose and sys.stderr.isatty():
+        progress.install(progress.RichReporter())
+
+
+@contextmanager
+def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewarm_workers: bool = False,
+                checks: Callable[[], None] | None = None, warm: tuple[str, ...] = ()):
+    """The Prefect API for this command: the configured one (``PREFECT_API_URL``, or the settings of a process that
+    already runs Prefect) if any, else a loopback server that dies with us. Prefect is not imported before the
+    choice is made: its settings are read once, when it is imported.
+
+    ``checks()`` is the invocation's own checks (files, headers, period, configuration): with a configured API
+    they run first; with a loopback server they run while it starts (seconds), and a refusal stops the server
+    at once (it has done nothing but start) and removes its new folder; the home is prepared only once they
+    have passed (what else a refusal created is removed by :func:`transit_release.cli.command.main`). After
+    them, while the server goes on starting, the ``preload`` modules are imported and, with ``prewarm_workers``,
+    the forkserver of the local Dask workers starts importing their libraries; then the ``warm`` modules, one
+    after the other until the server answers (the flow imports the others later, see
+    :mod:`transit_release.warmup`)."""
+    configured = os.environ.get("PREFECT_API_URL")
+    if not configured and "prefect" in sys.modules:
+        from prefect.settings import get_current_settings
+
+        configured = get_current_settings().api.url
+
+    def start_forkserver() -> None:
+        if prewarm_workers:  # its own process imports the workers' libraries while this one imports Prefect
+            from flows.scale_out import prewarm_workers as start
+
+            start()
+
+    if configured:
+        if checks is not None:
+            checks()
+        home.prepare()  # Prefect makes its home (<home>/.prefect) as soon as it is imported
+        start_forkserver()
+        quiet_logging(verbose)
+        yield
+        return
+    from flows.deployments import local_server, server_answers
+
+    checked = False
+
+    def while_starting(url: str) -> None:  # the command's checks, then the modules of its flow, meanwhile
+        nonlocal checked
+        if checks is not None:
+            checks()
+        checked = True
+        home.prepare()  # only once the invocation has passed its checks
+        os.environ["PREFECT_API_URL"] = url  # before Prefect is imported, and for the flows' own processes
+        start_forkserver()
+        for module in preload:
+            importlib.import_module(module)
+        for module in warm:
+            if server_answers(url):
+                break
+            importlib.import_module(module)
+
+    server_home_existed = home.prefect_home.exists()
+    try:
+        with local_server(home.prefect_home, while_starting=while_starting) as url:
+            os.environ["PREFECT_API_URL"] = url
+            from prefect.logging.handlers import APILogHandler
+            from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+            try:
+                # no heartbeats: they let a long-lived server find crashed runs, and this server dies with the
+                # command; a flow run's end joins its heartbeat thread, which sleeps in 1 s steps (up to 1 s per
+                # release, and per stop after a Ctrl-C)
+                with temporary_settings(updates={PREFECT_API_URL: url, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+                    quiet_logging(verbose)
+                    try:
+                        yield
+                    finally:
+                        APILogHandler().flush()  # the run's last logs (a refusal's too) before the server stops
+            finally:
+                os.environ.pop("PREFECT_API_URL", None)
+    except BaseException:
+        if not checked and not server_home_existed:  # refused by its checks: the server it started only started
+            shutil.rmtree(home.prefect_home, ignore_errors=True)
+        raise
