@@ -97,12 +97,19 @@ def mlflow_client(home: Home):
     return client
 
 
+#: MLflow 3's UI opens an experiment without this tag on its (empty) GenAI traces view; with it, on the runs.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+
+
 def _experiment(client, home: Home, name: str, artifacts: Path) -> str:
     with _store_lock(home):
         exp = client.get_experiment_by_name(name)
-        if exp is not None:
-            return exp.experiment_id
-        return client.create_experiment(name, artifact_location=artifacts.as_uri())
+        if exp is None:
+            return client.create_experiment(name, artifact_location=artifacts.as_uri(), tags=EXPERIMENT_KIND)
+        for key, value in EXPERIMENT_KIND.items():  # an experiment made before the tag was set
+            if exp.tags.get(key) != value:
+                client.set_experiment_tag(exp.experiment_id, key, value)
+        return exp.experiment_id
 
 
 def experiment_id(client, home: Home) -> str:

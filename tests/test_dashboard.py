@@ -63,6 +63,8 @@ def test_mlflow_server_shows_both_releases_with_comparable_tags_params_and_metri
         api = f"{base}/api/2.0/mlflow"
         exps = httpx.post(f"{api}/experiments/search", json={"max_results": 100}).json()["experiments"]
         ids = [e["experiment_id"] for e in exps]
+        (ours,) = [e for e in exps if e["name"] == "transit-release"]  # the UI opens it on its runs, not on traces
+        assert {"key": "mlflow.experimentKind", "value": "custom_model_development"} in ours["tags"]
         runs = httpx.post(f"{api}/runs/search", json={"experiment_ids": ids, "max_results": 1000,
                                                        "filter": "tags.published = 'true'"}).json()["runs"]
 
