@@ -74,3 +74,43 @@ def test_negative_workers_are_refused_before_reading_anything(prefect_harness, t
     assert rc == 2
     assert "the number of local Dask workers must be at least 0 (0: no cluster, the partitions are prepared and " \
            "sanitized in the flow's own process; got -1)" in capsys.readouterr().err
+
+
+def test_version_and_every_command_has_a_description_an_example_and_help_for_every_option(capsys):
+    from transit_release.cli.parser import EXAMPLES, build_parser
+    from transit_release.version import code_version
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out == f"transit-release {code_version()}\n"
+    parser = build_parser()
+    assert "``" not in parser.description  # plain words, no reStructuredText
+    (sub,) = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
+    assert set(sub.choices) == set(EXAMPLES)
+    for name, command in sub.choices.items():
+        assert command.description and command.epilog == f"example: {EXAMPLES[name]}", name
+        assert EXAMPLES[name].startswith(f"transit-release {name} "), name
+        undocumented = [a.option_strings for a in command._actions if a.option_strings and not a.help]
+        assert undocumented == [], (name, undocumented)
+
+
+def test_a_mistyped_option_gets_the_commands_usage(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["budget", "--home", ".", "--polcy", "x.yaml"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert err.splitlines()[-1] == "transit-release budget: error: unrecognized arguments: --polcy x.yaml"
+    assert err.startswith("usage: transit-release budget ")
+
+
+def test_verbose_shows_the_traceback_and_keeps_the_exit_code(tmp_path, capsys):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("policy: [", encoding="utf-8")
+    argv = ["budget", "--home", str(tmp_path / "home"), "--policy", str(policy)]
+    quiet = main(argv)
+    quiet_err = capsys.readouterr().err
+    loud = main(["--verbose", *argv])
+    loud_err = capsys.readouterr().err
+    assert quiet == loud == 2
+    assert quiet_err.startswith("transit-release: error: ") and "Traceback" not in quiet_err
+    assert "Traceback (most recent call last)" in loud_err and loud_err.endswith(quiet_err)

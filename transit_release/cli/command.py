@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from contextlib import nullcontext
 
 from transit_release.cli import aftermath, checks, data, ledger, opal, passengers, serve
 from transit_release.cli.exits import (EXIT_AUDIT_FAILED, EXIT_BUDGET, EXIT_INPUT, EXIT_INTERRUPTED,
                                        EXIT_UNEXPECTED)
-from transit_release.cli.parser import build_parser
+from transit_release.cli.parser import parse
 from transit_release.cli.server import prepare_environment
 from transit_release.errors import BudgetError, LedgerIntegrityError, TransitReleaseError
 from transit_release.home import UMASK, Home
@@ -33,7 +34,7 @@ def dispatch(args, home: Home) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command ``argv`` (default: the process's arguments); its exit code."""
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     os.umask(UMASK)
     state = ""  # what a run that stopped left (charged, published, interrupted publication)
     try:
@@ -56,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
             state = aftermath.state_since(home, head)
             raise
     except TransitReleaseError as exc:
-        if args.verbose:
-            raise
+        if args.verbose:  # the traceback too; the line and the exit code as without --verbose
+            traceback.print_exc(file=sys.stderr)
         print(f"transit-release: error: {exc}" + (f" ({state})" if state else ""), file=sys.stderr)
         if isinstance(exc, LedgerIntegrityError):
             return EXIT_AUDIT_FAILED
@@ -67,8 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BaseException as exc:
         failure = aftermath.storage_failure(exc)
-        if failure is None or args.verbose:
+        if failure is None:
             raise
+        if args.verbose:
+            traceback.print_exc(file=sys.stderr)
         print(f"transit-release: error: {failure}; " + (state or "nothing was charged or published"),
               file=sys.stderr)
         return EXIT_UNEXPECTED

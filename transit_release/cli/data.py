@@ -13,7 +13,7 @@ def add_synth(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--out", required=True, help="output directory")
     s.add_argument("--scale", type=float, default=1.0, help="1.0 ≈ 13.5 million trips (default 1.0)")
     s.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (not of any privacy noise)")
-    s.add_argument("--format", choices=("csv", "parquet"), default="csv")
+    s.add_argument("--format", choices=("csv", "parquet"), default="csv", help="file format of the week (default csv)")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -24,7 +24,7 @@ def add_synth_metro(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--out", required=True, help="output directory (sequences.txt, trajectories.txt, sets.txt, "
                                                 "taxonomy.csv, stations.csv, locations.txt)")
     m.add_argument("--passengers", type=int, default=850_000, help="passengers of each file (default 850,000)")
-    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (not of any privacy noise)")
 
 
 def synth(args) -> int:

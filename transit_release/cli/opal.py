@@ -53,7 +53,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                                   "with --dry-run, which shows the period the data suggest)")
             r.add_argument("--period-end", help="last day of the release period, YYYY-MM-DD")
         else:
-            r.add_argument("--scale", type=float, default=0.1)
+            r.add_argument("--scale", type=float, default=0.1,
+                           help="size of the synthetic week: 1.0 ≈ 13.5 million trips (default 0.1)")
             r.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
 
 

@@ -45,6 +45,7 @@ def add_release_options(p: argparse.ArgumentParser, default_id: str, queries: in
     p.add_argument("--release-id", help=f"default: {default_id}")
     p.add_argument("--population", help=POPULATION_HELP)
     p.add_argument("--policy", help="budget policy YAML")
-    p.add_argument("--quarantine-limit", type=float, default=0.01)
+    p.add_argument("--quarantine-limit", type=float, default=0.01,
+                   help="largest share of records set aside as malformed before the release is refused (default 0.01)")
     p.add_argument("--queries", type=int, default=queries, help="count queries of the utility workload")
     p.add_argument("--dry-run", action="store_true", help="validate, print the spend and the policy's verdict, stop")

@@ -7,13 +7,52 @@ import argparse
 
 from transit_release.cli import data, ledger, opal, passengers, serve
 
-DESCRIPTION = "The ``transit-release`` command."
+DESCRIPTION = ("Publish a transit agency's smart-card tap data as open data under differential privacy: releases "
+               "of each kind, the privacy ledger and its budget, audits, recovery and schedules.")
+EPILOG = ("`transit-release COMMAND --help` shows a command's options and an example. Exit codes: 0 done, 2 bad input "
+          "or configuration, 3 refused by the budget, 4 audit failed, 130 interrupted, 1 a storage failure.")
+
+
+WEEK = "--period-start 2016-08-08 --period-end 2016-08-14"
+#: one working example per command (README and docs/ have more, with what they print)
+EXAMPLES = {
+    "synth": "transit-release synth --out data --scale 0.01",
+    "release": f"transit-release release --trips data/trips.csv --stops data/stops.csv {WEEK} --home home",
+    "demo": "transit-release demo --home demo",
+    "sequences": f"transit-release sequences --trips data/trips.csv --stops data/stops.csv {WEEK} --epsilon 1 "
+                 "--home home",
+    "trajectories": "transit-release trajectories --input metro/trajectories.txt --locations metro/stations.txt "
+                    f"{WEEK} --epsilon 1 --mechanism markov --home home",
+    "sets": f"transit-release sets --input metro/sets.txt --locations metro/stations.txt {WEEK} --epsilon 1 "
+            "--home home",
+    "synth-metro": "transit-release synth-metro --out metro --passengers 20000",
+    "budget": "transit-release budget --home home",
+    "audit": "transit-release audit --home home --json",
+    "repair": "transit-release repair --home home",
+    "backup": "transit-release backup --home home --to /backups/ledger-2016-08-15",
+    "serve": "transit-release serve --home home",
+}
+
+
+class _Version(argparse.Action):
+    """``--version``: the package version and commit, computed only when asked for."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from transit_release.version import code_version
+
+        print(f"transit-release {code_version()}")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
     """``transit-release [--verbose] COMMAND ...``, the commands in the order ``--help`` lists them."""
-    p = argparse.ArgumentParser(prog="transit-release", description=DESCRIPTION)
-    p.add_argument("--verbose", action="store_true", help="show Prefect's logs and the traceback of any error")
+    p = argparse.ArgumentParser(prog="transit-release", description=DESCRIPTION, epilog=EPILOG)
+    p.add_argument("--version", action=_Version, help="print the version (and commit) and exit")
+    p.add_argument("--verbose", action="store_true",
+                   help="show Prefect's logs and the traceback of any error (the exit code is the same)")
     sub = p.add_subparsers(dest="command", required=True)
     data.add_synth(sub)
     opal.add_parsers(sub)
@@ -21,4 +60,18 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_synth_metro(sub)
     ledger.add_parsers(sub)
     serve.add_parser(sub)
+    for name, command in sub.choices.items():  # each command: what it does (its help line) and an example
+        command.description = command.description or next(a.help for a in sub._choices_actions if a.dest == name)
+        command.epilog = f"example: {EXAMPLES[name]}"
     return p
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    """Parse ``argv``; an option the command does not know is answered with that command's usage, not the top
+    level's."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    return args

@@ -21,7 +21,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_record_inputs(q, "sequence", "sequences", "one sequence per line (location ids separated by spaces)", "period")
     q.add_argument("--taxonomy", help="CSV location,group (e.g. station,line): the hybrid tree's taxonomy; its "
                                       "locations are the universe unless --locations is given too")
-    q.add_argument("--epsilon", type=float, required=True)
+    q.add_argument("--epsilon", type=float, required=True, help="ε of the release, per passenger's sequence")
     q.add_argument("--mechanism", choices=("prefix-tree", "ngram"), default="prefix-tree",
                    help="ngram is recommended (variable-length n-grams, Chen, Ács & Castelluccia, CCS 2012; also "
                         "publishes the noisy n-gram table): on the synthetic metro at ε = 1 its count-query error is "
@@ -60,7 +60,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--nmax", type=int, help="markov: the longest gram of its station and hour models (default 3)")
     t.add_argument("--thresholds", choices=("paper", "node"),
                    help="SafePath's paper budget: threshold rule (default paper)")
-    t.add_argument("--epsilon", type=float, required=True)
+    t.add_argument("--epsilon", type=float, required=True, help="ε of the release, per passenger's trajectory")
     t.add_argument("--height", type=int, required=True, help="longest released trajectory (taps)")
     t.add_argument("--period-start", required=True, help="the Monday of the week the trajectories cover, YYYY-MM-DD")
     t.add_argument("--period-end", required=True, help="the Sunday of that week, YYYY-MM-DD")
@@ -77,7 +77,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--stops", help="with --trips: the stop table, whose locations (mode:location) are the universe")
     st.add_argument("--mode", choices=("bus", "ferry", "lightrail", "train"),
                     help="with --trips: keep the taps of this mode only (default: every mode of the stop table)")
-    st.add_argument("--epsilon", type=float, required=True)
+    st.add_argument("--epsilon", type=float, required=True, help="ε of the release, per passenger's set")
     st.add_argument("--fanout", type=int, help="locations per group of DiffPart's taxonomy (default: from the universe "
                                               "size, round(log2 |I|) within 4..6; see the README)")
     st.add_argument("--period-start", required=True, help="first day the sets cover, YYYY-MM-DD (public)")
