@@ -114,3 +114,53 @@ def test_verbose_shows_the_traceback_and_keeps_the_exit_code(tmp_path, capsys):
     assert quiet == loud == 2
     assert quiet_err.startswith("transit-release: error: ") and "Traceback" not in quiet_err
     assert "Traceback (most recent call last)" in loud_err and loud_err.endswith(quiet_err)
+
+
+def test_a_budget_refusal_comes_before_the_input_is_read_and_says_what_would_fit(tiny_week, tmp_path, trip_policy):
+    """The spends follow from public parameters: a release the policy refuses is refused before its records are read
+    and before Prefect starts, with the same exit code with --verbose, naming the flag that would make it fit."""
+    import time
+
+    from transit_release.accounting.ledger import Ledger
+    from transit_release.accounting.policy import load_budget_policy
+    from transit_release.config import load_release_config
+    from transit_release.inputs.screening import parse_period
+    from transit_release.releases import opal
+    from tests.conftest import WEEK_FLAGS
+
+    home = tmp_path / "home"
+    home.mkdir()
+    period, cfg = parse_period("2016-08-08", "2016-08-14"), load_release_config(None, "trip")
+    events = opal.plan_spends(period, cfg, "first", "f" * 64, "0")  # a published week's trip-level spends
+    Ledger(home / "ledger.sqlite").charge(events, check=load_budget_policy(trip_policy).check)
+    trips = tmp_path / "trips.csv"  # its records cannot be read: only the header is ever looked at
+    trips.write_text(Path(tiny_week["trips"]).read_text().splitlines()[0] + "\n" + "not,a,record\n" * 3)
+    argv = ["release", "--trips", str(trips), "--stops", str(tiny_week["stops"]), *WEEK_FLAGS, "--unit", "trip",
+            "--workers", "0", "--policy", trip_policy, "--home", str(home), "--release-id", "second"]
+    for verbose in ([], ["--verbose"]):
+        start = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "transit_release.cli", *verbose, *argv], capture_output=True,
+                              text=True, timeout=300)
+        elapsed = time.monotonic() - start
+        assert done.returncode == 3, done.stderr[-2000:]
+        line = done.stderr.strip().splitlines()[-1]
+        assert line.startswith("transit-release: error: Cannot release '") and "without exceeding the budget" in line
+        assert line.endswith("Nothing remains of this cap in its window: release another period, or later")
+        assert ("Traceback" in done.stderr) == bool(verbose)
+        assert not (home / ".prefect").exists() and not (home / "mlflow.db").exists()
+        print(f"refused in {elapsed:.2f} s{' with --verbose' if verbose else ''}")
+    assert len(Ledger(home / "ledger.sqlite").entries()) == len(events)
+
+
+def test_a_cap_refusal_names_the_flag_and_the_amount_that_would_fit():
+    from transit_release.cli.command import _what_would_fit
+    from transit_release.errors import BudgetExceededError
+
+    short_on_delta = BudgetExceededError("train 20160808", 8.0, 9.5, 7.5e-7, 2.5e-7)
+    assert _what_would_fit("release", short_on_delta) == (
+        ". It would fit asking δ ≤ 2.5e-07 of 'train 20160808': set --epsilons (their sum is a partition's ε) or "
+        "--delta (each marginal's δ; 6 per partition)")
+    assert _what_would_fit("sets", BudgetExceededError("2016-08-08..2016-08-14", 1.0, 0.5)) == (
+        ". It would fit asking ε ≤ 0.500 of '2016-08-08..2016-08-14': set --epsilon (δ follows from ε and the "
+        "mechanism's parameters)")
+    assert _what_would_fit("audit", short_on_delta) == ""

@@ -1,6 +1,7 @@
 """What can be checked of an invocation before Prefect starts (or while its server starts): files, headers,
-periods, ids, populations, policies, configurations, the public universe and what it allows, the ledger key's place.
-Reads the input files' headers and the public inputs (stop tables, universes, taxonomies, YAML), never a record;
+periods, ids, populations, policies, configurations, the public universe and what it allows, the ledger key's place,
+and the budget policy's verdict on the spends (which follow from public parameters alone). Reads the input files'
+headers, the public inputs (stop tables, universes, taxonomies, YAML) and the ledger (read only), never a record;
 writes nothing, starts nothing; a refusal is the exception it raises."""
 
 from __future__ import annotations
@@ -17,6 +18,47 @@ def check_ledger_key(home: Home) -> None:
     from transit_release.accounting.ledger import check_key_place
 
     check_key_place(home.root, home.ledger)
+
+
+def check_budget(home: Home, args, events: list, earlier_ids: tuple[str, ...] = ()) -> None:
+    """The policy's verdict on ``events`` (this run's spends, planned from public parameters) against the ledger as
+    it stands, before any record is read: a refusal here is the one the charge would give, seconds instead of
+    minutes later. Left to the flow: a dry run (it reports the verdict), an id the ledger already holds (published
+    from the same input: nothing is spent; charged: the flow's own refusal) and a ledger that cannot be read as it
+    stands (the flow's checks say why). The charge checks again, inside the ledger's transaction."""
+    import sqlite3
+
+    from transit_release.accounting.ledger import Ledger
+    from transit_release.accounting.policy import load_budget_policy
+    from transit_release.errors import BudgetError, TransitReleaseError
+
+    if args.dry_run or not events:
+        return
+    try:
+        existing = Ledger(home.ledger, read_only=True).entries() if home.ledger.exists() else []
+        if {x.release_id for x in existing} & {events[0].release_id, *earlier_ids}:
+            return
+        load_budget_policy(args.policy).check(existing, events)
+    except BudgetError:
+        raise
+    except (TransitReleaseError, sqlite3.Error, OSError):  # a ledger the flow's own checks refuse, with their words
+        return
+
+
+def check_release_budget(args, home: Home) -> None:
+    """An Opal release's spends (one per partition and marginal of the declared period) under the policy."""
+    from transit_release.config import load_release_config, population_named, release_unit
+    from transit_release.inputs.screening import parse_period
+    from transit_release.releases import opal
+
+    if args.period_start is None or args.period_end is None:
+        return
+    period = parse_period(args.period_start, args.period_end)
+    cfg = load_release_config(args.config, release_unit(args.config, args.unit)).with_overrides(
+        epsilons=args.epsilons, delta=args.delta, quarantine_limit=args.quarantine_limit)
+    rid = args.release_id or opal.release_id_for(period.start, period.end, cfg.unit_of_privacy)
+    events = opal.plan_spends(period, cfg, rid, "not-read-yet", "", population_named(args.population))
+    check_budget(home, args, events, tuple(opal.earlier_release_ids(period.start, period.end)))
 
 
 def check_release_args(args, trips: str, stops: str, home: Home) -> None:
@@ -45,6 +87,7 @@ def check_release_args(args, trips: str, stops: str, home: Home) -> None:
     load_release_config(args.config, release_unit(args.config, args.unit)).with_overrides(
         epsilons=args.epsilons, delta=args.delta, quarantine_limit=args.quarantine_limit)
     load_budget_policy(args.policy)
+    check_release_budget(args, home)
     preflight.check_trip_inputs(trips, stops)
     preflight.check_stop_table(stops)
 
@@ -79,7 +122,18 @@ def stop_table_universe(args):
     return from_stop_table(stops, args.mode, name)
 
 
-def check_sequence_args(args) -> None:
+def check_passenger_budget(args, home: Home, plan, default_id) -> None:
+    """A passenger-level release's one spend under the policy: ``plan(release_id, period, population)`` makes it,
+    ``default_id(period)`` names the release when ``--release-id`` is not given."""
+    from transit_release.config import population_named
+    from transit_release.inputs.screening import parse_period
+
+    period = parse_period(args.period_start, args.period_end)
+    rid = args.release_id or default_id(period)
+    check_budget(home, args, [plan(rid, period, population_named(args.population))])
+
+
+def check_sequence_args(args, home: Home | None = None) -> None:
     """A ``sequences`` invocation: the universe (a locations or taxonomy file, or the stop table's stations), then
     the mechanism's flags, an impossible ε or a tree too large."""
     from transit_release import preflight
@@ -95,10 +149,17 @@ def check_sequence_args(args) -> None:
     else:
         preflight.readable_file(args.input, "sequence")
         universe = load_universe(args.locations, args.taxonomy)
-    budget_for(args.mechanism, universe, args.epsilon, args.height, args.variant, args.fanout, args.lmax, args.nmax)
+    budget, _ = budget_for(args.mechanism, universe, args.epsilon, args.height, args.variant, args.fanout, args.lmax,
+                           args.nmax)
+    if home is not None:
+        from transit_release.releases import sequences
+
+        check_passenger_budget(args, home, lambda rid, period, pop: sequences.plan_spend(
+            rid, period, budget, "not-read-yet", "", pop), lambda period: sequences.default_release_id(
+            args.mechanism, period))
 
 
-def check_trajectory_args(args) -> None:
+def check_trajectory_args(args, home: Home | None = None) -> None:
     """A ``trajectories`` invocation: the week, the universe, then a configuration the public universe cannot carry
     (flags, the ε_ng guard, scales, sizes)."""
     from transit_release import preflight
@@ -117,13 +178,20 @@ def check_trajectory_args(args) -> None:
     else:
         preflight.readable_file(args.input, "trajectory")
         universe = load_universe(args.locations, args.location_taxonomy, "--location-taxonomy")
-    trajectory_setup(universe, args.epsilon, args.height, mechanism=args.mechanism, budget=args.budget,
-                     location_fanout=args.location_fanout, location_taxonomy_height=args.location_taxonomy_height,
-                     time_fanout=args.time_fanout, time_taxonomy_height=args.time_taxonomy_height,
-                     rule=args.thresholds, max_gram=args.nmax)
+    setup = trajectory_setup(universe, args.epsilon, args.height, mechanism=args.mechanism, budget=args.budget,
+                             location_fanout=args.location_fanout,
+                             location_taxonomy_height=args.location_taxonomy_height, time_fanout=args.time_fanout,
+                             time_taxonomy_height=args.time_taxonomy_height, rule=args.thresholds,
+                             max_gram=args.nmax)
+    if home is not None:
+        from transit_release.releases import trajectories
+
+        check_passenger_budget(args, home, lambda rid, period, pop: trajectories.plan_spend(
+            rid, period, setup, "not-read-yet", "", pop), lambda period: trajectories.default_release_id(
+            period, args.mechanism))
 
 
-def check_set_args(args) -> None:
+def check_set_args(args, home: Home | None = None) -> None:
     """A ``sets`` invocation: the universe (a locations file, or the stop table's locations), then a bad ε or an
     exploding partitioning."""
     from transit_release import preflight
@@ -144,4 +212,9 @@ def check_set_args(args) -> None:
             raise InputDataError("give the public location universe: --locations FILE (one location id per line); "
                                  "the universe is never read off the data")
         universe = read_locations_file(args.locations)
-    set_budget(universe, args.epsilon, args.fanout)
+    budget = set_budget(universe, args.epsilon, args.fanout)
+    if home is not None:
+        from transit_release.releases import sets
+
+        check_passenger_budget(args, home, lambda rid, period, pop: sets.plan_spend(
+            rid, period, budget, "not-read-yet", "", pop), sets.default_release_id)

@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     except TransitReleaseError as exc:
         if args.verbose:  # the traceback too; the line and the exit code as without --verbose
             traceback.print_exc(file=sys.stderr)
-        print(f"transit-release: error: {exc}" + (f" ({state})" if state else ""), file=sys.stderr)
+        print(f"transit-release: error: {exc}{_what_would_fit(args.command, exc)}" + (f" ({state})" if state else ""),
+              file=sys.stderr)
         if isinstance(exc, LedgerIntegrityError):
             return EXIT_AUDIT_FAILED
         return EXIT_BUDGET if isinstance(exc, BudgetError) else EXIT_INPUT
@@ -75,6 +76,33 @@ def main(argv: list[str] | None = None) -> int:
         print(f"transit-release: error: {failure}; " + (state or "nothing was charged or published"),
               file=sys.stderr)
         return EXIT_UNEXPECTED
+
+
+#: the flags that set what a command asks of the budget
+BUDGET_FLAGS = {"release": "--epsilons (their sum is a partition's ε) or --delta (each marginal's δ; 6 per partition)",
+                "demo": "--epsilons (their sum is a partition's ε) or --delta (each marginal's δ; 6 per partition)",
+                "sequences": "--epsilon (δ follows from ε and the mechanism's parameters)",
+                "trajectories": "--epsilon (δ follows from ε and the mechanism's parameters)",
+                "sets": "--epsilon (δ follows from ε and the mechanism's parameters)"}
+
+
+def _what_would_fit(command: str, exc: Exception) -> str:
+    """For a cap's refusal: what the release could ask instead, and with which flag."""
+    from transit_release.errors import BudgetExceededError
+
+    if not isinstance(exc, BudgetExceededError) or command not in BUDGET_FLAGS:
+        return ""
+    fits = []
+    if exc.requested_epsilon > exc.remaining_epsilon:
+        fits.append(f"ε ≤ {exc.remaining_epsilon:.3f}")
+    if exc.requested_delta is not None and exc.remaining_delta is not None \
+            and exc.requested_delta > exc.remaining_delta:
+        fits.append(f"δ ≤ {exc.remaining_delta:.3g}")
+    if not fits:
+        return ""
+    if exc.remaining_epsilon <= 0 or (exc.remaining_delta is not None and exc.remaining_delta <= 0):
+        return ". Nothing remains of this cap in its window: release another period, or later"
+    return f". It would fit asking {' and '.join(fits)} of '{exc.scope}': set {BUDGET_FLAGS[command]}"
 
 
 def run() -> None:

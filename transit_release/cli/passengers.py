@@ -107,7 +107,7 @@ def _publish(args, home: Home, flow_module: str, flow_name: str, **own) -> int:
 
 def sequences(args, home: Home) -> int:
     """Release passenger sequences (checked before Prefect starts)."""
-    checks.check_sequence_args(args)
+    checks.check_sequence_args(args, home)
     return _publish(args, home, "flows.sequence_release", "sequence_release", height=args.height,
                     mechanism=args.mechanism, lmax=args.lmax, nmax=args.nmax, variant=args.variant,
                     taxonomy=_resolved(args.taxonomy), fanout=args.fanout)
@@ -115,7 +115,7 @@ def sequences(args, home: Home) -> int:
 
 def trajectories(args, home: Home) -> int:
     """Release passenger trajectories (checked before Prefect starts)."""
-    checks.check_trajectory_args(args)
+    checks.check_trajectory_args(args, home)
     return _publish(args, home, "flows.trajectory_release", "trajectory_release", height=args.height,
                     location_taxonomy=_resolved(args.location_taxonomy), location_fanout=args.location_fanout,
                     location_taxonomy_height=args.location_taxonomy_height, time_fanout=args.time_fanout,
@@ -125,5 +125,5 @@ def trajectories(args, home: Home) -> int:
 
 def sets(args, home: Home) -> int:
     """Release passengers' station sets with DiffPart (checked before Prefect starts)."""
-    checks.check_set_args(args)
+    checks.check_set_args(args, home)
     return _publish(args, home, "flows.sets_release", "set_release", fanout=args.fanout)
