@@ -164,3 +164,15 @@ def test_a_cap_refusal_names_the_flag_and_the_amount_that_would_fit():
         ". It would fit asking ε ≤ 0.500 of '2016-08-08..2016-08-14': set --epsilon (δ follows from ε and the "
         "mechanism's parameters)")
     assert _what_would_fit("audit", short_on_delta) == ""
+
+
+def test_a_dry_runs_input_figures_are_plain_words():
+    from transit_release.cli.printing import input_line
+
+    assert input_line({"rows": 27312, "quarantined": 3, "quarantined_share": 3 / 27312,
+                       "by_reason": {"unknown_stop": 2, "impossible_time": 1}}) == (
+        "27,312 rows read; 3 set aside (0.01%): 1 impossible_time, 2 unknown_stop")
+    assert input_line({"rows": 10, "quarantined": 0, "quarantined_share": 0.0, "by_reason": {}}) == \
+        "10 rows read; none set aside"
+    assert input_line({"empty_record": 4, "unknown_location": 0}) == "set aside: 4 empty_record"
+    assert input_line({}) == "none set aside"

@@ -102,7 +102,13 @@ def test_budget_shows_spent_and_remaining_per_cap_without_prefect(tmp_path):
     assert "  nothing spent: the whole cap remains" in out
     assert "  population default: used ε=0, δ=0; remaining ε=80, δ=1e-06 (unbounded: trip-level release(s) r1)" in out
     js = json.loads(run_cli("budget", "--home", str(home), "--json").stdout.rsplit("\n", 2)[0])
-    assert js == [{"cap": "person-year", "unit_of_privacy": "person", "per": "person", "period": "calendar-year",
+    spent = [row for row in js if row["scope"] is not None]  # every cap is listed: those with nothing spent too
+    assert [row["cap"] for row in js if row["scope"] is None] == ["card-year", "sequence-period",
+                                                                  "trajectory-period", "set-period"]
+    assert {"cap": "sequence-period", "unit_of_privacy": "passenger-sequence", "per": "period", "period": "all-time",
+            "scope": None, "used_epsilon": 0.0, "used_delta": 0.0, "remaining_epsilon": 2.0,
+            "remaining_delta": 1e-09} in js
+    assert spent == [{"cap": "person-year", "unit_of_privacy": "person", "per": "person", "period": "calendar-year",
                    "scope": "population default", "used_epsilon": 0.0, "used_delta": 0.0, "remaining_epsilon": 80.0,
                    "remaining_delta": 1e-06, "note": "unbounded: trip-level release(s) r1"},
                   {"cap": "trip-partition", "unit_of_privacy": "trip", "per": "partition", "period": "all-time",

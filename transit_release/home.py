@@ -174,7 +174,12 @@ class Home:
         return self.root / ".prefect"
 
     def mlflow_ui_command(self) -> str:
-        return (f"mlflow ui --backend-store-uri {self.mlflow_uri} "
+        """The command that opens MLflow's UI on this home's store, as printed: it runs without an activated venv
+        (this interpreter's ``-m mlflow``)."""
+        import shlex
+        import sys
+
+        return (f"{shlex.quote(sys.executable)} -m mlflow ui --backend-store-uri {self.mlflow_uri} "
                 f"--default-artifact-root {self.mlflow_artifacts.as_uri()}")
 
     def check_usable(self) -> "Home":
