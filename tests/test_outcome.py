@@ -82,3 +82,24 @@ def test_a_scheduled_run_reports_published_already_published_and_refused_on_its_
     logged = [line for line in capfd.readouterr().err.splitlines() if "transit-release outcome: " in line]
     assert [line.split("outcome: ", 1)[1] for line in logged] == [d for _, d in descriptions]
     assert all("| INFO " in line for line in logged)
+
+
+@pytest.mark.flow
+def test_a_scheduled_audit_replaces_its_report_and_the_index_keeps_every_audits_figures(prefect_harness, tmp_path):
+    from flows.audit import privacy_audit
+    from transit_release.errors import ConfigError
+    from transit_release.release_index import audit_history, latest_audit
+
+    home = tmp_path / "home"
+    for _ in range(3):
+        assert privacy_audit(home=str(home), report_folder="audit-scheduled")["ok"]
+    reports = home / "release_reports"
+    assert sorted(p.name for p in reports.iterdir() if p.name.startswith(("audit-", ".audit"))) == ["audit-scheduled"]
+    assert (reports / "audit-scheduled" / "audit.html").exists()
+    assert len(audit_history(reports)) == 3
+    privacy_audit(home=str(home))  # a dated report, newer than the scheduled one: the latest
+    assert latest_audit(reports)[0].startswith("audit-20")
+    index = (reports / "index.html").read_text(encoding="utf-8")
+    assert index.count("<td class=w>audit-scheduled</td>") == 3 and "Earlier audits" in index
+    with pytest.raises(ConfigError, match="report folder '../x'"):
+        privacy_audit(home=str(home), report_folder="../x")
