@@ -38,12 +38,14 @@ TRAJECTORY_WEEK = {"period_start": "2026-01-05", "period_end": "2026-01-11"}
 OPAL_WEEK = {"period_start": "2016-08-08", "period_end": "2016-08-14"}
 
 #: What each kind published, as recorded from the code at b5c6ffa (main with the open-data files, before the
-#: release kinds shared one tail): {release: {file: sha256}}. Re-recorded only by a change meant to alter
-#: published bytes.
+#: release kinds shared one tail), re-recorded once for two changes meant to alter published bytes: the Data
+#: Package's description of the threshold column (every kind) and the Markov trajectory release's margins of error
+#: (its uncertainty.csv and data card section): {release: {file: sha256}}. Re-recorded only by a change meant to
+#: alter published bytes.
 RECORDED: dict[str, dict[str, str]] = {
     "opal-card": {
         "DATACARD.md": "ba5eb0d97fff1edfe3a4094ef998beef2c04800466fc64b16029793964e7e10d",
-        "datapackage.json": "63ef7247103d1a77aa89ff0353e2078c3dcbdfecd668445955f83d1f2c676e81",
+        "datapackage.json": "012f9a389fabd4d2e9a51578780cfaf8298eab99cf7cde42cf49043b6a559093",
         "index.html": "7d646a2d4e73c2e4c574904a968f4715b4349a15b25e6c92b2f7aa073d4fb519",
         "location.csv": "3c9c83914a2674480a7aac6493b6edec358f9d21f9d143343ca872d997ae1c46",
         "location.parquet": "cb17fff7b55bc521450c6befae509bc10f66082d138586093976729b78cf7a20",
@@ -56,7 +58,7 @@ RECORDED: dict[str, dict[str, str]] = {
     },
     "opal-trip": {
         "DATACARD.md": "93699faa2d9524d155deda609475ef87cf5cfddb50ddff93b323c7ed084a5aae",
-        "datapackage.json": "ef8e25dbd2891c3488dd2487f73412891cd039c94a0b2ca217ab93e8a82f21f7",
+        "datapackage.json": "a84cb6218feeb971bfd042fc44570f5e3881f267fc5e3ed0a99a9ab69fc0f023",
         "index.html": "854b3dd81377d4fa45e7d936400b4b06b2fdbf2f8fdf3abfb62b1b2b355f2655",
         "location.csv": "955fc8cb1160029d0a8b79e9f151f88301bc3afb37fcab03f5f8f67b27fc1610",
         "location.parquet": "f27a941f7a8c11379cb0f9012c509953434f823f17ccf9657745b4d88c40d11f",
@@ -69,7 +71,7 @@ RECORDED: dict[str, dict[str, str]] = {
     },
     "sequences-from-taps": {
         "DATACARD.md": "14f0406e8eb73c154489c4d29ef5fbc5395e1086f2273ef0a77c1fc8e2d09f79",
-        "datapackage.json": "f7434f6553d70645cc120ea27d50d22a5f0d5133105842f6090329b8a2264558",
+        "datapackage.json": "13e63375b6e0aeb242e4ef696e49de688bba69af537c0e2a80e2fe4c04b3e347",
         "index.html": "634f3fa988fb64bc2f1213bb8113e926117592c79885992d7dd910a679b68f42",
         "manifest.json": "5c4e2f41875f93396999fc6b6d28b3df65db40157f74f9101a0598386125b704",
         "sequences.csv": "20c2fa3379155b5ae93c9bafc7f22f466c867e324594767c42d37d8ffb96bf11",
@@ -79,7 +81,7 @@ RECORDED: dict[str, dict[str, str]] = {
     },
     "sequences-ngram": {
         "DATACARD.md": "8a7d0cbd1faf20ac7894538262f81039deffaf75fd022cfeabd830d5d3e342be",
-        "datapackage.json": "affce7cd9f1eb7bcdee2612db428ae7fed34990183ac9ffce7eef7222759a4b6",
+        "datapackage.json": "998cef72b45952c422e51caab228b9ef8bfb426bf22d422926aaf7308eb4747a",
         "index.html": "d0a60d199ad555c90bb0375a2d114796ea74369f8a943b52c91ddbd578435503",
         "manifest.json": "024fba5be7c641ab1445f23e724b1d0603f70a1166dd89d171cc55a0eb8cacae",
         "ngrams.csv": "d3b88996bee5da4000cb523113e00756a3f4fcdd263d26ff02afcec62353b026",
@@ -91,7 +93,7 @@ RECORDED: dict[str, dict[str, str]] = {
     },
     "sequences-prefix-tree": {
         "DATACARD.md": "6f0f5e8c61541eb690918a273569a92e545cc2c2aa1a3be246a604c0b0ba599a",
-        "datapackage.json": "2b1b3c6fb12be9ba5c6ae9102036cb7549d6e34904e6c27e00a4caf99776cf6e",
+        "datapackage.json": "492074b3bcfbc0d855f7b57412639540bae972de0859564e261789f0a84c21f7",
         "index.html": "553938604184bdad96213326eea4639384bdbd8f9aa8ee48d204e47b252f7b35",
         "manifest.json": "bbaf35d48bc49a4e44440a7fab7c3dbac80edcbccc45846ed840104d87f09956",
         "sequences.csv": "717ff6473255bb08f1120ddb96e566647f74a492823ea6f244aa18cb5db4cc68",
@@ -101,7 +103,7 @@ RECORDED: dict[str, dict[str, str]] = {
     },
     "sets": {
         "DATACARD.md": "d434ec8fe287a52ccdb4fabc1d51c558edd78c30dc9cdf7924c40c241a5a095e",
-        "datapackage.json": "021f828d6085c03623bf19284be46e6517cf21e37a215896825448b805075de1",
+        "datapackage.json": "8a8bc4651427e167cdaa265204defc8a9be465208ef36a6042d4da14d2799e70",
         "index.html": "2455ee27b94a3892ec05394681e616ca1d3f3e3fa0a8aac9ffe28688ca7affba",
         "manifest.json": "51b5a97fef684b79a1d402da68ece13524958e365acdfeb7fcff1ef1a0ba0449",
         "sets.csv": "2e8f56973b2adc3b33caca5854fa985e6dbaa4a1cd02c970dab2edd94597e00a",
@@ -111,7 +113,7 @@ RECORDED: dict[str, dict[str, str]] = {
     },
     "sets-from-taps": {
         "DATACARD.md": "6df4537d7f3b591ae62c8a465751ee291bb76f97d935f3e9e3c3c7f1dbaa902c",
-        "datapackage.json": "1f905e9e9e2616621c3e91688bdf049d111b7be47e7dac6b2acd2f8fd6dcb201",
+        "datapackage.json": "43288ed86248d0dcae9624fed399581baff24ea7e36de7f1aa74640cf3602417",
         "index.html": "12decdf50d85263e14477a5c917e7ad2e3d7c809f7c8cd91c22163ba6bb3455b",
         "manifest.json": "62d00ae37c4797bcf6d008923a3036708b132b50e67412ed326dc34615ae98e8",
         "sets.csv": "abf1c589d6ddbb30b025c1c1806aa81d1c8957cd0701a6c5f5af2cde7f3729f2",
@@ -120,17 +122,18 @@ RECORDED: dict[str, dict[str, str]] = {
         "uncertainty.csv": "a0bbfedea66ef454493a5876eabafb180065f9b9d39434651af0963c775fbdd2",
     },
     "trajectories-markov": {
-        "DATACARD.md": "ce5ea83c50a2c0f34dd115240a6e08d55929db71d49fd5667c0bdfc7c0363af7",
-        "datapackage.json": "8c423c1b8f762e4148da161f6d30ac925927685b522210f0590cc8e0bb3fe769",
-        "index.html": "dafb073d3c1af3c0822204e0037865d379efbb24d083769e15406580cc86b2f7",
-        "manifest.json": "88dea1798e33c9ac3ac0a75d063e88f6c15c51ea7a14d07aaa0efe84fed5faac",
+        "DATACARD.md": "cfc64567dbc6b6385e23fd237b86add9526ddb31e827e58b6b1b92975b2235cb",
+        "datapackage.json": "7a73aea0ebd727c517a31e7c8e4a3ded7a49f9fccb16d93b5362a000038de485",
+        "index.html": "7dcb1acde9b360bd0c721cc467681281f5bb324d312ac3cde145ee01357ac493",
+        "manifest.json": "a089f17b6273528c3b4462239fc679c55b7e0c67fb1bc7ba074671232ec51f3e",
         "trajectories.csv": "4bd2fdc47b606f047161fe99ef90a09d6f2ad6241056dcd69c6f721f6596243a",
         "trajectories.parquet": "3acb900ae72bbe7e5d9b9db520d5084e8f921a9fc0a760cab7305e2a7ddb5646",
         "trajectories.txt": "a22d01ffc830984e9d9ad11e9024b8f7dbc4c7890186df47c2fb65fb5c81fee1",
+        "uncertainty.csv": "94dc391aba0b8e4533fecc69fbc59b4165860671f3ef15c85f04b1a000bc6446",
     },
     "trajectories-safepath": {
         "DATACARD.md": "42f471cf7ca093eaf05000ade117597f42761feec01c02ff8309d238a2b9c861",
-        "datapackage.json": "216f24713d8172ff7ba82ca8875f39a39b392ac3000d404cc8e24bf99a84f266",
+        "datapackage.json": "c01fc1b0286f9ddeee166c380231eb73e8316d0cbbd08494e2868193896c65f3",
         "index.html": "8be7fe8cb90d6f363b4a270bdb5eb2b7b7bc85bc2c214cd7d069c9984ac5c828",
         "manifest.json": "5283e3ae71434d308bda5b85e959491daf336dfed5539c23ed3e45caf57463ce",
         "trajectories.csv": "5face800fa27cc4972bb76cb08e4622866f2b5cc4bf2c394eef1624c7163755e",
