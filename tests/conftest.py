@@ -28,6 +28,23 @@ def pytest_configure(config):
 
 from transit_release.noise import TEST_SEED_ENV  # noqa: E402
 
+
+@pytest.fixture(autouse=True)
+def _signal_dispositions_restored():
+    """What a test leaves of the process's SIGINT and SIGTERM dispositions is undone after it: a command a later
+    test starts inherits an ignored SIGINT (a terminal's Ctrl-C would then not reach it)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in before.items():
+        if signal.getsignal(s) is not handler and handler is not None:
+            signal.signal(s, handler)
+
 SMALL_SCALE = 0.01
 #: The synthetic week's period, declared as a publishing run must (flow keyword arguments and CLI flags).
 WEEK = {"period_start": "2016-08-08", "period_end": "2016-08-14"}

@@ -330,6 +330,12 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
+def _as_a_terminal_starts_a_command() -> None:
+    """A shell gives a foreground command the default SIGINT, whatever the shell itself ignores (here: whatever
+    the test process's disposition is)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
@@ -352,7 +358,7 @@ def test_ctrl_c_at_every_stage_exits_130_at_once_and_leaves_what_repair_handles(
     args[args.index("--workers") + 1] = str(workers)
     with open(tmp_path / "err", "w+") as err:
         proc = subprocess.Popen(command(*args), env=env, stdout=subprocess.DEVNULL, stderr=err,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_as_a_terminal_starts_a_command)
         try:
             deadline = time.monotonic() + 600
             while not cue.exists():
