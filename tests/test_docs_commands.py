@@ -124,7 +124,12 @@ def test_benchmark_commands_name_scripts_and_options_that_exist():
 @pytest.mark.parametrize("page", [p for p in PAGES if any(kind(c) == "run" for _, c in bash_commands(p))],
                          ids=lambda p: p.name)
 def test_page_commands_run_as_written(page, prefect_harness, tmp_path, monkeypatch, capsys):
-    """The page's commands, in the page's order, in a fresh directory: each exits 0."""
+    """The page's commands, in the page's order, in a fresh directory: each exits 0. On demand
+    (``TRANSIT_RELEASE_DOCS=1``, or ``TRANSIT_RELEASE_DOCS_ALL=1`` for every command): the suite's CI budget
+    keeps the static checks above and leaves running the documents' commands to whoever changes them."""
+    if not (os.environ.get("TRANSIT_RELEASE_DOCS") or os.environ.get(ALL_ENV)):
+        pytest.skip("the documents' commands run on demand: TRANSIT_RELEASE_DOCS=1 (cheap ones) or "
+                    f"{ALL_ENV}=1 (all)")
     monkeypatch.chdir(tmp_path)
     seconds, skipped = [], []
     for n, command in bash_commands(page):
