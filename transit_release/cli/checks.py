@@ -20,7 +20,7 @@ def check_ledger_key(home: Home) -> None:
     check_key_place(home.root, home.ledger)
 
 
-def check_budget(home: Home, args, events: list, earlier_ids: tuple[str, ...] = ()) -> None:
+def check_budget(home: Home, args, events: list, policy, earlier_ids: tuple[str, ...] = ()) -> None:
     """The policy's verdict on ``events`` (this run's spends, planned from public parameters) against the ledger as
     it stands, before any record is read: a refusal here is the one the charge would give, seconds instead of
     minutes later. Left to the flow: a dry run (it reports the verdict), an id the ledger already holds (published
@@ -29,7 +29,6 @@ def check_budget(home: Home, args, events: list, earlier_ids: tuple[str, ...] = 
     import sqlite3
 
     from transit_release.accounting.ledger import Ledger
-    from transit_release.accounting.policy import load_budget_policy
     from transit_release.errors import BudgetError, TransitReleaseError
 
     if args.dry_run or not events:
@@ -38,27 +37,20 @@ def check_budget(home: Home, args, events: list, earlier_ids: tuple[str, ...] = 
         existing = Ledger(home.ledger, read_only=True).entries() if home.ledger.exists() else []
         if {x.release_id for x in existing} & {events[0].release_id, *earlier_ids}:
             return
-        load_budget_policy(args.policy).check(existing, events)
+        policy.check(existing, events)
     except BudgetError:
         raise
     except (TransitReleaseError, sqlite3.Error, OSError):  # a ledger the flow's own checks refuse, with their words
         return
 
 
-def check_release_budget(args, home: Home) -> None:
+def check_release_budget(args, home: Home, period, cfg, population: str, policy) -> None:
     """An Opal release's spends (one per partition and marginal of the declared period) under the policy."""
-    from transit_release.config import load_release_config, population_named, release_unit
-    from transit_release.inputs.screening import parse_period
     from transit_release.releases import opal
 
-    if args.period_start is None or args.period_end is None:
-        return
-    period = parse_period(args.period_start, args.period_end)
-    cfg = load_release_config(args.config, release_unit(args.config, args.unit)).with_overrides(
-        epsilons=args.epsilons, delta=args.delta, quarantine_limit=args.quarantine_limit)
     rid = args.release_id or opal.release_id_for(period.start, period.end, cfg.unit_of_privacy)
-    events = opal.plan_spends(period, cfg, rid, "not-read-yet", "", population_named(args.population))
-    check_budget(home, args, events, tuple(opal.earlier_release_ids(period.start, period.end)))
+    events = opal.plan_spends(period, cfg, rid, "not-read-yet", "", population)
+    check_budget(home, args, events, policy, tuple(opal.earlier_release_ids(period.start, period.end)))
 
 
 def check_release_args(args, trips: str, stops: str, home: Home) -> None:
@@ -76,34 +68,35 @@ def check_release_args(args, trips: str, stops: str, home: Home) -> None:
     from transit_release.config import load_release_config, population_named, release_unit
     from transit_release.inputs.screening import PERIOD_REQUIRED, parse_period
 
+    period = None
     if args.period_start is None and args.period_end is None:
         if not args.dry_run:
             raise InputDataError(PERIOD_REQUIRED)
     else:
-        parse_period(args.period_start, args.period_end)
+        period = parse_period(args.period_start, args.period_end)
     if args.release_id is not None:
         check_release_id(args.release_id)
-    population_named(args.population)
-    load_release_config(args.config, release_unit(args.config, args.unit)).with_overrides(
+    population = population_named(args.population)
+    cfg = load_release_config(args.config, release_unit(args.config, args.unit)).with_overrides(
         epsilons=args.epsilons, delta=args.delta, quarantine_limit=args.quarantine_limit)
-    load_budget_policy(args.policy)
-    check_release_budget(args, home)
+    policy = load_budget_policy(args.policy)
+    if period is not None:
+        check_release_budget(args, home, period, cfg, population, policy)
     preflight.check_trip_inputs(trips, stops)
     preflight.check_stop_table(stops)
 
 
-def check_passenger_release_args(args) -> None:
+def check_passenger_release_args(args) -> tuple:
     """What every passenger-level kind checks first, without Prefect: the declared period, the id, the population,
-    the policy."""
+    the policy; returns ``(period, population, policy)``."""
     from transit_release.accounting.policy import load_budget_policy
     from transit_release.config import population_named
     from transit_release.inputs.screening import parse_period
 
-    parse_period(args.period_start, args.period_end)
+    period = parse_period(args.period_start, args.period_end)
     if args.release_id is not None:
         check_release_id(args.release_id)
-    population_named(args.population)
-    load_budget_policy(args.policy)
+    return period, population_named(args.population), load_budget_policy(args.policy)
 
 
 def validated_stops(args):
@@ -122,15 +115,13 @@ def stop_table_universe(args):
     return from_stop_table(stops, args.mode, name)
 
 
-def check_passenger_budget(args, home: Home, plan, default_id) -> None:
-    """A passenger-level release's one spend under the policy: ``plan(release_id, period, population)`` makes it,
+def check_passenger_budget(args, home: Home, declared: tuple, plan, default_id) -> None:
+    """A passenger-level release's one spend under the policy: ``declared`` is what
+    :func:`check_passenger_release_args` returned, ``plan(release_id, period, population)`` makes the spend,
     ``default_id(period)`` names the release when ``--release-id`` is not given."""
-    from transit_release.config import population_named
-    from transit_release.inputs.screening import parse_period
-
-    period = parse_period(args.period_start, args.period_end)
+    period, population, policy = declared
     rid = args.release_id or default_id(period)
-    check_budget(home, args, [plan(rid, period, population_named(args.population))])
+    check_budget(home, args, [plan(rid, period, population)], policy)
 
 
 def check_sequence_args(args, home: Home | None = None) -> None:
@@ -140,7 +131,7 @@ def check_sequence_args(args, home: Home | None = None) -> None:
     from transit_release.inputs.universe import load_universe
     from transit_release.releases.sequences import budget_for
 
-    check_passenger_release_args(args)
+    declared = check_passenger_release_args(args)
     if args.trips:
         if not args.stops or args.locations or args.taxonomy:
             raise InputDataError("with --trips give --stops (its stations are the universe), not --locations or "
@@ -154,7 +145,7 @@ def check_sequence_args(args, home: Home | None = None) -> None:
     if home is not None:
         from transit_release.releases import sequences
 
-        check_passenger_budget(args, home, lambda rid, period, pop: sequences.plan_spend(
+        check_passenger_budget(args, home, declared, lambda rid, period, pop: sequences.plan_spend(
             rid, period, budget, "not-read-yet", "", pop), lambda period: sequences.default_release_id(
             args.mechanism, period))
 
@@ -163,12 +154,11 @@ def check_trajectory_args(args, home: Home | None = None) -> None:
     """A ``trajectories`` invocation: the week, the universe, then a configuration the public universe cannot carry
     (flags, the ε_ng guard, scales, sizes)."""
     from transit_release import preflight
-    from transit_release.inputs.screening import parse_period
     from transit_release.inputs.universe import load_universe, read_taxonomy_file, with_taxonomy
     from transit_release.releases.trajectories import check_period, trajectory_setup
 
-    check_passenger_release_args(args)
-    check_period(parse_period(args.period_start, args.period_end))
+    declared = check_passenger_release_args(args)
+    check_period(declared[0])
     if args.trips:
         if not args.stops or args.locations:
             raise InputDataError("with --trips give --stops (its stations are the universe), not --locations")
@@ -186,7 +176,7 @@ def check_trajectory_args(args, home: Home | None = None) -> None:
     if home is not None:
         from transit_release.releases import trajectories
 
-        check_passenger_budget(args, home, lambda rid, period, pop: trajectories.plan_spend(
+        check_passenger_budget(args, home, declared, lambda rid, period, pop: trajectories.plan_spend(
             rid, period, setup, "not-read-yet", "", pop), lambda period: trajectories.default_release_id(
             period, args.mechanism))
 
@@ -198,7 +188,7 @@ def check_set_args(args, home: Home | None = None) -> None:
     from transit_release.inputs.universe import from_stop_locations, read_locations_file
     from transit_release.releases.sets import set_budget
 
-    check_passenger_release_args(args)
+    declared = check_passenger_release_args(args)
     if args.trips:
         if not args.stops or args.locations:
             raise InputDataError("with --trips give --stops (its locations are the universe), not --locations")
@@ -216,5 +206,5 @@ def check_set_args(args, home: Home | None = None) -> None:
     if home is not None:
         from transit_release.releases import sets
 
-        check_passenger_budget(args, home, lambda rid, period, pop: sets.plan_spend(
+        check_passenger_budget(args, home, declared, lambda rid, period, pop: sets.plan_spend(
             rid, period, budget, "not-read-yet", "", pop), sets.default_release_id)
