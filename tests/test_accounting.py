@@ -389,3 +389,42 @@ def test_ngram_events_round_trip_and_compose_by_period_with_prefix_trees():
     assert report.overall.epsilon == 1.5 and report.overall.delta == 1e-13  # the worst day
     with pytest.raises(InvalidEventError, match="period_start..period_end must be ISO dates in order"):
         ngram_event("x", "2026-02-01", "2026-01-01")
+
+
+def _open_ledger(path: str) -> str:
+    try:
+        Ledger(path, key=b"")
+        return "ok"
+    except Exception as exc:  # the test reports what a process saw
+        return f"{type(exc).__name__}: {exc}"
+
+
+def test_processes_that_create_one_ledger_at_once_all_find_it_whole(tmp_path):
+    """A fresh home's first releases race to create the ledger: none may see another's half-made schema (it reads
+    as dropped triggers, and the release is refused with 'restore the ledger from a backup')."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(6) as pool:
+        for attempt in range(12):
+            path = str(tmp_path / f"ledger-{attempt}.sqlite")
+            assert pool.map(_open_ledger, [path] * 6) == ["ok"] * 6, attempt
+            assert Ledger(path, key=b"").verify() == 0
+
+
+def test_a_ledger_locked_past_its_timeout_says_so_and_charges_nothing(tmp_path):
+    from transit_release.errors import LedgerBusyError
+
+    path = tmp_path / "ledger.sqlite"
+    Ledger(path).charge([event("r0")])
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(LedgerBusyError) as caught:
+            Ledger(path, timeout_s=0.2).charge([event("r1")])
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert str(caught.value) == (f"{path}: the privacy ledger stayed locked by another process for more than 0.2 s; "
+                                 "nothing was written or charged. Try again when the other run has finished")
+    assert [e.release_id for e in Ledger(path).entries()] == ["r0"]

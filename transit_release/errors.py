@@ -74,6 +74,11 @@ class LedgerRollbackError(LedgerIntegrityError):
     and charging it would spend again what it forgot. Nothing is charged (exit code 4)."""
 
 
+class LedgerBusyError(TransitReleaseError):
+    """The privacy ledger stayed locked by another process for longer than the ledger's timeout; nothing was
+    written (exit code 1, as a storage failure: trying again later is the remedy, not another input)."""
+
+
 class ClusterError(TransitReleaseError):
     """The Dask cluster that should sanitize the partitions cannot be used (checked before any spend)."""
 

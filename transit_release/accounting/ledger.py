@@ -53,6 +53,7 @@ import json
 import os
 import sqlite3
 import stat
+import time
 from collections.abc import Callable, Sequence
 from contextlib import closing
 from dataclasses import dataclass
@@ -61,7 +62,8 @@ from pathlib import Path
 from typing import Any
 
 from transit_release.accounting.events import event_from_json
-from transit_release.errors import ConfigError, LedgerIntegrityError, LedgerRollbackError, ReleaseExistsError
+from transit_release.errors import (ConfigError, LedgerBusyError, LedgerIntegrityError, LedgerRollbackError,
+                                   ReleaseExistsError)
 
 GENESIS_HASH = "0" * 64
 SPEND = "spend"
@@ -132,6 +134,31 @@ BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only: UPDATE refused'); 
 CREATE TRIGGER IF NOT EXISTS intent_macs_no_delete BEFORE DELETE ON intent_macs
 BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only: DELETE refused'); END;
 """
+
+
+def _locked(exc: BaseException) -> bool:
+    """SQLite's answer when another connection holds the lock past the busy timeout."""
+    return isinstance(exc, sqlite3.OperationalError) and "database is locked" in str(exc)
+
+
+def _busy_message(ledger: "Ledger") -> str:
+    return (f"{ledger.path}: the privacy ledger stayed locked by another process for more than "
+            f"{ledger.timeout_s:g} s; nothing was written or charged. Try again when the other run has finished")
+
+
+@functools.cache
+def _schema_statements() -> tuple[str, ...]:
+    """:data:`_SCHEMA` as single statements (a trigger's body holds semicolons), to run inside one transaction:
+    ``executescript`` commits whatever transaction is open before it starts."""
+    out, pending = [], ""
+    for line in _SCHEMA.strip().splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            out.append(pending.strip())
+            pending = ""
+    if pending.strip():
+        raise AssertionError(f"an incomplete statement at the end of the ledger schema: {pending!r}")
+    return tuple(out)
 
 
 #: Objects created with another table than their own (``tbl_name``): a ledger of an older schema that holds that
@@ -600,6 +627,8 @@ def _unreadable_is_integrity(method):
             return method(self, *args, **kwargs)
         except sqlite3.DatabaseError as exc:
             text = str(exc)
+            if _locked(exc):
+                raise LedgerBusyError(_busy_message(self)) from None
             if isinstance(exc, sqlite3.OperationalError) and not text.startswith(("no such", "table ")):
                 raise
             raise LedgerIntegrityError(f"{self.path}: not a readable privacy ledger ({text}); restore it from a "
@@ -639,20 +668,51 @@ class Ledger:
                 # (writes are refused, the audit names it); an older or new file gets the schema it lacks, unless
                 # it lacks what was always created with a table it holds (dropped, not older)
                 if con.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-                    dropped = check_schema(con).missing
-                    if dropped:
-                        raise LedgerIntegrityError(
-                            f"{self.path}: {SchemaCheck(missing=dropped).problem()}; nothing was written (a ledger of "
-                            "an older schema gets the objects it lacks, never those created with a table it holds). "
-                            "Check it with `transit-release audit` and restore the ledger from a backup")
-                    con.execute("PRAGMA journal_mode=WAL")
-                    con.executescript(_SCHEMA)
-                    con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    self._create_schema(con)
+                    self._write_ahead_log(con)
         except sqlite3.DatabaseError as exc:
+            if _locked(exc):
+                raise LedgerBusyError(_busy_message(self)) from None
             raise LedgerIntegrityError(f"{self.path}: not a readable privacy ledger ({exc}); restore it from a "
                                        "backup") from None
         if new:
             os.chmod(self.path, 0o600)
+
+    def _create_schema(self, con: sqlite3.Connection) -> None:
+        """The schema :data:`_SCHEMA` and its version, in one write transaction that first looks again: processes
+        that open a new ledger at once each wait for the lock, and one that comes second finds the schema whole
+        (checked without the lock, another's half-made schema would read as dropped triggers)."""
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            if con.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                dropped = check_schema(con).missing
+                if dropped:
+                    raise LedgerIntegrityError(
+                        f"{self.path}: {SchemaCheck(missing=dropped).problem()}; nothing was written (a ledger of "
+                        "an older schema gets the objects it lacks, never those created with a table it holds). "
+                        "Check it with `transit-release audit` and restore the ledger from a backup")
+                for statement in _schema_statements():
+                    con.execute(statement)
+                con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+
+    def _write_ahead_log(self, con: sqlite3.Connection) -> None:
+        """WAL mode, the ledger's journal (readers never wait for a charge). SQLite answers a switch it cannot make
+        now (another process holds the file) with "database is locked" at once, without waiting for the busy
+        timeout: it is tried again until the ledger's timeout."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    con.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if not _locked(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
 
     def _connect(self) -> sqlite3.Connection:
         if self.read_only:

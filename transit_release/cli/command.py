@@ -15,7 +15,7 @@ from transit_release.cli.exits import (EXIT_AUDIT_FAILED, EXIT_BUDGET, EXIT_INPU
                                        EXIT_UNEXPECTED)
 from transit_release.cli.parser import parse
 from transit_release.cli.server import prepare_environment
-from transit_release.errors import BudgetError, LedgerIntegrityError, TransitReleaseError
+from transit_release.errors import BudgetError, LedgerBusyError, LedgerIntegrityError, TransitReleaseError
 from transit_release.home import UMASK, Home
 
 #: the commands that run on a home, by name
@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         if isinstance(exc, LedgerIntegrityError):
             return EXIT_AUDIT_FAILED
+        if isinstance(exc, LedgerBusyError):
+            return EXIT_UNEXPECTED
         return EXIT_BUDGET if isinstance(exc, BudgetError) else EXIT_INPUT
     except KeyboardInterrupt:
         print("transit-release: interrupted: " + (state or "nothing was charged or published"), file=sys.stderr)
