@@ -204,11 +204,12 @@ def _save_server_db_template(db: Path) -> None:
 
 @contextlib.contextmanager
 def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error: Callable[[str], None] | None = None,
-                 while_starting: Callable[[str], None] | None = None):
+                 while_starting: Callable[[str], None] | None = None, settings: dict[str, str] | None = None):
     """A Prefect server (with its scheduler) on loopback for the duration; yields its API URL.
 
     ``while_starting(url)`` is called once the server process is launched, before it answers (e.g. to import
-    a flow's modules meanwhile: the server takes seconds to start).
+    a flow's modules meanwhile: the server takes seconds to start). ``settings``: Prefect settings (environment
+    variables) of the server process alone.
 
     Its output goes to ``<prefect_home>/server.log``; ``on_scheduler_error`` is called (from a reader
     thread) with a one-line summary of each failed scheduler loop.
@@ -221,7 +222,8 @@ def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error:
     seeded = new_db and _seed_server_db(db)
     port = free_port()
     url = f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, **TELEMETRY_OFF, "PREFECT_HOME": str(prefect_home), "PREFECT_UI_ENABLED": "false"}
+    env = {**os.environ, **TELEMETRY_OFF, "PREFECT_HOME": str(prefect_home), "PREFECT_UI_ENABLED": "false",
+           **(settings or {})}
     env.pop("PREFECT_API_URL", None)
     env.pop("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", None)  # the server logs in full to its own log file
     # a session of its own: a terminal's Ctrl-C reaches the command, which stops the server last, once the run's
