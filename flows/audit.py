@@ -9,14 +9,18 @@ from tasks.budget import load_policy
 from tasks.home import prepare_home
 from tasks.report import update_index
 from tasks.track import read_anchors, read_mirror, read_mirrored_spends, track_audit
+from tasks.summary import REPORTS_OUTCOME
 from transit_release.audit import DEFAULT_DELTA_PRIME
 
 
-@flow(name="privacy-audit", persist_result=False)
+@flow(name="privacy-audit", persist_result=False, **REPORTS_OUTCOME)
 def privacy_audit(home: str = ".", ledger: str | None = None, delta_prime: float = DEFAULT_DELTA_PRIME,
-                  policy: str | None = None) -> dict:
+                  policy: str | None = None, report_folder: str | None = None) -> dict:
     """Check the ledger, the published releases, the MLflow mirror and the ledger's anchors against one another.
-    Every check and the loss read one snapshot of the ledger."""
+    Every check and the loss read one snapshot of the ledger.
+
+    ``report_folder`` (e.g. ``audit-scheduled``, a scheduled audit's): the report replaces the one in
+    ``release_reports/<report_folder>/`` instead of adding a dated folder; the index keeps every audit's figures."""
     where = prepare_home(home, ledger, releasing=False)
     budget_policy = load_policy(policy)
     caps = {c.unit_of_privacy: c.epsilon for c in reversed(budget_policy.caps)}
@@ -31,7 +35,7 @@ def privacy_audit(home: str = ".", ledger: str | None = None, delta_prime: float
                            snapshot=snapshot)
     finally:
         discard_snapshot(snapshot)
-    report_path = write_audit_report(where, result, caps)
+    report_path = write_audit_report(where, result, caps, report_folder)
     run_id = track_audit(where, result, report_path)
     update_index(where)
     return {**result, "report": report_path, "mlflow_run_id": run_id}

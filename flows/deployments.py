@@ -36,7 +36,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -79,15 +79,15 @@ def read_deployments(path: str | Path = DEFAULT_FILE) -> list[dict]:
 
 
 def runner_deployments(path: str | Path = DEFAULT_FILE) -> list:
-    """``RunnerDeployment`` objects for ``prefect.serve``, one per deployment of the file."""
+    """``RunnerDeployment`` objects for ``prefect.serve``, one per deployment of the file; entrypoints are the
+    project's (``flows/…``), as ``prefect deploy`` records them, wherever the file is."""
     from prefect.flows import load_flow_from_entrypoint
     from prefect.schedules import Cron
 
-    base = Path(path).resolve().parent
     out = []
     for d in read_deployments(path):
         file, _, func = d["entrypoint"].partition(":")
-        flow = load_flow_from_entrypoint(f"{base / file}:{func}")
+        flow = load_flow_from_entrypoint(f"{PROJECT / file}:{func}")  # relative to the project, wherever the file is
         schedules = [Cron(s["cron"], timezone=s.get("timezone")) for s in d.get("schedules") or []]
         out.append(flow.to_deployment(name=d["name"], description=d.get("description"), tags=d.get("tags"),
                                       parameters=d.get("parameters") or {}, schedules=schedules))
@@ -204,11 +204,12 @@ def _save_server_db_template(db: Path) -> None:
 
 @contextlib.contextmanager
 def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error: Callable[[str], None] | None = None,
-                 while_starting: Callable[[str], None] | None = None):
+                 while_starting: Callable[[str], None] | None = None, settings: dict[str, str] | None = None):
     """A Prefect server (with its scheduler) on loopback for the duration; yields its API URL.
 
     ``while_starting(url)`` is called once the server process is launched, before it answers (e.g. to import
-    a flow's modules meanwhile: the server takes seconds to start).
+    a flow's modules meanwhile: the server takes seconds to start). ``settings``: Prefect settings (environment
+    variables) of the server process alone.
 
     Its output goes to ``<prefect_home>/server.log``; ``on_scheduler_error`` is called (from a reader
     thread) with a one-line summary of each failed scheduler loop.
@@ -221,7 +222,8 @@ def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error:
     seeded = new_db and _seed_server_db(db)
     port = free_port()
     url = f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, **TELEMETRY_OFF, "PREFECT_HOME": str(prefect_home), "PREFECT_UI_ENABLED": "false"}
+    env = {**os.environ, **TELEMETRY_OFF, "PREFECT_HOME": str(prefect_home), "PREFECT_UI_ENABLED": "false",
+           **(settings or {})}
     env.pop("PREFECT_API_URL", None)
     env.pop("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", None)  # the server logs in full to its own log file
     # a session of its own: a terminal's Ctrl-C reaches the command, which stops the server last, once the run's
@@ -328,9 +330,85 @@ def _check_scheduler(deployments: list, health: SchedulerHealth, timeout: float)
             "(is the server's scheduler service running? see the server's log)")
 
 
+def check_run_now(deployments: list, names) -> None:
+    """Refuse (``ConfigError``) a ``run_now`` name that is none of ``deployments``' (as read or served)."""
+    known = sorted(d["name"] if isinstance(d, dict) else d.name for d in deployments)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"--run-now {unknown[0]}: no such deployment (the file's are: {', '.join(known)})")
+
+
+def _run_now(deployments: list, names) -> None:
+    """Create a run of each deployment named, to start now."""
+    from prefect.client.orchestration import get_client
+
+    by_name = {d.name: d for d in deployments}
+    with get_client(sync_client=True) as client:
+        for name in names:
+            d = by_name[name]
+            deployment = client.read_deployment_by_name(f"{d.flow_name}/{name}")
+            run = client.create_flow_run_from_deployment(deployment.id, tags=["run-now"])
+            print(f"transit-release serve: {name}: run {run.name} created, to start now", flush=True)
+
+
+class OutcomeWatch:
+    """Prints one line for each run of the served deployments that finishes while serving: the outcome the run
+    reported (its ``outcome-…`` artifact), else its final state and message."""
+
+    def __init__(self, deployments: list, out=None, interval: float = 2.0):
+        self.names = {d.name for d in deployments}
+        self.out = out
+        self.interval = interval
+        self.started = datetime.now(timezone.utc)
+        self.seen: set = set()
+
+    def follow(self) -> None:
+        """Poll until the process ends (a daemon thread)."""
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:
+            ids = {}
+            while True:
+                with contextlib.suppress(Exception):  # the server busy, or stopping: try again
+                    if len(ids) < len(self.names):
+                        ids = {dep.id: dep.name for dep in client.read_deployments() if dep.name in self.names}
+                    for line in self.finished_lines(client, ids):
+                        print(line, file=self.out or sys.stdout, flush=True)
+                time.sleep(self.interval)
+
+    def finished_lines(self, client, ids: dict) -> list[str]:
+        """The lines of runs of the deployments ``ids`` (id → name) finished since serving began, not yet said."""
+        from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter,
+                                                    FlowRunFilterDeploymentId, FlowRunFilterEndTime,
+                                                    FlowRunFilterState, FlowRunFilterStateType)
+        from prefect.client.schemas.objects import StateType
+
+        if not ids:
+            return []
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            deployment_id=FlowRunFilterDeploymentId(any_=list(ids)),
+            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.COMPLETED, StateType.FAILED, StateType.CRASHED,
+                                                         StateType.CANCELLED])),
+            end_time=FlowRunFilterEndTime(after_=self.started)))
+        lines = []
+        for run in sorted((r for r in runs if r.id not in self.seen), key=lambda r: r.end_time):
+            artifacts = [a for a in client.read_artifacts(artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]))) if (a.key or "").startswith("outcome-")]
+            if not artifacts and datetime.now(timezone.utc) - run.end_time < timedelta(seconds=10):
+                continue  # the run says its outcome just after its final state: it may be on its way
+            self.seen.add(run.id)
+            what = artifacts[-1].description if artifacts else f"{run.state.name}: {' '.join((run.state.message or '').split())}"
+            lines.append(f"transit-release serve: {ids.get(run.deployment_id, '?')} run {run.name}: {what}")
+        return lines
+
+
 def serve(path: str | Path = DEFAULT_FILE, api_url: str | None = None, health: SchedulerHealth | None = None,
-          startup_timeout: float = 120.0) -> None:
+          startup_timeout: float = 120.0, run_now: tuple[str, ...] = (), out=None) -> None:
     """Serve every deployment of ``path`` until interrupted, against ``api_url`` or the configured API.
+
+    Once the scheduler is seen working, a run of each deployment named in ``run_now`` is created (executed here
+    at once, as a scheduled one), and each finished run of a served deployment is printed as one line: its outcome
+    (:mod:`transit_release.outcome`), or its final state.
 
     Raises ``SchedulerError`` if, at start-up, the scheduler does not create the upcoming runs of every
     scheduled deployment within ``startup_timeout`` seconds, or fails (as ``health`` reports) before then.
@@ -340,10 +418,11 @@ def serve(path: str | Path = DEFAULT_FILE, api_url: str | None = None, health: S
 
     path = Path(path).resolve()
     health = health or SchedulerHealth()
+    deployments = runner_deployments(path)
+    check_run_now(deployments, run_now)
     # entrypoints are recorded relative to the working directory, and the runs' relative paths
     # (config, policy) are the project's, as for a worker: work from the project directory
-    os.chdir(path.parent)
-    deployments = runner_deployments(path)
+    os.chdir(PROJECT)
     failure: list[str] = []
 
     def watchdog() -> None:
@@ -351,6 +430,9 @@ def serve(path: str | Path = DEFAULT_FILE, api_url: str | None = None, health: S
         if reason:
             failure.append(reason)
             os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C (a real signal wakes the event loop at once)
+            return
+        _run_now(deployments, run_now)
+        OutcomeWatch(deployments, out=out).follow()
 
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         # started in the background by a shell script, which ignores SIGINT: the watchdog stops serve with it

@@ -24,7 +24,7 @@ from tasks.sanitize import check_cluster, describe_sanitizers, sanitize_chunk
 from tasks.stream import (bound_partitions_per_card, commit_partitions, declared_period, early_gate,
                           pair_shards, prepare_chunk, screen_verdict, stream_trips)
 from tasks.report import draw_report_figures, write_report
-from tasks.summary import summarize
+from tasks.summary import REPORTS_OUTCOME, summarize
 from tasks.validate import validate_release_tables, validate_stops
 from transit_release import partition_store, progress, warmup
 from transit_release.config import ReleaseConfig, population_named
@@ -197,7 +197,7 @@ class OpalKind(ReleaseKind):
                          records.quarantine)
 
 
-@flow(name="opal-release", persist_result=False)
+@flow(name="opal-release", persist_result=False, **REPORTS_OUTCOME)
 def opal_release(trips: str, stops: str, period_start: str | None = None, period_end: str | None = None,
                  home: str = ".", config: str | None = None, epsilons: list[float] | None = None,
                  delta: float | None = None, release_id: str | None = None, policy: str | None = None,

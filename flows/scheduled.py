@@ -13,9 +13,10 @@ from flows.sequence_release import sequence_release
 from flows.sets_release import set_release
 from flows.trajectory_release import trajectory_release
 from tasks.schedule import locate_input, period_to_publish
+from tasks.summary import REPORTS_OUTCOME
 
 
-@flow(name="weekly-opal-release", persist_result=False)
+@flow(name="weekly-opal-release", persist_result=False, **REPORTS_OUTCOME)
 def weekly_opal_release(trips_pattern: str, stops: str, home: str = ".", config: str | None = None,
                         policy: str | None = None, timezone: str = "Australia/Sydney",
                         week_of: str | None = None, dask_address: str | None = None,
@@ -33,7 +34,7 @@ def weekly_opal_release(trips_pattern: str, stops: str, home: str = ".", config:
                         population=population)
 
 
-@flow(name="monthly-sequence-release", persist_result=False)
+@flow(name="monthly-sequence-release", persist_result=False, **REPORTS_OUTCOME)
 def monthly_sequence_release(input_pattern: str, epsilon: float, height: int | None = None,
                              variant: str | None = "hybrid", taxonomy: str | None = None,
                              locations: str | None = None, fanout: int | None = None, home: str = ".",
@@ -55,7 +56,7 @@ def monthly_sequence_release(input_pattern: str, epsilon: float, height: int | N
                             population=population, **own)
 
 
-@flow(name="weekly-trajectory-release", persist_result=False)
+@flow(name="weekly-trajectory-release", persist_result=False, **REPORTS_OUTCOME)
 def weekly_trajectory_release(input_pattern: str, epsilon: float, height: int, location_taxonomy: str | None = None,
                               locations: str | None = None, location_fanout: int | None = None,
                               time_fanout: int | None = None, thresholds: str = "paper", home: str = ".",
@@ -72,7 +73,7 @@ def weekly_trajectory_release(input_pattern: str, epsilon: float, height: int, l
                               home=home, policy=policy, population=population)
 
 
-@flow(name="monthly-set-release", persist_result=False)
+@flow(name="monthly-set-release", persist_result=False, **REPORTS_OUTCOME)
 def monthly_set_release(input_pattern: str, epsilon: float, locations: str, fanout: int | None = None,
                         home: str = ".", policy: str | None = None, timezone: str = "America/Montreal",
                         month_of: str | None = None, population: str | None = None) -> dict:

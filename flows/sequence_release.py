@@ -16,6 +16,7 @@ from tasks.inputs import declared_period, load_universe, stop_universe
 from tasks.sequences import (evaluate_sequences, plan_sequence_spend, read_sequences, sanitize_sequences,
                              sequence_budget, sequence_outputs, sequences_from_taps, tracking_record)
 from tasks.validate import validate_stops
+from tasks.summary import REPORTS_OUTCOME
 from transit_release.config import population_named
 from transit_release.mechanisms.prefix_tree import Taxonomy
 from transit_release.releases import sequences
@@ -71,7 +72,7 @@ class SequenceKind(PassengerKind):
                                                noise_kind, code_version(), quote(release)))
 
 
-@flow(name="sequence-release", persist_result=False)
+@flow(name="sequence-release", persist_result=False, **REPORTS_OUTCOME)
 def sequence_release(epsilon: float, height: int | None = None, input: str | None = None,
                      period_start: str | None = None, period_end: str | None = None, variant: str | None = None,
                      locations: str | None = None, taxonomy: str | None = None, fanout: int | None = None,

@@ -15,6 +15,7 @@ from tasks.inputs import declared_period, load_universe
 from tasks.sets import (evaluate_sets, plan_set_spend, read_sets, sanitize_sets, set_budget, set_outputs,
                         sets_from_taps, stop_locations, tracking_record)
 from tasks.validate import validate_stops
+from tasks.summary import REPORTS_OUTCOME
 from transit_release.config import population_named
 from transit_release.mechanisms.diffpart import DiffPartBudget
 from transit_release.releases import sets
@@ -68,7 +69,7 @@ class SetKind(PassengerKind):
                                           sets.fanout_rule(self.fanout)))
 
 
-@flow(name="set-release", persist_result=False)
+@flow(name="set-release", persist_result=False, **REPORTS_OUTCOME)
 def set_release(epsilon: float, input: str | None = None, locations: str | None = None,
                 period_start: str | None = None, period_end: str | None = None, fanout: int | None = sets.DEFAULT_FANOUT,
                 trips: str | None = None, stops: str | None = None, mode: str | None = None, home: str = ".",

@@ -16,6 +16,7 @@ from tasks.trajectories import (check_trajectory_period, evaluate_trajectories, 
                                 read_trajectories, same_release, sanitize_trajectories, tracking_record,
                                 trajectories_from_taps, trajectory_outputs, trajectory_setup, trajectory_universe)
 from tasks.validate import validate_stops
+from tasks.summary import REPORTS_OUTCOME
 from transit_release.config import population_named
 from transit_release.releases import trajectories
 from transit_release.version import code_version
@@ -70,7 +71,7 @@ class TrajectoryKind(PassengerKind):
                                                  noise_kind, code_version(), release))
 
 
-@flow(name="trajectory-release", persist_result=False)
+@flow(name="trajectory-release", persist_result=False, **REPORTS_OUTCOME)
 def trajectory_release(epsilon: float, height: int, input: str | None = None, period_start: str | None = None,
                        period_end: str | None = None, locations: str | None = None,
                        location_taxonomy: str | None = None, location_fanout: int | None = None,

@@ -8,6 +8,7 @@ audit runs cannot show one step a state and another step a different one.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -18,7 +19,7 @@ from tasks import data_task
 from transit_release import audit, recovery, release_index
 from transit_release.accounting import ledger as ledger_records
 from transit_release.accounting.ledger import Ledger, key_from_environment
-from transit_release.errors import TransitReleaseError
+from transit_release.errors import ConfigError, TransitReleaseError
 from transit_release.home import Home
 
 SNAPSHOT = "ledger.sqlite"
@@ -161,10 +162,27 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
 
 
 @data_task(name="write-audit-report")
-def write_audit_report(home: Home, result: dict, caps: dict) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+def write_audit_report(home: Home, result: dict, caps: dict, folder: str | None = None) -> str:
+    """The audit's report under ``release_reports/audit-<UTC stamp>/``, or under ``release_reports/<folder>/``,
+    replacing the audit there (built aside, then swapped in); either way its figures are added to the audit
+    history the index shows."""
+    if folder is not None and not re.fullmatch(r"audit-[a-z0-9][a-z0-9-]*", folder):
+        raise ConfigError(f"report folder {folder!r}: name it audit-<lowercase letters, digits, dashes>, "
+                          "e.g. audit-scheduled")
+    now = datetime.now(timezone.utc)
     from transit_release import report  # matplotlib: imported when a report is drawn
-    path = report.write_audit_report(home.reports / f"audit-{stamp}", result, caps)
-    (path.parent / release_index.AUDIT_SUMMARY).write_text(json.dumps(release_index.audit_summary(result), indent=1),
-                                                           encoding="utf-8")
+    name = folder or f"audit-{now.strftime('%Y%m%dT%H%M%S%fZ')}"
+    out = home.reports / (f".{name}.{now.strftime('%Y%m%dT%H%M%S%fZ')}.tmp" if folder else name)
+    path = report.write_audit_report(out, result, caps)
+    summary = {**release_index.audit_summary(result), "at": now.isoformat(timespec="seconds")}
+    (path.parent / release_index.AUDIT_SUMMARY).write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    if folder:
+        final = home.reports / folder
+        old = home.reports / f".{name}.{now.strftime('%Y%m%dT%H%M%S%fZ')}.old"
+        if final.exists():
+            final.rename(old)
+        out.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+        path = final / path.name
+    release_index.add_audit_to_history(home.reports, name, summary)
     return str(path)

@@ -59,3 +59,39 @@ def summarize_dry_run(release_id: str, period, period_declared: bool, events: li
             "period": f"{period.start.isoformat()} .. {period.end.isoformat()}",
             "period_declared": period_declared, "spends": spends, "events": len(events),
             "allowed": verdict["allowed"], "reason": verdict["reason"], "quarantine": quarantine}
+
+
+def _report(flow, flow_run, state) -> None:
+    """Say a run's outcome (see :mod:`transit_release.outcome`): one line at INFO in the run's log, and a Markdown
+    artifact on the run. Only the outermost run says it: a scheduled run's release flow is its subflow, and its
+    outcome is the scheduled run's."""
+    if flow_run.parent_task_run_id is not None:
+        return
+    from prefect.artifacts import MarkdownArtifact
+    from prefect.logging.loggers import flow_run_logger
+
+    from transit_release import outcome
+
+    summary = None
+    if state.is_completed():
+        result = state.result(raise_on_failure=False)
+        if isinstance(result, dict):
+            summary = result
+            line = outcome.summary_line(result)
+        else:
+            line = "completed (exit 0)"
+    else:
+        try:
+            result = state.result(raise_on_failure=False)
+        except Exception as exc:  # a crashed run's result may be unreadable
+            result = exc
+        line = outcome.failure_line(result if isinstance(result, BaseException) else (state.message or state.name))
+    flow_run_logger(flow_run, flow).info("transit-release outcome: %s", line)
+    MarkdownArtifact(markdown=outcome.markdown(f"{flow.name}: {flow_run.name}", line, summary),
+                     key=OUTCOME_KEY_PREFIX + flow.name, description=line, flow_run_id=flow_run.id).create()
+
+
+#: the key of a flow's outcome artifacts is this prefix and the flow's name (its history in Prefect's UI)
+OUTCOME_KEY_PREFIX = "outcome-"
+#: the hooks a flow that reports its outcome declares: ``@flow(..., **REPORTS_OUTCOME)``
+REPORTS_OUTCOME = {"on_completion": [_report], "on_failure": [_report], "on_crashed": [_report]}

@@ -45,6 +45,19 @@ def _signal_dispositions_restored():
         if signal.getsignal(s) is not handler and handler is not None:
             signal.signal(s, handler)
 
+
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """What a test leaves in the process environment is undone after it. A command run in-process sets what
+    Prefect and MLflow read when first imported (``PREFECT_HOME``, the console log level, ...) and a later test's
+    subprocess would inherit it: a server's flow-run process with its console logs off crashed without a word."""
+    before = dict(os.environ)
+    yield
+    if dict(os.environ) != before:
+        os.environ.clear()
+        os.environ.update(before)
+
+
 SMALL_SCALE = 0.01
 #: The synthetic week's period, declared as a publishing run must (flow keyword arguments and CLI flags).
 WEEK = {"period_start": "2016-08-08", "period_end": "2016-08-14"}

@@ -386,3 +386,53 @@ def test_a_new_homes_server_starts_from_the_empty_database_template(tmp_path, mo
     assert seeded == [False, True]
     with sqlite3.connect(template) as db:  # the template itself is never written to
         assert not db.execute("SELECT EXISTS (SELECT 1 FROM flow)").fetchone()[0]
+
+
+def test_serve_runs_a_deployments_file_from_anywhere_fires_run_now_and_prints_each_runs_outcome(tmp_path):
+    """A deployments YAML outside the project (entrypoints are the project's), ``--run-now`` started by serve's own
+    runner (the test creates no run), and the finished run's outcome printed by serve as one line."""
+    home = tmp_path / "home"
+    elsewhere = tmp_path / "ops"
+    elsewhere.mkdir()
+    (elsewhere / "try.yaml").write_text(yaml.safe_dump({"deployments": [
+        {"name": "try-audit", "entrypoint": "flows/audit.py:privacy_audit", "parameters": {"home": str(home)},
+         "schedules": [{"cron": "0 6 1 * *", "timezone": "UTC"}]}]}), encoding="utf-8")
+    with local_server(tmp_path / "server") as url:
+        env = _env(tmp_path, home, str(tmp_path / "trips-{start}.csv"), str(tmp_path / "stops.csv"),
+                   PREFECT_API_URL=url)
+        bad = subprocess.run([sys.executable, "-m", "transit_release.cli", "serve", "--home", str(home),
+                              "--deployments", str(elsewhere / "try.yaml"), "--run-now", "nope"], cwd=tmp_path,
+                             env=env, capture_output=True, text=True, timeout=120)
+        assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == (
+            "transit-release: error: --run-now nope: no such deployment (the file's are: try-audit)")
+        proc = subprocess.Popen([sys.executable, "-m", "transit_release.cli", "serve", "--home", str(home),
+                                 "--deployments", str(elsewhere / "try.yaml"), "--run-now", "try-audit"],
+                                cwd=elsewhere, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+        reader.start()
+        try:
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline and not any(" run " in l and ": audit " in l for l in list(lines)):
+                assert proc.poll() is None, "".join(lines)[-3000:]
+                time.sleep(1)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+            reader.join(timeout=10)
+        output = "".join(lines)
+        assert "FileNotFoundError" not in output and "Traceback" not in output, output[-3000:]
+        assert any(l.startswith("transit-release serve: try-audit: run ") and l.endswith("created, to start now")
+                   for l in output.splitlines()), output[-3000:]
+        (outcome,) = [l for l in output.splitlines() if l.startswith("transit-release serve: try-audit run ")]
+        assert re.search(r": audit PASSED: 0 ledger entries, 0 published release\(s\), 0 discrepancy\(ies\); "
+                         r"report .*audit\.html \(exit 0\)$", outcome), outcome
+        deployment = _deployments(url)["try-audit"]
+        runs = httpx.post(f"{url}/flow_runs/filter", json={"flow_runs": {"deployment_id": {"any_": [deployment["id"]]},
+                          "state": {"type": {"any_": ["COMPLETED"]}}}}, timeout=30).json()
+        (run,) = runs
+        assert "run-now" in run["tags"]
+        artifacts = httpx.post(f"{url}/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run["id"]]}}},
+                               timeout=30).json()
+        (artifact,) = [a for a in artifacts if a["key"] == "outcome-privacy-audit"]
+        assert artifact["type"] == "markdown" and outcome.endswith(artifact["description"])

@@ -16,9 +16,11 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pandas as pd
@@ -217,8 +219,10 @@ def test_location_ids_and_ledgers_that_would_lie_are_refused(tmp_path):
 
 
 def test_a_float_written_as_an_id_in_a_csv_is_refused_and_leaves_no_pickled_exception(week, tmp_path):
-    """Found in the flow's pass (the CSV's values): one line, nothing charged, and nothing in .prefect/storage of
-    an existing home (Prefect's engine pickles a failed flow's exception, with its counts and row numbers)."""
+    """Found in the flow's pass (the CSV's values): one line, nothing charged, and nothing in .prefect/ of an
+    existing home: no pickled exception in storage/ (Prefect's engine pickles a failed flow's exception, with its
+    counts and row numbers) and no run, task run, state, log, artifact or event in the command server's database
+    (a state's message and the outcome artifact repeat the refusal)."""
     home = tmp_path / "home"
     (home / ".prefect" / "storage").mkdir(parents=True)
     done = subprocess.run(command(*release_args(week["float_card_csv"], week["stops"], home)), capture_output=True,
@@ -229,6 +233,11 @@ def test_a_float_written_as_an_id_in_a_csv_is_refused_and_leaves_no_pickled_exce
                            "whole number (a decimal point, an exponent or letters: a float export?): ")
     assert list((home / ".prefect" / "storage").iterdir()) == []
     assert spends(home) == 0 and published(home) == []
+    tables = ("flow_run", "task_run", "flow_run_state", "task_run_state", "log", "artifact", "artifact_collection",
+              "events", "event_resources")
+    with closing(sqlite3.connect(home / ".prefect" / "prefect.db")) as db:
+        assert {t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables} == dict.fromkeys(tables, 0)
+    assert not any(b"not a whole number" in p.read_bytes() for p in (home / ".prefect").rglob("*") if p.is_file())
 
 
 def test_naive_parquet_and_csv_of_the_same_week_publish_the_same_bytes(prefect_harness, week, tmp_path, test_seed):

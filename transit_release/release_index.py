@@ -4,8 +4,8 @@ The reviewer's static view of past releases (MLflow's UI is the main, richer
 one). Built only from what is already on disk under the home directory:
 published manifests (``releases/<id>/manifest.json``), the small internal
 summaries the flows leave next to their reports
-(``release_reports/<id>/summary.json``) and the newest audit's
-``audit_summary.json``. It is internal (it sits with the reports), but holds
+(``release_reports/<id>/summary.json``), the newest audit's
+``audit_summary.json`` and the audits' history (``audit_history.jsonl``). It is internal (it sits with the reports), but holds
 nothing finer than the reports' own aggregates. Releases are listed newest
 period first, then by id, whatever order the folders are read in.
 """
@@ -26,6 +26,10 @@ from transit_release.audit import PERSON, unit_losses
 INDEX = "index.html"
 SUMMARY = "summary.json"
 AUDIT_SUMMARY = "audit_summary.json"
+#: every audit's figures, one JSON line each, oldest first (a replaced report's history stays here)
+AUDIT_HISTORY = "audit_history.jsonl"
+#: the earlier audits the index lists
+HISTORY_SHOWN = 24
 #: Where ``mlflow ui`` serves by default; the index's MLflow links assume it runs on this machine.
 MLFLOW_UI = "http://127.0.0.1:5000"
 
@@ -135,13 +139,41 @@ def collect_releases(releases_dir: Path, reports_dir: Path, mlflow: dict[str, st
 
 
 def latest_audit(reports_dir: Path) -> tuple[str, dict] | None:
-    """(folder name, summary) of the newest audit report (folders are named ``audit-<UTC stamp>``)."""
-    audits = sorted(p for p in reports_dir.glob("audit-*") if (p / AUDIT_SUMMARY).exists()) \
-        if reports_dir.is_dir() else []
-    if not audits:
-        return None
-    summary = _read_json(audits[-1] / AUDIT_SUMMARY)
-    return (audits[-1].name, summary) if summary else None
+    """(folder name, summary) of the newest audit report: folders ``audit-<UTC stamp>`` (one per audit) or a
+    replaced one (e.g. ``audit-scheduled``), newest by the time its summary records."""
+    audits = [(p.name, s) for p in reports_dir.glob("audit-*") if (p / AUDIT_SUMMARY).exists()
+              and (s := _read_json(p / AUDIT_SUMMARY))] if reports_dir.is_dir() else []
+    return max(audits, key=lambda a: (a[1].get("at") or _stamp_time(a[0]), a[0])) if audits else None
+
+
+def _stamp_time(folder: str) -> str:
+    """``audit-20260101T000000…Z`` as an ISO time to compare with the summaries' ``at`` ('' if not a stamp)."""
+    stamp = folder[len("audit-"):]
+    if len(stamp) < 15 or stamp[8] != "T" or not stamp[:8].isdigit():
+        return ""
+    return f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}+00:00"
+
+
+def add_audit_to_history(reports_dir: Path, folder: str, summary: dict) -> None:
+    """Append an audit's figures (and the folder its report was written to) to the history."""
+    line = {"at": summary.get("at"), "folder": folder, "ok": summary["ok"], "entries": summary["entries"],
+            "releases_published": summary["releases_published"], "discrepancies": summary["discrepancies"]}
+    with open(reports_dir / AUDIT_HISTORY, "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def audit_history(reports_dir: Path) -> list[dict]:
+    """The audits' figures, newest first (unreadable lines skipped)."""
+    path = reports_dir / AUDIT_HISTORY
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return sorted(out, key=lambda a: a.get("at") or "", reverse=True)
 
 
 def audit_summary(result: dict) -> dict:
@@ -164,9 +196,9 @@ th{background:#f3f3f3}td.n{white-space:nowrap;text-align:right}td.w{white-space:
 
 
 def render_index(rows: list[ReleaseRow], audit: tuple[str, dict] | None, mlflow_home: str = "",
-                 mlflow_runs_view: str = "") -> str:
+                 mlflow_runs_view: str = "", history: list[dict] | None = None) -> str:
     """The page; ``mlflow_home`` (the ``mlflow ui`` command for the home) and ``mlflow_runs_view`` (the address of
-    the releases' runs) add a line on how to open MLflow."""
+    the releases' runs) add a line on how to open MLflow; ``history`` (newest first) lists the earlier audits."""
     def row_html(r: ReleaseRow) -> str:
         links = " · ".join(f'<a href="{html.escape(href)}">{html.escape(label)}</a>' for label, href in r.links.items())
         return (f'<tr class="release" data-release-id="{html.escape(r.release_id)}"><td class=w>{html.escape(r.release_id)}'
@@ -191,6 +223,17 @@ def render_index(rows: list[ReleaseRow], audit: tuple[str, dict] | None, mlflow_
         audit_html = (f'<p id="latest-audit">{status} — {html.escape(name)}: {s["entries"]} ledger entries, '
                       f'{s["releases_published"]} published release(s), {s["discrepancies"]} discrepancy(ies). '
                       f'<a href="{html.escape(name)}/audit.html">Audit report</a></p><ul>{losses}</ul>')
+    earlier = (history or [])[1:HISTORY_SHOWN + 1]
+    if earlier:
+        def history_row(a: dict) -> str:
+            status = '<b class="ok">PASSED</b>' if a["ok"] else '<b class="bad">FAILED</b>'
+            return (f"<tr><td class=w>{html.escape(str(a.get('at') or ''))}</td><td>{status}</td>"
+                    f"<td class=n>{a['entries']}</td><td class=n>{a['releases_published']}</td>"
+                    f"<td class=n>{a['discrepancies']}</td><td class=w>{html.escape(str(a.get('folder') or ''))}</td></tr>")
+        audit_html += ('<h3>Earlier audits</h3><table id="audit-history"><thead><tr><th>at (UTC)</th><th>result</th>'
+                       "<th>ledger entries</th><th>published releases</th><th>discrepancies</th><th>report folder "
+                       "(a replaced one holds only its latest)</th></tr></thead><tbody>"
+                       + "".join(history_row(a) for a in earlier) + "</tbody></table>")
     mlflow_html = ""
     if mlflow_runs_view:
         mlflow_html = (f'<p id="mlflow">MLflow: start its UI with <code>{html.escape(mlflow_home)}</code>, then open '
@@ -217,7 +260,7 @@ def write_index(releases_dir: Path, reports_dir: Path) -> Path:
     mlflow = mlflow_runs(home / "mlflow.db")
     command = f"{sys.executable} -m mlflow ui --backend-store-uri sqlite:///{home / 'mlflow.db'}"
     page = render_index(collect_releases(releases_dir, reports_dir, mlflow), latest_audit(reports_dir),
-                        command, mlflow.get("", ""))
+                        command, mlflow.get("", ""), audit_history(reports_dir))
     tmp = reports_dir / f".{INDEX}.tmp"
     tmp.write_text(page, encoding="utf-8")
     os.replace(tmp, reports_dir / INDEX)

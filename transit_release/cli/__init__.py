@@ -14,7 +14,7 @@
     transit-release audit       [--home DIR] [--json]
     transit-release repair      [--home DIR] [--adopt-ledger-key]
     transit-release backup      --to DIR [--home DIR]
-    transit-release serve       [--home DIR] [--deployments prefect.yaml]
+    transit-release serve       [--home DIR] [--deployments FILE] [--run-now NAME]
 
 What can be checked without Prefect (arguments, files, headers, periods,
 configuration, policy, the home) is checked first (a release's while its

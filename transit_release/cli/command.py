@@ -11,12 +11,12 @@ import traceback
 from contextlib import nullcontext
 
 from transit_release.cli import aftermath, checks, data, ledger, opal, passengers, serve
-from transit_release.cli.exits import (EXIT_AUDIT_FAILED, EXIT_BUDGET, EXIT_INPUT, EXIT_INTERRUPTED,
-                                       EXIT_UNEXPECTED)
+from transit_release.cli.exits import EXIT_INTERRUPTED, EXIT_UNEXPECTED
 from transit_release.cli.parser import parse
 from transit_release.cli.server import prepare_environment
-from transit_release.errors import BudgetError, LedgerBusyError, LedgerIntegrityError, TransitReleaseError
+from transit_release.errors import TransitReleaseError
 from transit_release.home import UMASK, Home
+from transit_release.outcome import exit_code
 
 #: the commands that run on a home, by name
 COMMANDS = {"backup": ledger.backup, "budget": ledger.budget, "repair": ledger.repair, "serve": serve.serve,
@@ -61,11 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc(file=sys.stderr)
         print(f"transit-release: error: {exc}{_what_would_fit(args.command, exc)}" + (f" ({state})" if state else ""),
               file=sys.stderr)
-        if isinstance(exc, LedgerIntegrityError):
-            return EXIT_AUDIT_FAILED
-        if isinstance(exc, LedgerBusyError):
-            return EXIT_UNEXPECTED
-        return EXIT_BUDGET if isinstance(exc, BudgetError) else EXIT_INPUT
+        return exit_code(exc)
     except KeyboardInterrupt:
         print("transit-release: interrupted: " + (state or "nothing was charged or published"), file=sys.stderr)
         return EXIT_INTERRUPTED

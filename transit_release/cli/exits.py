@@ -1,7 +1,5 @@
-"""The exit codes of the ``transit-release`` command. Touches nothing."""
+"""The exit codes of the ``transit-release`` command (kept with the runs' outcomes, :mod:`transit_release.outcome`).
+Touches nothing."""
 
-EXIT_UNEXPECTED = 1
-EXIT_INPUT = 2
-EXIT_BUDGET = 3
-EXIT_AUDIT_FAILED = 4
-EXIT_INTERRUPTED = 130
+from transit_release.outcome import (EXIT_AUDIT_FAILED, EXIT_BUDGET, EXIT_INPUT, EXIT_INTERRUPTED,  # noqa: F401
+                                     EXIT_UNEXPECTED)

@@ -15,23 +15,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     v = sub.add_parser("serve", help="run the schedules of prefect.yaml in this process (Prefect's serve)")
     v.add_argument("--home", default=".", help="state directory (default: current directory); also the "
                    "default of TRANSIT_RELEASE_HOME for the deployments' parameters")
-    v.add_argument("--deployments", help="a prefect.yaml (default: the project's)")
+    v.add_argument("--deployments", metavar="FILE",
+                   help="a deployments YAML in prefect.yaml's format, anywhere (default: the project's prefect.yaml); "
+                        "its entrypoints and relative paths are the project's")
+    v.add_argument("--run-now", metavar="NAME", action="append", default=[],
+                   help="also start a run of deployment NAME at once (repeatable), then go on serving")
 
 
 def serve(args, home: Home) -> int:
-    """Serve the deployments until stopped."""
+    """Serve the deployments until stopped; each finished run is printed as one line (its outcome)."""
     from flows import deployments
 
     os.environ.setdefault("TRANSIT_RELEASE_HOME", str(home.root))
     path = args.deployments or deployments.DEFAULT_FILE
-    deployments.read_deployments(path)  # a missing variable fails here, before any server starts
+    # a missing variable or an unknown --run-now name fails here, before any server starts
+    deployments.check_run_now(deployments.read_deployments(path), args.run_now)
     if os.environ.get("PREFECT_API_URL"):
-        deployments.serve(path)  # a scheduler that creates no runs stops it (SchedulerError, exit 2)
+        deployments.serve(path, run_now=tuple(args.run_now))  # a scheduler that creates no runs stops it (SchedulerError, exit 2)
     else:
         # the local server's scheduler errors are reported as they happen, not only at start-up
         health = deployments.SchedulerHealth(log_path=home.prefect_home / "server.log")
         with deployments.local_server(home.prefect_home, on_scheduler_error=health.error) as url:
             os.environ["PREFECT_API_URL"] = url  # for the runs' own processes
             print(f"local Prefect server: {url} (log: {health.log_path})", flush=True)
-            deployments.serve(path, api_url=url, health=health)
+            deployments.serve(path, api_url=url, health=health, run_now=tuple(args.run_now))
     return 0

@@ -8,13 +8,56 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import secrets
 import shutil
 import sys
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 
 from transit_release.home import Home
 from transit_release.telemetry import telemetry_off
+
+
+#: the tag of every run a command starts on its own loopback server (then the tag's hex part)
+COMMAND_TAG_PREFIX = "transit-release-command-"
+
+
+#: The command's own server keeps no event feed: Prefect's events repeat every state's message (a refusal's, with
+#: its counts and row numbers) and no API deletes them; nothing of the tool reads them (runs, task runs, logs and
+#: artifacts are kept as usual, and deleted with a refused run).
+COMMAND_SERVER_SETTINGS = {"PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "false"}
+
+
+def forget_refused_runs(mark: str, home: Home, wait_s: float = 15.0) -> None:
+    """A refused command leaves nothing in ``<home>/.prefect``: every flow run tagged ``mark`` goes, with what the
+    server deletes with it (task runs, states), its artifacts (an outcome's) and its logs (which the server
+    deletes after the run, in the background: waited for, up to ``wait_s``). A failure to forget is one warning,
+    never in place of the refusal."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter,
+                                                FlowRunFilterTags, LogFilter, LogFilterFlowRunId)
+
+    try:
+        with get_client(sync_client=True) as client:
+            ids = [r.id for r in client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                tags=FlowRunFilterTags(all_=[mark])))]
+            if not ids:
+                return
+            for artifact in client.read_artifacts(artifact_filter=ArtifactFilter(
+                    flow_run_id=ArtifactFilterFlowRunId(any_=ids))):
+                client.delete_artifact(artifact.id)
+            for run_id in ids:
+                client.delete_flow_run(run_id)
+            logs = LogFilter(flow_run_id=LogFilterFlowRunId(any_=ids))
+            deadline = time.monotonic() + wait_s
+            while client.read_logs(log_filter=logs, limit=1):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the server had not deleted their logs after {wait_s:g} s")
+                time.sleep(0.1)
+    except Exception as exc:  # the refusal is what the operator must read: this only warns beside it
+        print(f"transit-release: warning: the refused run's records stay in {home.prefect_home} "
+              f"({type(exc).__name__}: {exc})", file=sys.stderr)
 
 
 def prepare_environment(home: Home, verbose: bool) -> None:
@@ -96,11 +139,16 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
 
     server_home_existed = home.prefect_home.exists()
     try:
-        with local_server(home.prefect_home, while_starting=while_starting) as url:
+        with local_server(home.prefect_home, while_starting=while_starting, settings=COMMAND_SERVER_SETTINGS) as url:
             os.environ["PREFECT_API_URL"] = url
             from prefect.logging.handlers import APILogHandler
             from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
+            from prefect import tags
+
+            from transit_release.errors import TransitReleaseError
+
+            mark = f"{COMMAND_TAG_PREFIX}{secrets.token_hex(8)}"  # this command's runs, among the home's others
             try:
                 # no heartbeats: they let a long-lived server find crashed runs, and this server dies with the
                 # command; a flow run's end joins its heartbeat thread, which sleeps in 1 s steps (up to 1 s per
@@ -108,7 +156,12 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
                 with temporary_settings(updates={PREFECT_API_URL: url, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
                     quiet_logging(verbose)
                     try:
-                        yield
+                        with tags(mark):
+                            yield
+                    except TransitReleaseError:
+                        APILogHandler().flush()
+                        forget_refused_runs(mark, home)
+                        raise
                     finally:
                         APILogHandler().flush()  # the run's last logs (a refusal's too) before the server stops
             finally:

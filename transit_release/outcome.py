@@ -1,0 +1,80 @@
+"""What a run did, in one line and as a short Markdown page: published (rows, ε, δ), already published (nothing
+spent), a dry run's verdict, an audit's result, or refused or failed (the reason and the exit code the command
+gives it). Built from a run's summary or its exception only: public figures, never a raw value. Prefect-free."""
+
+from __future__ import annotations
+
+from transit_release.errors import BudgetError, LedgerBusyError, LedgerIntegrityError, TransitReleaseError
+
+#: the exit codes of the ``transit-release`` command (:mod:`transit_release.cli.exits`)
+EXIT_UNEXPECTED = 1
+EXIT_INPUT = 2
+EXIT_BUDGET = 3
+EXIT_AUDIT_FAILED = 4
+EXIT_INTERRUPTED = 130
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code the command gives a run that raised ``exc``."""
+    if isinstance(exc, LedgerIntegrityError):
+        return EXIT_AUDIT_FAILED
+    if isinstance(exc, LedgerBusyError):  # try again later: a storage failure, not bad input
+        return EXIT_UNEXPECTED
+    if isinstance(exc, BudgetError):
+        return EXIT_BUDGET
+    if isinstance(exc, TransitReleaseError):
+        return EXIT_INPUT
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    return EXIT_UNEXPECTED
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def failure_line(exc: BaseException | str) -> str:
+    """A refused run (a :class:`TransitReleaseError`: the command's one-line refusal) or a failed one."""
+    if isinstance(exc, str):
+        return f"failed: {_one_line(exc)} (exit {EXIT_UNEXPECTED})"
+    verb = "refused" if isinstance(exc, TransitReleaseError) else "failed"
+    reason = _one_line(exc) if isinstance(exc, TransitReleaseError) else f"{type(exc).__name__}: {_one_line(exc)}"
+    return f"{verb}: {reason or type(exc).__name__} (exit {exit_code(exc)})"
+
+
+def summary_line(summary: dict) -> str:
+    """The line of a run that returned ``summary`` (a release's, a dry run's or an audit's)."""
+    if "spends" in summary:  # a dry run
+        eps = sum(s["epsilon"] for s in summary["spends"])
+        verdict = "the policy allows it" if summary["allowed"] else f"the policy refuses it: {summary['reason']}"
+        return (f"dry run of {summary['release_id']}: {summary['events']} spend(s), ε={eps:g} in all; {verdict}; "
+                "nothing charged, drawn or written (exit 0)")
+    if "entries" in summary and "ok" in summary:  # an audit
+        verdict = "PASSED" if summary["ok"] else "FAILED"
+        code = 0 if summary["ok"] else EXIT_AUDIT_FAILED
+        return (f"audit {verdict}: {summary['entries']} ledger entries, "
+                f"{len(summary.get('releases_published') or [])} published release(s), "
+                f"{len(summary.get('discrepancies') or [])} discrepancy(ies); report {summary.get('report')} "
+                f"(exit {code})")
+    rows = sum((summary.get("rows") or {}).values())
+    privacy = f"ε={summary['epsilon']:g}, δ={summary['delta']:.3g} per {summary['unit_of_privacy']}"
+    if str(summary.get("status", "")).startswith("already published"):
+        return f"already published {summary['release_id']} ({privacy}): nothing drawn or spent (exit 0)"
+    return (f"published {summary['release_id']}: {rows:,} rows in {len(summary.get('rows') or {})} file(s), "
+            f"{privacy}; {summary['release_dir']} (exit 0)")
+
+
+def markdown(title: str, line: str, summary: dict | None = None) -> str:
+    """The outcome as a Markdown page: the title, the line, and a release's files and report."""
+    out = [f"# {title}", "", line, ""]
+    if summary and summary.get("rows") and "spends" not in summary:
+        out += ["| file | rows |", "|---|---:|"] + [f"| {f} | {n:,} |" for f, n in summary["rows"].items()] + [""]
+    if summary and summary.get("spends"):
+        out += ["| unit of privacy | scope | ε | δ |", "|---|---|---:|---:|"]
+        out += [f"| {s['unit_of_privacy']} | {s['scope']} | {s['epsilon']:g} | {s['delta']:.3g} |"
+                for s in summary["spends"]] + [""]
+    for label, key in (("period", "period"), ("release folder", "release_dir"), ("report", "report"),
+                       ("MLflow run", "mlflow_run_id")):
+        if summary and summary.get(key):
+            out.append(f"- {label}: `{summary[key]}`")
+    return "\n".join(out).rstrip() + "\n"
