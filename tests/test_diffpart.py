@@ -334,6 +334,7 @@ def _summaries(runs, itemsets):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_sampled_empty_candidates_equal_explicit_per_candidate_noise():
     from itertools import combinations
 

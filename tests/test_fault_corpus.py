@@ -353,7 +353,8 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.flow
-@pytest.mark.parametrize("stage,workers", [("before-charge", 0), ("after-charge", 2), ("after-staging", 0),
+@pytest.mark.parametrize("stage,workers", [("before-charge", 0), ("after-charge", 2),
+                                           pytest.param("after-staging", 0, marks=pytest.mark.long),
                                            ("after-intent", 0)])
 def test_ctrl_c_at_every_stage_exits_130_at_once_and_leaves_what_repair_handles(stage, workers, week, tmp_path,
                                                                                 capsys):

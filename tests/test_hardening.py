@@ -66,7 +66,13 @@ def orphans(home: Path) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("step", STEPS)
+#: Killed in CI: after the charge with a cluster alive (then the id is refused), after the intent with the command's
+#: own server (repair completes the publication), after the rename (then already published); the other steps
+#: (staging, MLflow run, publication entry, published tag) with TRANSIT_RELEASE_LONG=1.
+CI_STEPS = ("after-charge", "after-intent", "after-rename")
+
+
+@pytest.mark.parametrize("step", [s if s in CI_STEPS else pytest.param(s, marks=pytest.mark.long) for s in STEPS])
 def test_a_kill_at_every_step_is_repaired_and_the_audit_passes(step, api_env, tiny_week, tmp_path, capsys):
     """SIGKILL at each step of charging and publishing; `repair` completes or rolls back; the audit passes; the
     same command afterwards either finds the release published or names what to do."""

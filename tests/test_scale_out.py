@@ -222,6 +222,7 @@ def test_two_local_workers_give_the_single_process_release_and_charge_once(prefe
 
 
 @pytest.mark.flow
+@pytest.mark.long  # the flows' own process is every other flow test's path
 def test_no_cluster_gives_the_same_release_in_the_flows_process(prefect_harness, small_week, tmp_path, test_seed,
                                                                 monkeypatch, trip_policy):
     """``workers=0``: no Dask cluster (and no forkserver); the partition steps run in the flow's process and

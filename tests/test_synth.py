@@ -27,6 +27,7 @@ def tap_counts(week):
     return pd.concat(out)
 
 
+@pytest.mark.long  # 13 million trips: TRANSIT_RELEASE_LONG=1
 def test_full_scale_week_matches_the_real_release(full_week):
     from scipy.stats import spearmanr
 
@@ -41,6 +42,7 @@ def test_full_scale_week_matches_the_real_release(full_week):
     assert 13_000_000 < len(full_week.trips) < 14_000_000
 
 
+@pytest.mark.long
 def test_shape_of_the_week(full_week):
     t = full_week.trips
     day = t["tap_on_time"].dt.normalize()
