@@ -233,11 +233,14 @@ def test_a_float_written_as_an_id_in_a_csv_is_refused_and_leaves_no_pickled_exce
                            "whole number (a decimal point, an exponent or letters: a float export?): ")
     assert list((home / ".prefect" / "storage").iterdir()) == []
     assert spends(home) == 0 and published(home) == []
+    # the files' bytes first, as the command left them (opening the database would checkpoint its WAL): no page
+    # or log of the deleted rows holds the message
+    assert [p.name for p in (home / ".prefect").rglob("*") if p.is_file() and (
+        b"not a whole number" in p.read_bytes() or b"float-card.csv" in p.read_bytes())] == []
     tables = ("flow_run", "task_run", "flow_run_state", "task_run_state", "log", "artifact", "artifact_collection",
               "events", "event_resources")
     with closing(sqlite3.connect(home / ".prefect" / "prefect.db")) as db:
         assert {t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables} == dict.fromkeys(tables, 0)
-    assert not any(b"not a whole number" in p.read_bytes() for p in (home / ".prefect").rglob("*") if p.is_file())
 
 
 def test_naive_parquet_and_csv_of_the_same_week_publish_the_same_bytes(prefect_harness, week, tmp_path, test_seed):
@@ -410,3 +413,20 @@ def test_ctrl_c_at_every_stage_exits_130_at_once_and_leaves_what_repair_handles(
         assert result["releases_published"] == ["r"] and published(home) == ["r"]
     elif stage != "before-charge":
         assert result["charged_not_published"] == {"r": 168}
+
+
+def test_what_a_command_forgets_of_a_stopped_run(monkeypatch):
+    """A refusal or a storage failure before any charge: forgotten; a run that charged, a Ctrl-C, a bug: kept."""
+    import errno
+
+    import tasks.budget as budget
+    from transit_release.cli.server import forgettable
+    from transit_release.errors import InputDataError
+
+    monkeypatch.setattr(budget, "CHARGED_HERE", [])
+    assert forgettable(InputDataError("refused"))
+    assert forgettable(OSError(errno.ENOSPC, "No space left on device"))
+    assert not forgettable(KeyboardInterrupt())
+    assert not forgettable(RuntimeError("a bug"))
+    monkeypatch.setattr(budget, "CHARGED_HERE", ["r1"])
+    assert not forgettable(InputDataError("refused after the charge"))

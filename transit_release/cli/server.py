@@ -23,17 +23,52 @@ from transit_release.telemetry import telemetry_off
 COMMAND_TAG_PREFIX = "transit-release-command-"
 
 
-#: The command's own server keeps no event feed: Prefect's events repeat every state's message (a refusal's, with
-#: its counts and row numbers) and no API deletes them; nothing of the tool reads them (runs, task runs, logs and
-#: artifacts are kept as usual, and deleted with a refused run).
+#: The servers the tool starts in a home (a command's, serve's) keep no event feed: Prefect's events repeat every
+#: state's message (a refusal's, with its counts and row numbers) and no API deletes them; nothing of the tool
+#: reads them (runs, task runs, logs and artifacts are kept as usual; a command deletes its refused run's).
 COMMAND_SERVER_SETTINGS = {"PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "false"}
 
 
-def forget_refused_runs(mark: str, home: Home, wait_s: float = 15.0) -> None:
+def forgettable(exc: BaseException) -> bool:
+    """A run that stopped on ``exc`` leaves nothing in the command's Prefect database: a refusal or a storage
+    failure, before this process charged anything (a run that spent budget keeps its record, as its ledger entries
+    stay; a Ctrl-C exits at once; an unexpected error keeps its record for the bug report)."""
+    from transit_release.cli.aftermath import storage_failure
+    from transit_release.errors import TransitReleaseError
+
+    budget = sys.modules.get("tasks.budget")
+    if getattr(budget, "CHARGED_HERE", None):
+        return False
+    return isinstance(exc, TransitReleaseError) or (not isinstance(exc, KeyboardInterrupt)
+                                                    and storage_failure(exc) is not None)
+
+
+def scrub_database(home: Home) -> None:
+    """After :func:`forget_refused_runs`, once the server has stopped: the database file rewritten without the
+    pages the deleted rows were in (``VACUUM``) and its write-ahead log emptied, so that no byte of them stays
+    under ``<home>/.prefect``. Another command's server on the same home holds the file: then one warning."""
+    import sqlite3
+    from contextlib import closing
+
+    db = home.prefect_home / "prefect.db"
+    try:
+        with closing(sqlite3.connect(db, timeout=5, isolation_level=None)) as con:
+            con.execute("PRAGMA secure_delete = ON")
+            con.execute("VACUUM")
+            busy, _, _ = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if busy:
+                raise sqlite3.OperationalError("another process holds the database")
+    except sqlite3.Error as exc:
+        print(f"transit-release: warning: the refused run's deleted records may stay in the free pages of {db} "
+              f"until another command's server stops ({exc})", file=sys.stderr)
+
+
+def forget_refused_runs(mark: str, home: Home, wait_s: float = 15.0) -> bool:
     """A refused command leaves nothing in ``<home>/.prefect``: every flow run tagged ``mark`` goes, with what the
     server deletes with it (task runs, states), its artifacts (an outcome's) and its logs (which the server
     deletes after the run, in the background: waited for, up to ``wait_s``). A failure to forget is one warning,
-    never in place of the refusal."""
+    never in place of the refusal. True when runs were deleted (the file is then scrubbed:
+    :func:`scrub_database`)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter,
                                                 FlowRunFilterTags, LogFilter, LogFilterFlowRunId)
@@ -43,7 +78,7 @@ def forget_refused_runs(mark: str, home: Home, wait_s: float = 15.0) -> None:
             ids = [r.id for r in client.read_flow_runs(flow_run_filter=FlowRunFilter(
                 tags=FlowRunFilterTags(all_=[mark])))]
             if not ids:
-                return
+                return False
             for artifact in client.read_artifacts(artifact_filter=ArtifactFilter(
                     flow_run_id=ArtifactFilterFlowRunId(any_=ids))):
                 client.delete_artifact(artifact.id)
@@ -55,9 +90,11 @@ def forget_refused_runs(mark: str, home: Home, wait_s: float = 15.0) -> None:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"the server had not deleted their logs after {wait_s:g} s")
                 time.sleep(0.1)
+        return True
     except Exception as exc:  # the refusal is what the operator must read: this only warns beside it
         print(f"transit-release: warning: the refused run's records stay in {home.prefect_home} "
               f"({type(exc).__name__}: {exc})", file=sys.stderr)
+        return False
 
 
 def prepare_environment(home: Home, verbose: bool) -> None:
@@ -67,6 +104,8 @@ def prepare_environment(home: Home, verbose: bool) -> None:
         os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")
         os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_HOME", str(home.prefect_home))
+    # a failed run's pickled exception lands in the home, where the command removes it, whatever PREFECT_HOME says
+    os.environ["PREFECT_LOCAL_STORAGE_PATH"] = str(home.prefect_home / "storage")
     telemetry_off()  # no library reports usage to its maker
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -138,6 +177,7 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
             importlib.import_module(module)
 
     server_home_existed = home.prefect_home.exists()
+    forgot = False
     try:
         with local_server(home.prefect_home, while_starting=while_starting, settings=COMMAND_SERVER_SETTINGS) as url:
             os.environ["PREFECT_API_URL"] = url
@@ -145,8 +185,6 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
             from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
             from prefect import tags
-
-            from transit_release.errors import TransitReleaseError
 
             mark = f"{COMMAND_TAG_PREFIX}{secrets.token_hex(8)}"  # this command's runs, among the home's others
             try:
@@ -158,9 +196,10 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
                     try:
                         with tags(mark):
                             yield
-                    except TransitReleaseError:
+                    except BaseException as exc:
                         APILogHandler().flush()
-                        forget_refused_runs(mark, home)
+                        if forgettable(exc):
+                            forgot = forget_refused_runs(mark, home)
                         raise
                     finally:
                         APILogHandler().flush()  # the run's last logs (a refusal's too) before the server stops
@@ -169,4 +208,6 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
     except BaseException:
         if not checked and not server_home_existed:  # refused by its checks: the server it started only started
             shutil.rmtree(home.prefect_home, ignore_errors=True)
+        elif forgot:  # the server has stopped: what the deleted rows held goes from the file too
+            scrub_database(home)
         raise
