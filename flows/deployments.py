@@ -418,11 +418,12 @@ def serve(path: str | Path = DEFAULT_FILE, api_url: str | None = None, health: S
 
     path = Path(path).resolve()
     health = health or SchedulerHealth()
+    # entrypoints are recorded relative to the working directory when the deployments are made, and the runs
+    # resolve them (and their relative paths: config, policy) from the project's, as for a worker: work from the
+    # project directory before they are made (made from elsewhere, "../../flows/…" only worked from deep enough)
+    os.chdir(PROJECT)
     deployments = runner_deployments(path)
     check_run_now(deployments, run_now)
-    # entrypoints are recorded relative to the working directory, and the runs' relative paths
-    # (config, policy) are the project's, as for a worker: work from the project directory
-    os.chdir(PROJECT)
     failure: list[str] = []
 
     def watchdog() -> None:
