@@ -215,6 +215,7 @@ def test_the_cron_oracle_follows_the_time_zone_and_cron_day_rules():
         [datetime(2026, 4, 2, 8, tzinfo=timezone.utc), datetime(2026, 5, 2, 8, tzinfo=timezone.utc)]
 
 
+@pytest.mark.long  # Prefect's own deploy-and-worker path; CI runs the schedules through the scheduler and serve
 def test_prefect_deploy_all_on_a_real_server_then_a_worker_runs_the_weekly_release(deployed):
     """`prefect deploy --all` against a Prefect server on loopback; a process worker runs one week."""
     url, home, stops = deployed.url, deployed.home, deployed.stops

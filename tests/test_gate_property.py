@@ -96,7 +96,7 @@ corruption = st.lists(
     st.tuples(st.integers(0, 26_000), st.sampled_from(COLUMNS), st.integers(0, 4)), min_size=1, max_size=6)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(changes=corruption)
 def test_corruptions_never_reach_a_published_table(clean_input, tmp_path, changes):
     paths, base = clean_input
