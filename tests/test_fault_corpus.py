@@ -423,7 +423,7 @@ def test_what_a_command_forgets_of_a_stopped_run(monkeypatch):
     import errno
 
     import tasks.budget as budget
-    from transit_release.cli.server import forgettable
+    from transit_release.cli.aftermath import forgettable
     from transit_release.errors import InputDataError
 
     monkeypatch.setattr(budget, "CHARGED_HERE", [])

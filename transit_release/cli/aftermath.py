@@ -95,11 +95,26 @@ def ledger_head(home: Home) -> int:
         return 0
 
 
+def charged_here() -> set[str]:
+    """The release ids this process has charged (none before a release flow has run in it)."""
+    budget = sys.modules.get("tasks.budget")  # imported by every release flow, which runs in this process
+    return set(getattr(budget, "CHARGED_HERE", ()))
+
+
+def forgettable(exc: BaseException) -> bool:
+    """A run that stopped on ``exc`` leaves nothing in the command's Prefect database: a refusal or a storage
+    failure, before this process charged anything (a run that spent budget keeps its record, as its ledger entries
+    stay; a Ctrl-C exits at once; an unexpected error keeps its record for the bug report)."""
+    if charged_here():
+        return False
+    return isinstance(exc, TransitReleaseError) or (not isinstance(exc, KeyboardInterrupt)
+                                                    and storage_failure(exc) is not None)
+
+
 def state_since(home: Home, head: int) -> str:
     """What the ledger recorded since ``head`` of the releases this process charged (its charge, publication
     intent, publication; not a concurrent run's), and what ``repair`` does about it; empty if nothing."""
-    budget = sys.modules.get("tasks.budget")  # imported by every release flow, which runs in this process
-    ours = set(getattr(budget, "CHARGED_HERE", ()))
+    ours = charged_here()
     if not ours or not home.ledger.exists():
         return ""
     from transit_release.accounting.ledger import Ledger

@@ -25,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def serve(args, home: Home) -> int:
     """Serve the deployments until stopped; each finished run is printed as one line (its outcome)."""
     from flows import deployments
-    from transit_release.cli.server import COMMAND_SERVER_SETTINGS
+    from transit_release.cli.server import HOME_SERVER_SETTINGS
 
     os.environ.setdefault("TRANSIT_RELEASE_HOME", str(home.root))
     path = args.deployments or deployments.DEFAULT_FILE
@@ -37,7 +37,7 @@ def serve(args, home: Home) -> int:
         # the local server's scheduler errors are reported as they happen, not only at start-up
         health = deployments.SchedulerHealth(log_path=home.prefect_home / "server.log")
         with deployments.local_server(home.prefect_home, on_scheduler_error=health.error,
-                                      settings=COMMAND_SERVER_SETTINGS) as url:
+                                      settings=HOME_SERVER_SETTINGS) as url:
             os.environ["PREFECT_API_URL"] = url  # for the runs' own processes
             print(f"local Prefect server: {url} (log: {health.log_path})", flush=True)
             deployments.serve(path, api_url=url, health=health, run_now=tuple(args.run_now))

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 
+from transit_release.cli.aftermath import forgettable
 from transit_release.home import Home
 from transit_release.telemetry import telemetry_off
 
@@ -26,21 +27,7 @@ COMMAND_TAG_PREFIX = "transit-release-command-"
 #: The servers the tool starts in a home (a command's, serve's) keep no event feed: Prefect's events repeat every
 #: state's message (a refusal's, with its counts and row numbers) and no API deletes them; nothing of the tool
 #: reads them (runs, task runs, logs and artifacts are kept as usual; a command deletes its refused run's).
-COMMAND_SERVER_SETTINGS = {"PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "false"}
-
-
-def forgettable(exc: BaseException) -> bool:
-    """A run that stopped on ``exc`` leaves nothing in the command's Prefect database: a refusal or a storage
-    failure, before this process charged anything (a run that spent budget keeps its record, as its ledger entries
-    stay; a Ctrl-C exits at once; an unexpected error keeps its record for the bug report)."""
-    from transit_release.cli.aftermath import storage_failure
-    from transit_release.errors import TransitReleaseError
-
-    budget = sys.modules.get("tasks.budget")
-    if getattr(budget, "CHARGED_HERE", None):
-        return False
-    return isinstance(exc, TransitReleaseError) or (not isinstance(exc, KeyboardInterrupt)
-                                                    and storage_failure(exc) is not None)
+HOME_SERVER_SETTINGS = {"PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "false"}
 
 
 def scrub_database(home: Home) -> None:
@@ -179,7 +166,7 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
     server_home_existed = home.prefect_home.exists()
     forgot = False
     try:
-        with local_server(home.prefect_home, while_starting=while_starting, settings=COMMAND_SERVER_SETTINGS) as url:
+        with local_server(home.prefect_home, while_starting=while_starting, settings=HOME_SERVER_SETTINGS) as url:
             os.environ["PREFECT_API_URL"] = url
             from prefect.logging.handlers import APILogHandler
             from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
