@@ -34,6 +34,7 @@ from transit_release.accounting.ledger import Ledger
 from transit_release.cli import main
 from transit_release.faults import PAUSE_ENV, PAUSE_FILE_ENV
 from transit_release.noise import TEST_SEED_ENV
+from transit_release.publish import stage_release
 
 #: The command's exit after a terminal's Ctrl-C, at any stage (seconds): a bound that tells "at once" from the
 #: retries of a dead API (150 s) on a loaded test machine; the 2 s target is measured by
@@ -433,3 +434,66 @@ def test_what_a_command_forgets_of_a_stopped_run(monkeypatch):
     assert not forgettable(RuntimeError("a bug"))
     monkeypatch.setattr(budget, "CHARGED_HERE", ["r1"])
     assert not forgettable(InputDataError("refused after the charge"))
+
+
+# ---- #39: faults that cannot spend budget, and alarms that are never false ----------------------------------
+
+def _colliding_universe():
+    """Location ids a spreadsheet guard could merge: a formula-like id, the same behind the guard's own quote, a
+    quote alone, and an ordinary one."""
+    from transit_release.inputs.universe import LocationUniverse
+
+    return LocationUniverse(tuple(sorted(("=Z1", "'=Z1", "'", "''", "A"))), "test")
+
+
+def _every_kinds_tables() -> dict[str, dict[str, pd.DataFrame]]:
+    """Each published kind's tables, made by the kinds' own table functions over :func:`_colliding_universe`."""
+    from transit_release.releases.sequences import ngram_table, sequence_table
+    from transit_release.releases.sets import set_table
+    from transit_release.releases.trajectories import trajectory_table
+
+    u = _colliding_universe()
+    idx = u.index()
+    z, qz, a = idx["=Z1"], idx["'=Z1"], idx["A"]
+    records = [((z, a), 40), ((qz, a), 41), ((a, z), 42), ((a, qz), 43), ((idx["'"],), 44), ((idx["''"],), 45)]
+    opal = {"location": pd.DataFrame({"mode": ["train"] * 4, "date": ["20160808"] * 4, "tap": ["on"] * 4,
+                                      "loc": ["=Z1", "'=Z1", "'", "''"], "count": [40, 41, 42, 43]}),
+            "time-loc": pd.DataFrame({"mode": ["train"] * 2, "date": ["20160808"] * 2, "tap": ["on"] * 2,
+                                      "time": ["07:00"] * 2, "loc": ["=Z1", "'=Z1"], "count": [40, 41]})}
+    return {"opal": opal,
+            "sequences": {"sequences": sequence_table(records, u),
+                          "ngrams": ngram_table([(r, float(c)) for r, c in records], u)},
+            "trajectories": {"trajectories": trajectory_table([(tuple((loc, 8) for loc in r), c) for r, c in records],
+                                                              u)},
+            "sets": {"sets": set_table([(tuple(sorted(r)), c) for r, c in records], u)}}
+
+
+@pytest.mark.parametrize("kind", ["opal", "sequences", "trajectories", "sets"])
+def test_the_csv_guard_never_publishes_two_values_alike_and_parquet_keeps_them(kind, tmp_path):
+    """#39: a stop `=Z1` beside a stop `'=Z1` were both written `'=Z1` (duplicate keys in the CSV and the Parquet
+    files, which need no guard; passenger kinds merged the two). The guard is one-to-one on every kind's tables: a
+    cell starting with ' gets one more, removing one leading ' gives the value; Parquet holds the values as they are."""
+    from tests.test_publish import manifest
+    from transit_release.publish import unguard_cell
+
+    tables = _every_kinds_tables()[kind]
+    staged = stage_release(tmp_path / "releases", "r1", tables, manifest(), "card")
+    for name, df in tables.items():
+        csv = pd.read_csv(staged.staging_dir / f"{name}.csv", dtype=str, keep_default_na=False)
+        parquet = pd.read_parquet(staged.staging_dir / f"{name}.parquet")
+        pd.testing.assert_frame_equal(parquet, df.reset_index(drop=True), check_dtype=False)
+        for col in df.columns[:-1]:
+            cells = csv[col].tolist()
+            values = [str(v) for v in df[col]]
+            assert len(set(cells)) == len(set(values)), (name, col, cells)  # never two values alike
+            assert [unguard_cell(c) for c in cells] == values, (name, col, cells)
+            assert not any(c.lstrip().startswith(("=", "+", "@", "|")) for c in cells)
+
+
+def test_the_guard_is_one_to_one():
+    from transit_release.publish import neutralise_cell, unguard_cell
+
+    values = ["=Z1", "'=Z1", "''=Z1", "'", "''", "-1", "'-1", "+1", "A", " =1", "' =1", "\uff1d1", "'\uff1d1", ""]
+    guarded = [neutralise_cell(v) for v in values]
+    assert len(set(guarded)) == len(values)
+    assert [unguard_cell(g) for g in guarded] == values
