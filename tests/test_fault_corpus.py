@@ -497,3 +497,31 @@ def test_the_guard_is_one_to_one():
     guarded = [neutralise_cell(v) for v in values]
     assert len(set(guarded)) == len(values)
     assert [unguard_cell(g) for g in guarded] == values
+
+
+def test_every_name_the_tool_writes_beside_the_releases_is_a_reserved_release_id(tmp_path):
+    """#39: `--release-id audit_history.jsonl` published, then every audit exited 1; in a home with audits the
+    release was charged and failed (`File exists`). Every name the tool writes under releases/ and release_reports/
+    beside the release folders (the catalogue, the index, the audit history, an audit's folder, their temporary
+    files) is refused as a release id, before anything is charged."""
+    from transit_release import release_index
+    from transit_release.errors import ConfigError
+    from transit_release.home import Home, check_release_id
+    from transit_release.opendata.catalog import write_catalog
+
+    home = Home.at(tmp_path / "home").prepare()
+    write_catalog(home.root, home.releases)
+    release_index.add_audit_to_history(home.reports, "audit-20260101T000000000000Z",
+                                       {"at": "", "ok": True, "entries": 0, "releases_published": [],
+                                        "discrepancies": []})
+    release_index.write_index(home.releases, home.reports)
+    (home.reports / "audit-20260101T000000000000Z").mkdir()
+    written = {p.name for root in (home.releases, home.reports) for p in root.iterdir()}
+    written |= {release_index.INDEX, release_index.AUDIT_HISTORY, release_index.SUMMARY,
+                release_index.AUDIT_SUMMARY, ".index.html.tmp", ".catalog.jsonld.0a1b2c3d.part"}
+    assert {"catalog.jsonld", "index.html", "audit_history.jsonl"} <= written
+    for name in sorted(written):
+        with pytest.raises(ConfigError, match="is reserved|is not valid"):
+            check_release_id(name)
+    with pytest.raises(ConfigError, match="is reserved"):  # the command refuses it before Prefect starts
+        check_release_id("Audit_History.JSONL")

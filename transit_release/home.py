@@ -31,17 +31,21 @@ from pathlib import Path
 
 from transit_release.errors import ConfigError
 
-#: Names a release id may not take: they are the home's own files and folders (release_reports/ holds
-#: index.html, audit-<stamp>/ and experiments-<name>/ next to the releases' report folders).
-RESERVED_IDS = frozenset({"index.html", "releases", "release_reports", "private", "mlartifacts", "mlflow.db",
-                          "ledger.sqlite", "summary.json", "audit_summary.json", "data_docs", "work",
-                          "quarantine", "test-releases", "privacy-audit", "catalog.jsonld"})
-RESERVED_PREFIXES = ("audit-", "experiments-", ".")
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-
 #: Top-level files the tool itself may write under ``releases/`` beside the release directories (the audit names
 #: anything else there): the DCAT catalogue of the releases (:data:`transit_release.opendata.catalog.CATALOG`).
 RELEASES_TOOL_FILES: frozenset[str] = frozenset({"catalog.jsonld"})
+#: Top-level files the tool writes under ``release_reports/`` beside the releases' report folders: the index and
+#: the audits' history (:mod:`transit_release.release_index`).
+REPORTS_TOOL_FILES: frozenset[str] = frozenset({"index.html", "audit_history.jsonl"})
+#: Names a release id may not take: every name the tool writes under ``releases/`` and ``release_reports/`` beside
+#: the releases (:data:`RELEASES_TOOL_FILES`, :data:`REPORTS_TOOL_FILES`; ``audit-<stamp>/`` and
+#: ``experiments-<name>/`` by prefix), what a release folder holds, and the home's own files and folders.
+RESERVED_IDS = frozenset({"releases", "release_reports", "private", "mlartifacts", "mlflow.db", "ledger.sqlite",
+                          "summary.json", "audit_summary.json", "data_docs", "work", "quarantine", "test-releases",
+                          "privacy-audit", "staging", "open-data.yaml", "manifest.json", "datacard.md",
+                          "datapackage.json", "report.html"}) | RELEASES_TOOL_FILES | REPORTS_TOOL_FILES
+RESERVED_PREFIXES = ("audit-", "experiments-", ".", "ledger.sqlite-", "mlflow.db-")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 #: Process umask of every command: nothing the tool writes is world-readable unless made so on purpose.
 UMASK = 0o027
