@@ -525,3 +525,41 @@ def test_every_name_the_tool_writes_beside_the_releases_is_a_reserved_release_id
             check_release_id(name)
     with pytest.raises(ConfigError, match="is reserved"):  # the command refuses it before Prefect starts
         check_release_id("Audit_History.JSONL")
+
+
+def _published_home(tmp_path, rid="r1"):
+    """A home with one release charged and published at the library level (no Prefect, no MLflow)."""
+    from tests.test_accounting import partition_events
+    from tests.test_publish import manifest, tables
+    from transit_release.home import Home
+    from transit_release.publish import commit_release
+
+    home = Home.at(tmp_path / "home").prepare()
+    ledger = Ledger(home.ledger)
+    ledger.charge(partition_events(rid))
+    staged = stage_release(home.releases, rid, tables(), manifest(rid), "card", staging_root=home.staging_root(home.releases))
+    commit_release(staged, ledger)
+    return home, ledger
+
+
+def test_a_catalogue_rewrite_killed_midway_is_removed_by_repair_which_rebuilds_the_catalogue(tmp_path, capsys):
+    """#39: kill -9 while releases/catalog.jsonld was rewritten left releases/.catalog.jsonld.<hex>.part; `repair`
+    ignored it, the audit failed and every later charge exited 4 until it was deleted by hand, and the release stayed
+    missing from the catalogue. Now the charge's records check knows it for the tool's, `repair` removes it under the
+    catalogue's lock and rebuilds the catalogue, and the next catalogue write removes it too."""
+    from transit_release.anchors import check_records
+    from transit_release.opendata.catalog import CATALOG
+
+    home, ledger = _published_home(tmp_path)
+    part = home.releases / f".{CATALOG}.0a1b2c3d.part"  # the run was killed after writing it, before the rename
+    part.write_text('{"@graph": []', encoding="utf-8")
+    check_records(home, ledger, set())  # not foreign: the charge goes on
+    capsys.readouterr()
+    assert main(["repair", "--home", str(home.root)]) == 0
+    out = capsys.readouterr().out
+    assert "removed releases/.catalog.jsonld.0a1b2c3d.part" in out
+    assert "rewrote releases/catalog.jsonld: it did not list every published release" in out
+    assert not part.exists()
+    catalog = json.loads((home.releases / CATALOG).read_text(encoding="utf-8"))
+    assert [d["dct:identifier"] for d in catalog["@graph"] if d.get("@type") == "dcat:Dataset"] == ["r1"]
+    assert main(["repair", "--home", str(home.root)]) == 0 and "nothing to repair" in capsys.readouterr().out

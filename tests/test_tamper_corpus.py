@@ -871,3 +871,33 @@ def test_the_budget_precheck_reads_the_ledger_without_repairing_it(case_of):
     code, discrepancies = audit(c.home)
     assert code == 4 and any("9 of the 9 append-only triggers are missing" in d and "dropped" in d
                              for d in discrepancies)
+
+
+def strip_macs_and_erase_newest(c):
+    """#39's critical finding: an insider without the key strips every MAC and erases the newest charge (its rows
+    and its MLflow anchor run); the chain is still whole (the tail was cut)."""
+    _drop_triggers(c, "entry_macs_no_delete", "intent_macs_no_delete")
+    c.sql("DELETE FROM entry_macs", "DELETE FROM intent_macs")
+    delete_newest_and_its_anchor(c)
+
+
+def test_a_run_without_the_key_on_a_stripped_keyed_home_is_refused_and_the_dry_run_says_so(case_of, monkeypatch):
+    """#39: a run made without TRANSIT_RELEASE_LEDGER_KEY_FILE then charged and published over the cap (the dry run
+    said "allows it"); the public manifests and MLflow's anchors still said the home was keyed, and the charge never
+    looked. Now the charge and the dry run refuse (exit 4) naming the record that says so; nothing is charged."""
+    from tasks.budget import check_budget
+
+    c = case_of(True)
+    strip_macs_and_erase_newest(c)
+    monkeypatch.delenv(KEY_FILE_ENV)  # the insider's run: no key configured
+    verdict = check_budget.fn(Home.at(c.home), partition_events(LATER[0], date=LATER[1]), trip_level_policy())
+    charged, message = later_charge(c.home)
+    TABLE.append(("MACs stripped, newest charge erased, run without the key", "stripped", 4,
+                  verdict["reason"][:80], charged, message))
+    assert not verdict["allowed"] and "say(s) this home's ledger was keyed, but" in verdict["reason"]
+    assert charged == 4, message
+    assert message.startswith("releases/r2/manifest.json and 5 more record(s) say(s) this home's ledger was keyed, "
+                              "but "), message
+    assert "holds no MAC: its MACs were stripped, or it is not this home's ledger; nothing was charged" in message
+    code, discrepancies = audit(c.home)  # the audit without the key names it too
+    assert code == 4 and any("says the ledger was keyed, but it holds no MAC" in d for d in discrepancies)

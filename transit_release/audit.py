@@ -23,6 +23,7 @@ from transit_release.accounting.ledger import PUBLISHED, SPEND, TRIGGERS, Ledger
 from transit_release.accounting.person import DEFAULT_PLD_DELTA, person_loss, person_losses
 from transit_release.errors import LedgerIntegrityError, TransitReleaseError
 from transit_release.home import RELEASES_TOOL_FILES, Home
+from transit_release.opendata.catalog import PART_PATTERN
 from transit_release.publish import MANIFEST, sha256_file, verify_release
 
 DEFAULT_DELTA_PRIME = 1e-7
@@ -253,6 +254,9 @@ def check_releases(home: Home, published: dict[str, LedgerEntry],
                 continue  # staging directories, listed above
             if root == home.releases and p.name in RELEASES_TOOL_FILES and p.is_file() and not p.is_symlink():
                 continue  # what the tool itself writes there (the DCAT catalogue of the releases)
+            if root == home.releases and PART_PATTERN.fullmatch(p.name) and p.is_file() and not p.is_symlink():
+                leftovers.append(p.name)  # a rewrite of the catalogue a killed run left: `repair` removes it
+                continue
             if p.is_symlink() or not p.is_dir() or p.name.startswith("."):
                 problems.append(Discrepancy("release", str(p.relative_to(home.root)), "not a release: nothing but "
                                             "release directories belongs there; remove it"))

@@ -95,7 +95,9 @@ def repair(args, home: Home) -> int:
         print(f"tagged the MLflow run of {rid} as published")
     for p in result.removed:
         print(f"removed {p}")
-    if not (result.completed or result.rolled_back or tagged or result.removed):
+    if result.catalogue_rewritten:
+        print("rewrote releases/catalog.jsonld: it did not list every published release")
+    if not (result.completed or result.rolled_back or tagged or result.removed or result.catalogue_rewritten):
         print("nothing to repair")
     return 0
 
