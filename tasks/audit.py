@@ -7,6 +7,7 @@ audit runs cannot show one step a state and another step a different one.
 
 from __future__ import annotations
 
+import errno
 import json
 import re
 import shutil
@@ -19,10 +20,11 @@ from tasks import data_task
 from transit_release import audit, recovery, release_index
 from transit_release.accounting import ledger as ledger_records
 from transit_release.accounting.ledger import Ledger, key_from_environment
-from transit_release.errors import ConfigError, TransitReleaseError
+from transit_release.errors import ConfigError, LedgerStorageError, TransitReleaseError
 from transit_release.home import Home
 
 SNAPSHOT = "ledger.sqlite"
+_STORAGE_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EROFS, errno.EDQUOT)
 
 
 @data_task(name="snapshot-ledger")
@@ -42,6 +44,12 @@ def snapshot_ledger(home: Home) -> dict:
         ledger_records.snapshot_ledger(path, tmp / SNAPSHOT)
     except (OSError, sqlite3.Error) as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        storage = ledger_records.storage_error(path, exc) if isinstance(exc, sqlite3.Error) else None
+        if storage is not None or (isinstance(exc, OSError) and exc.errno in _STORAGE_ERRNOS):
+            # the audit cannot read it now: it fails (exit 1) without calling the ledger damaged
+            raise storage or LedgerStorageError(f"{path}: the privacy ledger could not be copied for the audit "
+                                                f"({exc.strerror}): a storage error, which says nothing about its "
+                                                "records; free space and run the audit again") from None
         return {"path": None, "problem": f"{path.name} is not a readable privacy ledger ({exc}): restore it from a "
                                          "backup"}
     return {"path": str(tmp / SNAPSHOT), "problem": None}

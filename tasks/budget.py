@@ -8,7 +8,8 @@ from dataclasses import dataclass, replace
 
 from tasks import data_task
 from transit_release.faults import crash_point
-from transit_release.accounting.ledger import Ledger, check_key_records, key_from_environment, refuse_second_charge
+from transit_release.accounting.ledger import (Ledger, check_key_records, key_from_environment, refuse_second_charge,
+                                               storage_error)
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
 from transit_release.anchors import check_records, home_anchors
 from transit_release.recovery import live_release_ids
@@ -92,6 +93,9 @@ def check_budget(home: Home, events: list, policy: BudgetPolicy) -> dict:
     except (BudgetError, LedgerIntegrityError, ConfigError) as exc:
         return {"allowed": False, "reason": str(exc)}
     except sqlite3.Error as exc:
+        storage = storage_error(home.ledger, exc)
+        if storage is not None:
+            raise storage from None  # the dry run fails (exit 1): a full disk says nothing of the ledger
         return {"allowed": False, "reason": f"{home.ledger}: not a readable privacy ledger ({exc})"}
     return {"allowed": True, "reason": ""}
 

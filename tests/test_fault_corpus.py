@@ -563,3 +563,31 @@ def test_a_catalogue_rewrite_killed_midway_is_removed_by_repair_which_rebuilds_t
     catalog = json.loads((home.releases / CATALOG).read_text(encoding="utf-8"))
     assert [d["dct:identifier"] for d in catalog["@graph"] if d.get("@type") == "dcat:Dataset"] == ["r1"]
     assert main(["repair", "--home", str(home.root)]) == 0 and "nothing to repair" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("failure", ["disk I/O error", "database or disk is full"])
+def test_a_storage_error_on_the_ledger_is_never_called_a_corrupt_ledger(failure, tmp_path, monkeypatch):
+    """#39: the disk filled after the charge, while staging: exit 4 "ledger.sqlite: not a readable privacy ledger
+    (disk I/O error); restore it from a backup". The ledger was intact; following the advice would have rolled 168
+    spends back. A storage error is exit 1, says the records are not in question and never advises a restore."""
+    from transit_release.errors import LedgerStorageError
+    from transit_release.outcome import exit_code
+
+    home, ledger = _published_home(tmp_path)
+    real = Ledger._connect
+
+    def failing(self):
+        raise sqlite3.OperationalError(failure)
+
+    monkeypatch.setattr(Ledger, "_connect", failing)
+    for step in (lambda: ledger.record_intent("r2", "0" * 64, home.staging / ".tmp-r2-0a1b2c3d",
+                                              home.releases / "r2", None),
+                 ledger.published, ledger.head, lambda: Ledger(tmp_path / "new.sqlite")):
+        with pytest.raises(LedgerStorageError) as caught:
+            step()
+        message = str(caught.value)
+        assert exit_code(caught.value) == 1
+        assert f"({failure}): the storage under it failed" in message
+        assert "restore it from a backup" not in message and "not a readable privacy ledger" not in message
+    monkeypatch.setattr(Ledger, "_connect", real)
+    assert ledger.verify() == 7  # intact: 6 spends and the publication

@@ -63,7 +63,7 @@ from typing import Any
 
 from transit_release.accounting.events import event_from_json
 from transit_release.errors import (ConfigError, LedgerBusyError, LedgerIntegrityError, LedgerRollbackError,
-                                   ReleaseExistsError)
+                                   LedgerStorageError, ReleaseExistsError)
 
 GENESIS_HASH = "0" * 64
 SPEND = "spend"
@@ -139,6 +139,23 @@ BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only: DELETE refused'); 
 def _locked(exc: BaseException) -> bool:
     """SQLite's answer when another connection holds the lock past the busy timeout."""
     return isinstance(exc, sqlite3.OperationalError) and "database is locked" in str(exc)
+
+
+#: What SQLite says when the storage under a file fails, not the file's contents: a full disk, an I/O error, a file
+#: system gone read-only, a directory that cannot hold the write-ahead log's files.
+_STORAGE_ERRORS = ("disk i/o error", "database or disk is full", "unable to open database file",
+                   "attempt to write a readonly database", "out of memory", "readonly database")
+
+
+def storage_error(path: Path, exc: BaseException) -> LedgerStorageError | None:
+    """A storage failure behind ``exc`` (see :data:`_STORAGE_ERRORS`), as one line that never calls the ledger damaged
+    and never advises restoring a backup (that would roll back every spend since it); None for anything else."""
+    if not isinstance(exc, sqlite3.OperationalError) or not any(w in str(exc).lower() for w in _STORAGE_ERRORS):
+        return None
+    return LedgerStorageError(f"{path}: the privacy ledger could not be read or written ({exc}): the storage under it "
+                              "failed (a full disk, an I/O error, a read-only file system), which says nothing about "
+                              "its records; keep the file as it is (restoring a backup would roll spends back), free "
+                              "space or repair the file system, and run the command again")
 
 
 def _busy_message(ledger: "Ledger") -> str:
@@ -629,6 +646,9 @@ def _unreadable_is_integrity(method):
             text = str(exc)
             if _locked(exc):
                 raise LedgerBusyError(_busy_message(self)) from None
+            storage = storage_error(self.path, exc)
+            if storage is not None:
+                raise storage from None
             if isinstance(exc, sqlite3.OperationalError) and not text.startswith(("no such", "table ")):
                 raise
             raise LedgerIntegrityError(f"{self.path}: not a readable privacy ledger ({text}); restore it from a "
@@ -673,6 +693,9 @@ class Ledger:
         except sqlite3.DatabaseError as exc:
             if _locked(exc):
                 raise LedgerBusyError(_busy_message(self)) from None
+            storage = storage_error(self.path, exc)
+            if storage is not None:
+                raise storage from None
             raise LedgerIntegrityError(f"{self.path}: not a readable privacy ledger ({exc}); restore it from a "
                                        "backup") from None
         if new:
