@@ -591,3 +591,43 @@ def test_a_storage_error_on_the_ledger_is_never_called_a_corrupt_ledger(failure,
         assert "restore it from a backup" not in message and "not a readable privacy ledger" not in message
     monkeypatch.setattr(Ledger, "_connect", real)
     assert ledger.verify() == 7  # intact: 6 spends and the publication
+
+
+def test_the_staging_place_is_tested_by_a_real_rename(tmp_path, monkeypatch):
+    """#39: releases/ a bind mount of the same filesystem (a web root): every release was charged, then failed with
+    `Invalid cross-device link` (the staging place was chosen by st_dev, which a bind mount shares). A real rename
+    of an empty directory decides: where it fails with EXDEV, releases are staged in the release root itself."""
+    import errno
+
+    from transit_release.home import Home
+
+    home = Home.at(tmp_path / "home").prepare()
+    assert home.staging_root(home.releases) == home.staging
+    real = os.rename
+
+    def across_mounts(src, dst):
+        if Path(src).parent == home.staging and Path(dst).parent == home.releases:
+            raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "rename", across_mounts)
+    assert home.staging_root(home.releases) == home.releases
+    assert sorted(p.name for p in home.staging.iterdir()) == [] and list(home.releases.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"), reason="a bind mount needs root")
+def test_a_release_into_a_bind_mounted_releases_directory_publishes(tmp_path):
+    """The finding itself, on a real bind mount of the same filesystem: charged, staged and published."""
+    from transit_release.home import Home
+
+    web = tmp_path / "webroot"
+    web.mkdir()
+    home = Home.at(tmp_path / "home").prepare()
+    if subprocess.run(["mount", "--bind", str(web), str(home.releases)], capture_output=True).returncode:
+        pytest.skip("cannot bind-mount here")
+    try:
+        home, ledger = _published_home(tmp_path)
+        assert os.stat(home.staging).st_dev == os.stat(home.releases).st_dev  # what the old test looked at
+        assert (web / "r1" / "manifest.json").is_file() and ledger.published().keys() == {"r1"}
+    finally:
+        subprocess.run(["umount", str(home.releases)], capture_output=True)

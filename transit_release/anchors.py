@@ -23,7 +23,7 @@ from pathlib import Path
 
 from transit_release.accounting.ledger import KEY_FILE_ENV, Anchor, Ledger
 from transit_release.errors import LedgerIntegrityError
-from transit_release.home import RELEASES_TOOL_FILES, Home
+from transit_release.home import RELEASES_TOOL_FILES, RENAME_PROBE_PATTERN, Home
 from transit_release.opendata.catalog import PART_PATTERN
 
 MANIFEST = "manifest.json"
@@ -219,6 +219,8 @@ def check_records(home: Home, ledger: Ledger, live_release_ids: set[str]) -> Non
             elif (p.name in RELEASES_TOOL_FILES or PART_PATTERN.fullmatch(p.name)) and p.is_file() \
                     and not p.is_symlink():
                 continue  # the catalogue, or a rewrite of it a killed run left (public; `repair` removes it)
+            elif RENAME_PROBE_PATTERN.fullmatch(p.name) and p.is_dir() and not p.is_symlink():
+                continue  # an empty directory a run renames here and removes at once (Home.staging_root)
             problems.append(f"releases/{p.name} is not something this tool wrote there")
     if problems:
         more = f" ({len(problems)} problems)" if len(problems) > 1 else ""

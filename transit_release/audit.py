@@ -22,7 +22,7 @@ from transit_release.accounting.accountant import ADVANCED_COMPOSITION, compose
 from transit_release.accounting.ledger import PUBLISHED, SPEND, TRIGGERS, LedgerEntry, anchor_mac
 from transit_release.accounting.person import DEFAULT_PLD_DELTA, person_loss, person_losses
 from transit_release.errors import LedgerIntegrityError, TransitReleaseError
-from transit_release.home import RELEASES_TOOL_FILES, Home
+from transit_release.home import RELEASES_TOOL_FILES, RENAME_PROBE_PATTERN, Home
 from transit_release.opendata.catalog import PART_PATTERN
 from transit_release.publish import MANIFEST, sha256_file, verify_release
 
@@ -254,6 +254,10 @@ def check_releases(home: Home, published: dict[str, LedgerEntry],
                 continue  # staging directories, listed above
             if root == home.releases and p.name in RELEASES_TOOL_FILES and p.is_file() and not p.is_symlink():
                 continue  # what the tool itself writes there (the DCAT catalogue of the releases)
+            if root == home.releases and RENAME_PROBE_PATTERN.fullmatch(p.name) and p.is_dir() \
+                    and not p.is_symlink():
+                leftovers.append(p.name)  # the staging place's rename test (Home.staging_root)
+                continue
             if root == home.releases and PART_PATTERN.fullmatch(p.name) and p.is_file() and not p.is_symlink():
                 leftovers.append(p.name)  # a rewrite of the catalogue a killed run left: `repair` removes it
                 continue

@@ -22,6 +22,7 @@ home's public tree, which would then publish a ledger, an MLflow store and
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import secrets
@@ -46,6 +47,11 @@ RESERVED_IDS = frozenset({"releases", "release_reports", "private", "mlartifacts
                           "datapackage.json", "report.html"}) | RELEASES_TOOL_FILES | REPORTS_TOOL_FILES
 RESERVED_PREFIXES = ("audit-", "experiments-", ".", "ledger.sqlite-", "mlflow.db-")
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+#: An empty directory renamed from ``private/staging/`` into ``releases/`` and removed at once, to learn whether one
+#: rename publishes (:meth:`Home.staging_root`); the audit and the charge know it for the tool's.
+RENAME_PROBE = ".rename-probe-"
+RENAME_PROBE_PATTERN = re.compile(r"\.rename-probe-[0-9a-f]{8}")
 
 #: Process umask of every command: nothing the tool writes is world-readable unless made so on purpose.
 UMASK = 0o027
@@ -113,12 +119,29 @@ class Home:
         return self.private / "staging"
 
     def staging_root(self, release_root: Path) -> Path:
-        """Where a release published under ``release_root`` is staged: :attr:`staging` when it is on the same
-        filesystem (one rename publishes it), else ``release_root`` itself (a rename cannot cross filesystems;
-        the staging directory is then not readable by others until it is renamed into place)."""
+        """Where a release published under ``release_root`` is staged: :attr:`staging` when one rename moves a
+        directory from there into ``release_root`` (tried with a real, empty directory: a bind mount of the same
+        filesystem, such as a web root, has the same device number and still refuses the rename), else
+        ``release_root`` itself (the staging directory is then not readable by others until it is renamed into
+        place)."""
         self.staging.mkdir(mode=0o700, exist_ok=True)
         release_root.mkdir(parents=True, exist_ok=True)
-        return self.staging if self.staging.stat().st_dev == release_root.stat().st_dev else release_root
+        name = f"{RENAME_PROBE}{secrets.token_hex(4)}"
+        probe, moved = self.staging / name, release_root / name
+        probe.mkdir(mode=0o700)
+        try:
+            os.rename(probe, moved)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            return release_root
+        finally:
+            for p in (probe, moved):
+                try:
+                    p.rmdir()
+                except FileNotFoundError:
+                    pass
+        return self.staging
 
     @property
     def work(self) -> Path:

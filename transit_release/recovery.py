@@ -36,7 +36,7 @@ from pathlib import Path
 
 from transit_release.accounting.ledger import Anchor, Ledger, PublicationIntent, rollback_message, snapshot_ledger
 from transit_release.errors import ConfigError, LedgerIntegrityError, LedgerRollbackError
-from transit_release.home import Home, check_release_id
+from transit_release.home import RENAME_PROBE_PATTERN, Home, check_release_id
 from transit_release.opendata.catalog import PART_PATTERN, dead_rewrites, repair_catalog
 from transit_release.publish import MANIFEST, open_to_the_public, sha256_file, verify_release
 
@@ -217,6 +217,9 @@ def leftovers(home: Home, ledger: Ledger | None) -> list[Path]:
             out += [p for p in sorted(root.glob(".tmp-*")) if p not in pending
                     and p.name[5:].rsplit("-", 1)[0] not in live]
     out += dead_rewrites(home.releases)  # a catalogue rewrite a killed run left (repair removes it under its lock)
+    for root in (home.staging, home.releases):  # a rename test a killed run left (Home.staging_root); empty
+        out += sorted(p for p in root.glob(".rename-probe-*") if RENAME_PROBE_PATTERN.fullmatch(p.name)
+                      and p.is_dir() and not any(p.iterdir())) if root.is_dir() else []
     if home.private.is_dir():
         out += sorted(p for p in home.private.glob("*/partitions") if p.parent.name not in ("work", "quarantine"))
     if home.reports.is_dir():
