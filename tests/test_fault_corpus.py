@@ -631,3 +631,18 @@ def test_a_release_into_a_bind_mounted_releases_directory_publishes(tmp_path):
         assert (web / "r1" / "manifest.json").is_file() and ledger.published().keys() == {"r1"}
     finally:
         subprocess.run(["umount", str(home.releases)], capture_output=True)
+
+
+def test_backup_leaves_nothing_but_the_backup(tmp_path, capsys):
+    """#44 (and #39's minor findings): `backup` left the -shm/-wal files of its temporary copy beside the backup. It
+    now leaves ledger.sqlite and anchors.json only; restored, the copy is a ledger that charges again (in WAL mode)."""
+    home, ledger = _published_home(tmp_path)
+    to = tmp_path / "backup"
+    capsys.readouterr()
+    assert main(["backup", "--home", str(home.root), "--to", str(to)]) == 0
+    assert sorted(p.name for p in to.iterdir()) == ["anchors.json", "ledger.sqlite"]
+    restored = tmp_path / "restored.sqlite"
+    shutil.copyfile(to / "ledger.sqlite", restored)
+    assert Ledger(restored).verify() == 7
+    with closing(sqlite3.connect(restored)) as con:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

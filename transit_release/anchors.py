@@ -160,7 +160,39 @@ def _sha256(path: Path) -> str | None:
         return None
 
 
-def check_records(home: Home, ledger: Ledger, live_release_ids: set[str]) -> None:
+def refuse_an_emptied_ledger(home: Home, head: int, outcome: str = "nothing was charged") -> None:
+    """A new or emptied ledger must not restart the budget of a home that published."""
+    if head:
+        return
+    earlier = sorted(p.parent.name for root in (home.releases, home.test_releases) if root.is_dir()
+                     for p in root.glob(f"*/{MANIFEST}"))
+    if earlier:
+        raise LedgerIntegrityError(f"the ledger {home.ledger} is empty, but this home has published {len(earlier)} "
+                                   f"release(s) (first: {earlier[0]}): it is not this home's ledger, or the ledger was "
+                                   f"lost; restore it from a backup. {outcome[0].upper()}{outcome[1:]}")
+
+
+def check_ledger_whole(home: Home, outcome: str = "it would charge nothing") -> list:
+    """Every check a charge makes before it writes, read only and without Prefect or MLflow: a new or emptied ledger
+    in a home that published, the home's records against the ledger (:func:`check_records`), the ledger's keying,
+    chain, MACs and schema, the key's records and every anchor the home holds (:meth:`Ledger.check_before_charge`).
+    Raises :class:`LedgerIntegrityError` (exit 4) or :class:`ConfigError` naming the first problem, each ending in
+    ``outcome``; returns the ledger's entries. Every command that reads the ledger (a dry run, ``budget``, a release
+    before Prefect starts, ``repair``) runs it, so integrity fails loud everywhere, at once."""
+    from transit_release.accounting.ledger import check_key_records, key_from_environment
+    from transit_release.recovery import live_release_ids
+
+    if not (home.ledger.exists() or home.ledger.is_symlink()):  # what a charge would create: an empty ledger
+        refuse_an_emptied_ledger(home, 0, outcome)
+        check_key_records(key_from_environment(home.root), home.ledger, None)
+        return []
+    ledger = Ledger(home.ledger, read_only=True)
+    refuse_an_emptied_ledger(home, ledger.head().seq, outcome)
+    check_records(home, ledger, live_release_ids(home), outcome)
+    return ledger.check_before_charge(lambda: home_anchors(home), outcome)
+
+
+def check_records(home: Home, ledger: Ledger, live_release_ids: set[str], outcome: str = "nothing was charged") -> None:
     """The other direction, before a charge: every release the ledger publishes was charged (has spends), is on
     disk with the manifest it recorded and (with an MLflow store) anchored there; nothing under ``releases/`` is
     foreign (anything but a
@@ -168,7 +200,7 @@ def check_records(home: Home, ledger: Ledger, live_release_ids: set[str]) -> Non
     releases charged and not yet published, or of publication intents carrying the key's MAC). Raises
     :class:`LedgerIntegrityError` naming the first problem: a home whose records disagree with its ledger is not
     charged until what `transit-release audit` names is resolved."""
-    check_keyed_records(home, ledger)
+    check_keyed_records(home, ledger, outcome)
     problems = []
     published = ledger.published()
     anchored = {None}
@@ -224,5 +256,5 @@ def check_records(home: Home, ledger: Ledger, live_release_ids: set[str]) -> Non
             problems.append(f"releases/{p.name} is not something this tool wrote there")
     if problems:
         more = f" ({len(problems)} problems)" if len(problems) > 1 else ""
-        raise LedgerIntegrityError(f"this home's records disagree with its ledger: {problems[0]}{more}; nothing was "
-                                   "charged. Run `transit-release audit` and resolve what it names first")
+        raise LedgerIntegrityError(f"this home's records disagree with its ledger: {problems[0]}{more}; {outcome}. "
+                                   "Run `transit-release audit` and resolve what it names first")

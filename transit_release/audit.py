@@ -62,6 +62,7 @@ class AuditResult:
     pending_publications: list[str] = field(default_factory=list)  # interrupted after the intent: run repair
     staging_leftovers: list[str] = field(default_factory=list)
     leftovers: list[str] = field(default_factory=list)  # what dead runs left (paths relative to the home)
+    in_flight: list[str] = field(default_factory=list)  # releases a live run was making while the audit read the home
     anchors_checked: dict[str, int] = field(default_factory=dict)  # where -> how many anchors matched
     card_unbounded_periods: list[str] = field(default_factory=list)  # periods of trip-level releases
     keyed: bool = False
@@ -276,6 +277,41 @@ def check_releases(home: Home, published: dict[str, LedgerEntry],
                 problems.append(Discrepancy("release", rid, "made with the test-only noise seed but placed under "
                                             "releases/: its noise can be regenerated; withdraw it"))
     return problems, leftovers, manifests
+
+
+def in_flight_ids(live: set[str], snapshot_head: tuple[int, str], current: list[LedgerEntry],
+                  current_intents: set[str], snapshot_intents: set[str]) -> set[str]:
+    """The releases a live run was making while the audit read the home: those whose run holds its working
+    directory's lock (``live``), and those the ledger recorded (entries, publication intents) after the audit's
+    snapshot (``current``: the ledger read again afterwards, trusted only if it still holds the snapshot's head
+    ``snapshot_head``: a ledger replaced meanwhile makes nothing in flight)."""
+    seq, digest = snapshot_head
+    if seq and not any(e.seq == seq and e.hash == digest for e in current):
+        return set(live)
+    return set(live) | {e.release_id for e in current if e.seq > seq} | (current_intents - snapshot_intents)
+
+
+#: What a live run's publication shows before the ledger's snapshot says it is published (its MLflow run is tagged
+#: published after the ``published`` entry).
+_NOT_YET_TAGGED = "MLflow run is not tagged published"
+
+
+def set_aside_in_flight(problems: list[Discrepancy], in_flight: set[str], published: set[str],
+                        live: set[str]) -> tuple[list[Discrepancy], list[str]]:
+    """The discrepancies about releases in flight (:func:`in_flight_ids`) that are not yet published in the audit's
+    snapshot are not findings: the home's records of a release being made run ahead of the snapshot (a directory
+    renamed before its ``published`` entry, its MLflow runs, its report folder). So is a published release's run not
+    yet tagged published while its run lives. They are set aside, never recorded as a failure; the next audit checks
+    the release in full. A published release's other discrepancies always stand (a process holding a lock cannot hide
+    them). Returns the other discrepancies and the releases in flight."""
+    kept, aside = [], set()
+    for p in problems:
+        if p.record in ("release", "anchor", "mlflow") and p.subject in in_flight and (
+                p.subject not in published or (p.subject in live and p.problem.startswith(_NOT_YET_TAGGED))):
+            aside.add(p.subject)
+        else:
+            kept.append(p)
+    return kept, sorted(aside | (in_flight - published))
 
 
 def check_anchors(check_anchor, manifests: dict[str, dict], mlflow_anchors: list[dict],

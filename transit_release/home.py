@@ -233,6 +233,26 @@ class Home:
             raise ConfigError(f"--home {self.root} is not writable ({exc.strerror})") from None
         return self
 
+    def is_home(self) -> bool:
+        """Does ``root`` hold a home, i.e. anything a release leaves: the ledger (``--ledger``'s file, or
+        ``ledger.sqlite``), ``releases/``, ``release_reports/``, ``private/`` or the MLflow store? An empty or missing
+        directory is not one yet: a first release makes it one."""
+        if self.ledger.is_file():
+            return True
+        return self.root.is_dir() and any(p.exists() for p in (self.root / "ledger.sqlite", self.releases,
+                                                                self.reports, self.private, self.mlflow_db))
+
+    def check_is_home(self, what: str) -> "Home":
+        """Refuse (exit 2, creating nothing) a command that reads a home's records pointed at a directory that holds
+        none: ``audit`` would say PASSED of nothing, ``budget`` "nothing spent" of a typo."""
+        if not self.is_home():
+            state = "does not exist" if not self.root.exists() else \
+                "is empty" if self.root.is_dir() and not any(self.root.iterdir()) else "holds no release records"
+            raise ConfigError(f"--home {self.root} is not a transit-release home: it {state} (no ledger.sqlite, "
+                              f"releases/, release_reports/, private/ or mlflow.db); nothing to {what}. Give the "
+                              "directory a release was made in (--home), or --ledger FILE")
+        return self
+
     def prepare(self) -> "Home":
         """Create the home's folders with their modes (after :meth:`check_usable`).
 

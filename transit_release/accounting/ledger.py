@@ -689,7 +689,7 @@ class Ledger:
                 # it lacks what was always created with a table it holds (dropped, not older)
                 if con.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
                     self._create_schema(con)
-                    self._write_ahead_log(con)
+                self._write_ahead_log(con)  # also a restored backup's copy, which is one file (snapshot_ledger)
         except sqlite3.DatabaseError as exc:
             if _locked(exc):
                 raise LedgerBusyError(_busy_message(self)) from None
@@ -1235,3 +1235,6 @@ def snapshot_ledger(path: Path, dest: Path, timeout_s: float = 60.0) -> None:
     src = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=timeout_s)
     with closing(src), closing(sqlite3.connect(dest)) as dst:
         src.backup(dst)
+        # one file: the copy of a WAL-mode ledger is in WAL mode too, and every reader of it would leave -wal and
+        # -shm files beside it (a read-only one cannot remove them); the ledger that opens it switches back to WAL
+        dst.execute("PRAGMA journal_mode=DELETE")

@@ -21,27 +21,20 @@ def check_ledger_key(home: Home) -> None:
 
 
 def check_budget(home: Home, args, events: list, policy, earlier_ids: tuple[str, ...] = ()) -> None:
-    """The policy's verdict on ``events`` (this run's spends, planned from public parameters) against the ledger as
-    it stands, before any record is read: a refusal here is the one the charge would give, seconds instead of
-    minutes later. Left to the flow: a dry run (it reports the verdict), an id the ledger already holds (published
-    from the same input: nothing is spent; charged: the flow's own refusal) and a ledger that cannot be read as it
-    stands (the flow's checks say why). The charge checks again, inside the ledger's transaction."""
-    import sqlite3
+    """The ledger's integrity (every check the charge makes, read only: a refusal exits 4 with the audit's reason,
+    for a dry run too), then the policy's verdict on ``events`` (this run's spends, planned from public parameters)
+    against the ledger as it stands, before any record is read: a refusal here is the one the charge would give,
+    seconds instead of minutes later. Left to the flow: a dry run's verdict (it reports it, and exits 3 if the policy
+    refuses) and an id the ledger already holds (published from the same input: nothing is spent; charged: the
+    flow's own refusal). The charge checks again, inside the ledger's transaction."""
+    from transit_release.anchors import check_ledger_whole
 
-    from transit_release.accounting.ledger import Ledger
-    from transit_release.errors import BudgetError, TransitReleaseError
-
+    existing = check_ledger_whole(home, "it would charge nothing" if args.dry_run else "nothing was charged")
     if args.dry_run or not events:
         return
-    try:
-        existing = Ledger(home.ledger, read_only=True).entries() if home.ledger.exists() else []
-        if {x.release_id for x in existing} & {events[0].release_id, *earlier_ids}:
-            return
-        policy.check(existing, events)
-    except BudgetError:
-        raise
-    except (TransitReleaseError, sqlite3.Error, OSError):  # a ledger the flow's own checks refuse, with their words
+    if {x.release_id for x in existing} & {events[0].release_id, *earlier_ids}:
         return
+    policy.check(existing, events)
 
 
 def check_release_budget(args, home: Home, period, cfg, population: str, policy) -> None:
@@ -82,6 +75,8 @@ def check_release_args(args, trips: str, stops: str, home: Home) -> None:
     policy = load_budget_policy(args.policy)
     if period is not None:
         check_release_budget(args, home, period, cfg, population, policy)
+    else:  # a dry run that suggests the period: the ledger's integrity all the same
+        check_budget(home, args, [], policy)
     preflight.check_trip_inputs(trips, stops)
     preflight.check_stop_table(stops)
 

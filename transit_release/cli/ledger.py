@@ -44,11 +44,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def budget(args, home: Home) -> int:
     """Spent and remaining under each cap, from the ledger and the policy alone (no Prefect, no MLflow)."""
-    from transit_release.accounting.ledger import Ledger
     from transit_release.accounting.policy import load_budget_policy
+    from transit_release.anchors import check_ledger_whole
 
+    home.check_is_home("show")
     policy = load_budget_policy(args.policy)
-    entries = Ledger(home.ledger, key=b"", read_only=True).entries() if home.ledger.exists() else []
+    # figures of a ledger that fails its checks would not be true: exit 4 with the audit's reason, as a charge
+    entries = check_ledger_whole(home, "no figures are shown")
     print_budget(home, policy, entries, args.json)
     return 0
 
@@ -57,8 +59,7 @@ def audit(args, home: Home) -> int:
     """The privacy audit flow on a Prefect API; exit 4 when it fails."""
     from transit_release.accounting.policy import load_budget_policy
 
-    if not home.root.is_dir():
-        raise ConfigError(f"--home {home.root}: no such directory: nothing to audit")
+    home.check_is_home("audit")  # nothing is created in a directory that is not a home
     load_budget_policy(args.policy)
     with server.prefect_api(home, args.verbose):
         from flows.audit import privacy_audit
@@ -81,6 +82,11 @@ def repair(args, home: Home) -> int:
     from transit_release import recovery
     from transit_release.accounting.ledger import Ledger
 
+    from transit_release.anchors import check_ledger_whole
+
+    home.check_is_home("repair")
+    if not args.adopt_ledger_key:  # (adopting a key makes its own checks, on a ledger these refuse)
+        check_ledger_whole(home, "nothing was repaired")
     home.prepare()
     ledger = Ledger(home.ledger)
     if args.adopt_ledger_key:
@@ -108,6 +114,7 @@ def backup(args, home: Home) -> int:
     from transit_release.accounting.ledger import Ledger
     from transit_release.anchors import home_anchors
 
+    home.check_is_home("back up")
     if not home.ledger.is_file():
         raise ConfigError(f"{home.ledger}: no ledger to back up")
     record = recovery.backup_ledger(home, Ledger(home.ledger, read_only=True), Path(args.to), home_anchors(home))
