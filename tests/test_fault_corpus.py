@@ -164,6 +164,16 @@ def test_a_time_zone_parquet_is_refused_at_once_in_one_line(week, tmp_path):
     ("name_zero_width", "stops file stops.csv: 1 problem(s): column 'name': holds a control or invisible format "
                         "character (Unicode Cc/Cf, e.g. a bidirectional override or a zero-width space): a "
                         "published cell would not show what it holds: 1 row(s), first at row(s) {row}"),
+    # #39: names that show nothing, read as the unknown mark, or look like another
+    ("name_filler", "stops file stops.csv: 1 problem(s): column 'name': is blank (only spaces or filler characters "
+                    "such as U+3164, which show nothing): 1 row(s), first at row(s) {row}"),
+    ("name_blank", "stops file stops.csv: 1 problem(s): column 'name': is blank (only spaces or filler characters "
+                   "such as U+3164, which show nothing): 1 row(s), first at row(s) {row}"),
+    ("name_full_width_minus_one", "stops file stops.csv: 1 problem(s): column 'name': is '-1', the published files' "
+                                  "mark for an unknown location (rename the stop): 1 row(s), first at row(s) {row}"),
+    ("name_twin", "stops file stops.csv: 1 problem(s): column 'name': differs from another stop name only by spaces "
+                  "at its ends or by compatibility forms (e.g. full-width letters): two published locations would "
+                  "look alike: 2 row(s), first at row(s) {row}, {row2}"),
     ("quoted_epsilon", "release config {config}: 'marginals.tap_on_time.epsilon' must be a number. Found str."),
     ("too_many_caps", "budget policy {policy}: 65 caps; at most 64 are supported (each cap composes the whole "
                       "ledger at every charge and in `budget`): merge caps, e.g. one without 'modes:'"),
@@ -177,10 +187,16 @@ def test_an_input_that_would_lie_is_refused_before_anything_starts(case, message
     if case in ("int_time", "float_card"):
         trips = week[case]
     elif case.startswith("name_"):
-        name = {"name_minus_one": " -1 ", "name_bidi": "Central\u202eStation", "name_zero_width": "Cen\u200btral"}
+        name = {"name_minus_one": " -1 ", "name_bidi": "Central\u202eStation", "name_zero_width": "Cen\u200btral",
+                "name_filler": "\u3164", "name_blank": "   ", "name_full_width_minus_one": "-\uff11",
+                "name_twin": "Twin"}
         stops = stops_with_name(week, tmp_path, name[case])
         table = pd.read_csv(stops, dtype=str, keep_default_na=False)
-        fields["row"] = int(table.index[table["mode"] == "train"][0]) + 1
+        trains = table.index[table["mode"] == "train"]
+        fields["row"], fields["row2"] = int(trains[0]) + 1, int(trains[1]) + 1
+        if case == "name_twin":  # beside 'Twin ' (a trailing space)
+            table.loc[trains[1], "name"] = "Twin "
+            table.to_csv(stops, index=False)
     elif case == "quoted_epsilon":
         from transit_release.config import default_config_path
 
