@@ -662,3 +662,142 @@ def test_backup_leaves_nothing_but_the_backup(tmp_path, capsys):
     assert Ledger(restored).verify() == 7
     with closing(sqlite3.connect(restored)) as con:
         assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+# ---- #39's minor findings -------------------------------------------------------------------------------------
+
+def test_a_dry_run_the_policy_refuses_exits_3(tmp_path, capsys):
+    """A dry run whose spends the policy refuses exited 0 after printing "REFUSES"; it exits 3 (the ledger's
+    integrity: 4) and says why on stderr."""
+    from dataclasses import replace
+
+    from tasks.budget import check_budget
+    from tests.test_accounting import partition_events
+    from transit_release.accounting.policy import load_budget_policy
+    from transit_release.cli.printing import summary_exit
+    from transit_release.home import Home
+
+    home = Home.at(tmp_path / "home").prepare()
+    refusing = replace(load_budget_policy(), allow_unbounded_person_loss=False)
+    verdict = check_budget.fn(home, partition_events("r1"), refusing)  # trip-level spends: unbounded, refused
+    assert not verdict["allowed"] and verdict["exit"] == 3
+    capsys.readouterr()
+    assert summary_exit({"spends": [], **verdict}) == 3
+    assert capsys.readouterr().err.startswith("transit-release: error: ")
+    assert summary_exit({"spends": [], "allowed": True, "reason": "", "exit": 0}) == 0
+
+
+def test_a_key_file_that_is_a_fifo_is_refused_at_once(tmp_path):
+    """A key file that was a FIFO hung every command on its read."""
+    from transit_release.accounting.ledger import read_key_file
+    from transit_release.errors import ConfigError
+
+    fifo = tmp_path / "keys" / "ledger.key"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo, 0o600)
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match="ledger key file .*ledger.key: not a regular file"):
+        read_key_file(fifo)
+    assert time.monotonic() - start < 1
+
+
+@pytest.mark.parametrize("text,message", [
+    ("keywords: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n",
+     "line 2: a YAML alias (*a); write the values out, aliases are not accepted in this file"),
+    ('base_url: "https://x.example/a b"\n', "base_url: holds ' ', which a URL may not hold unencoded"),
+    ("base_url: 'https://x.example/\"><script>'\n", "base_url: holds '\"', '<', '>', which a URL may not hold"),
+    ("publisher: {name: \"Agency\\nEvil: line\"}\n", "publisher.name: holds a line break or another control"),
+    ("publisher: {name: A, url: 'https://a.example/<x>'}\n", "publisher.url: holds '<', '>', which a URL may"),
+])
+def test_open_data_settings_that_would_lie_or_explode_are_refused_at_once(text, message, tmp_path):
+    """An anchor bomb in `keywords` ran 267 s and printed a 351 MB line; URLs with `"`, spaces or `<>` landed in the
+    DCAT `@id`; newlines in the publisher. Each is refused in one short line, at once."""
+    from transit_release.errors import ConfigError
+    from transit_release.opendata import settings
+
+    (tmp_path / "open-data.yaml").write_text(text, encoding="utf-8")
+    start = time.monotonic()
+    with pytest.raises(ConfigError) as caught:
+        settings.load(tmp_path)
+    assert message in str(caught.value) and len(str(caught.value)) < 400, str(caught.value)
+    assert time.monotonic() - start < 1
+
+
+def test_an_epsilon_too_small_for_a_float_scale_is_refused_in_one_line(tmp_path, capsys):
+    """`--epsilon 1e-320` was a traceback (OverflowError)."""
+    sets, locations = tmp_path / "sets.txt", tmp_path / "locations.txt"
+    sets.write_text("A B\nB C\n")
+    locations.write_text("A\nB\nC\n")
+    capsys.readouterr()
+    assert main(["sets", "--input", str(sets), "--locations", str(locations), "--epsilon", "1e-320",
+                 "--period-start", "2026-01-01", "--period-end", "2026-01-31", "--home", str(tmp_path / "home"),
+                 "--dry-run"]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert "gives noise scale inf, above the largest supported scale 100,000" in line
+    assert not (tmp_path / "home").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "1", "nan", "-1"])
+def test_an_impossible_delta_prime_is_refused_and_no_audit_is_recorded(value, tmp_path, capsys):
+    """`audit --delta-prime` 0, 1, nan or −1 was recorded as a failed audit."""
+    home, _ = _published_home(tmp_path)
+    capsys.readouterr()
+    assert main(["audit", "--home", str(home.root), "--delta-prime", value]) == 2
+    assert "--delta-prime" in one_line(capsys.readouterr().err)
+    assert not (home.reports / "audit_history.jsonl").exists()
+
+
+def test_two_homes_sharing_a_ledger_are_told_so(tmp_path):
+    """Two homes sharing `--ledger`: every release of the second was refused with "records disagree"; the refusal
+    now says the ledger is another home's."""
+    from transit_release.anchors import check_records
+    from transit_release.errors import LedgerIntegrityError
+    from transit_release.home import Home
+
+    first, ledger = _published_home(tmp_path)
+    second = Home.at(tmp_path / "second", first.ledger).prepare()
+    with pytest.raises(LedgerIntegrityError, match=f"records the publications of another home \\(under "
+                                                   f"{first.releases}\\), none of this home {second.root}: a ledger "
+                                                   "serves one home"):
+        check_records(second, Ledger(first.ledger, read_only=True), set())
+    moved = tmp_path / "moved"  # a home moved as a whole keeps its releases: not another home's
+    first.root.rename(moved)
+    check_records(Home.at(moved), Ledger(moved / "ledger.sqlite", read_only=True), set())
+
+
+def test_a_home_or_a_backup_inside_another_homes_linked_releases_is_refused(tmp_path):
+    """`--home` inside another home's symlinked `releases/` was accepted, and so was `backup --to` another home's
+    `releases/`: both would publish a ledger."""
+    from transit_release import recovery
+    from transit_release.errors import ConfigError
+    from transit_release.home import Home
+
+    web = tmp_path / "webroot"
+    web.mkdir()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "releases").symlink_to(web)
+    with pytest.raises(ConfigError, match="is inside a releases/ directory"):
+        Home.at(other / "releases" / "mine").check_usable()
+    home, ledger = _published_home(tmp_path)
+    for to in (other / "releases" / "backup", home.root.parent / "home2-in-other" / "x"):
+        if "home2" in str(to):
+            Home.at(to.parent).prepare()  # another home
+        with pytest.raises(ConfigError, match="a backup of the ledger is private"):
+            recovery.backup_ledger(home, ledger, to, [])
+    assert not (web / "backup").exists()
+
+
+def test_the_free_space_the_docs_state_is_what_a_release_asks(tiny_week):
+    """The free space asked (199 MiB) differed from the docs (32 MiB)."""
+    from transit_release import storage
+    from transit_release.config import load_release_config
+    from transit_release.inputs.tables import read_stops
+    from transit_release.preprocessing import build_location_index
+
+    cfg = load_release_config()
+    vocab = build_location_index(read_stops(tiny_week["stops"]), cfg.modes).vocab
+    rows = storage.opal_public_rows(7, {m: len(vocab.get(m, ())) for m in cfg.modes}, 1440 // cfg.bin_minutes)
+    needed = storage.release_needs(rows, docs_sites=1, docs_copies=2)
+    text = " ".join((Path(__file__).parent.parent / "docs" / "operations.md").read_text().split())
+    assert f"it asks about {needed / 2**20:.0f} MiB" in text and f"{round(rows, -3):,} rows at most" in text

@@ -1030,3 +1030,20 @@ def test_every_release_kind_holds_its_working_directory_while_it_runs(tmp_path):
     with ReleaseKind.workspace(None, ReleaseRun(where, "sets-x", False)):
         assert live_release_ids(where) == {"sets-x"}
     assert live_release_ids(where) == set()
+
+
+def test_a_restored_backup_is_named_as_one_not_as_other_input(case_of, tiny_week, capsys):
+    """#39: a restored backup's second run of a release said "made from other input" (its directory was there, the
+    restored ledger had forgotten it). The rollback is named, before Prefect, and nothing is charged."""
+    from transit_release.cli import main
+
+    c = case_of(False)
+    rollback_1(c)
+    capsys.readouterr()
+    code = main(["release", "--trips", str(tiny_week["trips"]), "--stops", str(tiny_week["stops"]), "--home",
+                 str(c.home), "--workers", "0", "--period-start", "2016-08-08", "--period-end", "2016-08-14",
+                 "--release-id", "r2"])
+    err = capsys.readouterr().err
+    TABLE.append(("restored backup, the release again", "no", code, err.strip()[:90], "-", ""))
+    assert code == 4 and "lacks what" in err and "older than this home's records (a restored backup?)" in err
+    assert "made from other input" not in err

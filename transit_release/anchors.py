@@ -192,6 +192,20 @@ def check_ledger_whole(home: Home, outcome: str = "it would charge nothing") -> 
     return ledger.check_before_charge(lambda: home_anchors(home), outcome)
 
 
+def another_homes_ledger(home: Home, ledger: Ledger) -> Path | None:
+    """The other home's ``releases/`` whose publications ``ledger`` records, if every release it published lies
+    there and none in ``home`` (two homes given the same ``--ledger``); None otherwise (a moved home keeps its
+    releases: its intents' old paths no longer exist)."""
+    ours = {home.releases.resolve(), home.test_releases.resolve()}
+    published = set(ledger.published())
+    where = {Path(i.final_dir) for i in ledger.intents() if i.release_id in published}
+    if not where or any((home.release_dir(rid) / MANIFEST).is_file() for rid in published):
+        return None
+    if all(p.is_absolute() and p.parent.resolve() not in ours and (p / MANIFEST).is_file() for p in where):
+        return sorted(where)[-1].parent
+    return None
+
+
 def check_records(home: Home, ledger: Ledger, live_release_ids: set[str], outcome: str = "nothing was charged") -> None:
     """The other direction, before a charge: every release the ledger publishes was charged (has spends), is on
     disk with the manifest it recorded and (with an MLflow store) anchored there; nothing under ``releases/`` is
@@ -254,6 +268,12 @@ def check_records(home: Home, ledger: Ledger, live_release_ids: set[str], outcom
             elif RENAME_PROBE_PATTERN.fullmatch(p.name) and p.is_dir() and not p.is_symlink():
                 continue  # an empty directory a run renames here and removes at once (Home.staging_root)
             problems.append(f"releases/{p.name} is not something this tool wrote there")
+    other = another_homes_ledger(home, ledger) if problems else None
+    if other is not None:
+        raise LedgerIntegrityError(f"the ledger {ledger.path} records the publications of another home (under "
+                                   f"{other}), none of this home {home.root}: a ledger serves one home, whose anchors "
+                                   f"it must hold; {outcome}. Give this home its own ledger (--ledger, or none: "
+                                   "<home>/ledger.sqlite)")
     if problems:
         more = f" ({len(problems)} problems)" if len(problems) > 1 else ""
         raise LedgerIntegrityError(f"this home's records disagree with its ledger: {problems[0]}{more}; {outcome}. "

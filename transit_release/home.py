@@ -27,7 +27,7 @@ import os
 import re
 import secrets
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from transit_release.errors import ConfigError
@@ -73,10 +73,14 @@ def check_release_id(release_id: str) -> str:
 class Home:
     root: Path
     ledger_path: Path | None = None
+    #: the paths as given (absolute, links not resolved): a home reached through another home's linked
+    #: ``releases/`` is inside a public tree although its resolved path does not say so
+    given: tuple[Path, ...] = field(default=(), compare=False, repr=False)
 
     @classmethod
     def at(cls, root: str | Path | None = None, ledger: str | Path | None = None) -> "Home":
-        return cls(Path(root or ".").resolve(), Path(ledger).resolve() if ledger else None)
+        given = (Path(root or ".").absolute(),) + ((Path(ledger).absolute(),) if ledger else ())
+        return cls(Path(root or ".").resolve(), Path(ledger).resolve() if ledger else None, given)
 
     @property
     def releases(self) -> Path:
@@ -212,8 +216,10 @@ class Home:
     def check_usable(self) -> "Home":
         """Refuse at once, creating nothing, a home that is a file or cannot be written, or that lies in a
         ``releases/`` directory (one clear line)."""
-        for what, path in (("--home", self.root), ("--ledger", self.ledger_path)):
-            public = next((p for p in (path, *path.parents) if p.name == "releases"), None) if path else None
+        given = dict(zip(("--home", "--ledger"), self.given))
+        for what, path in (("--home", self.root), ("--ledger", self.ledger_path),
+                           ("--home", given.get("--home")), ("--ledger", given.get("--ledger"))):
+            public = public_tree(path)
             if public is not None:
                 raise ConfigError(f"{what} {path} is inside a releases/ directory ({public}): that may be another "
                                   "home's public tree, where a ledger, an MLflow store and private/ would be "
@@ -270,6 +276,11 @@ class Home:
                 os.chmod(path, mode)
         self.fingerprint_key()
         return self
+
+
+def public_tree(path: Path | None) -> Path | None:
+    """The directory named ``releases`` that ``path`` lies in (itself or an ancestor), if any: a public tree."""
+    return next((p for p in (path, *path.parents) if p.name == "releases"), None) if path else None
 
 
 #: The user's cache of things rebuilt from the installed libraries alone, never from data (empty MLflow stores,

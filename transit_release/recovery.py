@@ -36,7 +36,7 @@ from pathlib import Path
 
 from transit_release.accounting.ledger import Anchor, Ledger, PublicationIntent, rollback_message, snapshot_ledger
 from transit_release.errors import ConfigError, LedgerIntegrityError, LedgerRollbackError
-from transit_release.home import RENAME_PROBE_PATTERN, Home, check_release_id
+from transit_release.home import RENAME_PROBE_PATTERN, Home, check_release_id, public_tree
 from transit_release.opendata.catalog import PART_PATTERN, dead_rewrites, repair_catalog
 from transit_release.publish import MANIFEST, open_to_the_public, sha256_file, verify_release
 
@@ -317,10 +317,18 @@ def backup_ledger(home: Home, ledger: Ledger, to: Path, anchors: list[Anchor]) -
     write ``to/anchors.json``: the copy's head and every anchor of the home it holds. Refused, writing nothing, for
     a ledger that fails its own verification, lacks a trigger or any anchor (a backup of a ledger that already
     forgot would restore the forgetting), or a ``to`` inside the home or not empty. Returns the record."""
+    given = Path(to).expanduser().absolute()
     to = Path(to).expanduser().resolve()
     if to == home.root or home.root in to.parents:
         raise ConfigError(f"--to {to} lies inside the home {home.root}: a backup must survive the home; choose a "
                           "directory elsewhere")
+    public = public_tree(given) or public_tree(to)
+    other = next((p for p in (to, *to.parents) if Home.at(p).is_home()), None)
+    if public is not None or other is not None:
+        where = f"inside a releases/ directory ({public}), which may be published" if public is not None else \
+            f"inside another home ({other})"
+        raise ConfigError(f"--to {to} lies {where}: a backup of the ledger is private; choose a directory outside "
+                          "any home")
     if to.exists() and (not to.is_dir() or any(to.iterdir())):
         raise ConfigError(f"--to {to} is not an empty directory: a backup never overwrites another")
     entries = ledger.verify()

@@ -280,8 +280,12 @@ def read_key_file(path: str | Path, home: Path | None = None) -> bytes:
             raise ConfigError(f"ledger key file {path} lies inside the home {root}: keep it elsewhere, or anyone "
                               "who can rewrite the ledger can also recompute its keyed chain")
     try:
-        mode = stat.S_IMODE(path.stat().st_mode)
-        key = path.read_bytes().strip()
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or a device would block every command on its read
+            raise ConfigError(f"ledger key file {path}: not a regular file; put the key in a file of its own")
+        mode = stat.S_IMODE(st.st_mode)
+        with open(path, "rb") as fh:
+            key = fh.read(1 << 16).strip()  # a key is 32 to a few hundred bytes
     except OSError as exc:
         raise ConfigError(f"ledger key file {path}: cannot be read ({exc.strerror})") from None
     if mode & 0o077:

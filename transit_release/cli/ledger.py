@@ -59,6 +59,11 @@ def audit(args, home: Home) -> int:
     """The privacy audit flow on a Prefect API; exit 4 when it fails."""
     from transit_release.accounting.policy import load_budget_policy
 
+    import math
+
+    if not (math.isfinite(args.delta_prime) and 0 < args.delta_prime < 1):
+        raise ConfigError(f"--delta-prime {args.delta_prime:g}: the slack δ' of the advanced composition bound must "
+                          "lie strictly between 0 and 1 (default 1e-07); nothing was audited")
     home.check_is_home("audit")  # nothing is created in a directory that is not a home
     load_budget_policy(args.policy)
     with server.prefect_api(home, args.verbose):
