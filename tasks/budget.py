@@ -105,8 +105,9 @@ _refuse_an_emptied_ledger = refuse_an_emptied_ledger
 @data_task(name="precheck-budget")
 def precheck_budget(home: Home, events: list, policy: BudgetPolicy) -> None:
     """Refuse at once, before MLflow or anything else is touched, what the policy would refuse now (the charge
-    checks again, atomically, inside the ledger's transaction)."""
-    existing = _recorded(home)
+    checks again, atomically, inside the ledger's transaction). The ledger's integrity first, as every command
+    checks it before Prefect starts (a scheduled run starts here): exit 4 with the charge's reason."""
+    existing = check_ledger_whole(home, "nothing was charged")
     if events:
         refuse_second_charge(existing, events[0].release_id)  # the charge's own first refusal, in the same order
     policy.check(existing, events)
