@@ -38,6 +38,7 @@ from transit_release.faults import crash_point
 from transit_release.home import Home
 from transit_release.inputs.screening import Period
 from transit_release.publish import StagedRelease
+from transit_release.recovery import work_dir
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,9 @@ class ReleaseKind:
 
     def workspace(self, run: ReleaseRun):
         """A context for reading through publishing (e.g. a working directory, a cluster); what it yields is given
-        to :meth:`read`."""
-        return nullcontext()
+        to :meth:`read`. By default the run's own working directory, locked while it lives: an audit meanwhile
+        knows the release is in flight (:func:`transit_release.recovery.live_release_ids`)."""
+        return work_dir(run.where, run.release_id)
 
     def read(self, run: ReleaseRun, workspace) -> Records:
         """Read and screen the records over the public universe (quarantine figures as counts only)."""

@@ -9,7 +9,8 @@ from pandera.typing import Series
 from typing import Optional
 
 from transit_release.config import KNOWN_MODES
-from transit_release.inputs.text import INVISIBLE_CHECK, invisible_characters
+from transit_release.inputs.text import (BLANK_CHECK, INVISIBLE_CHECK, LOOKALIKE_CHECK, invisible_characters,
+                                         normalised_name)
 from transit_release.preprocessing import UNKNOWN
 
 
@@ -64,7 +65,19 @@ class Stops(pa.DataFrameModel):
 
     @pa.check("name", error=f"is '{UNKNOWN}', the published files' mark for an unknown location (rename the stop)")
     def name_not_the_unknown_mark(cls, name: Series[str]) -> Series[bool]:
-        return name.isna() | (name.astype("string").str.strip() != UNKNOWN)
+        # also as it looks: a full-width '-１' reads as '-1'
+        return name.isna() | (name.astype("string").map(normalised_name, na_action="ignore") != UNKNOWN)
+
+    @pa.check("name", error=BLANK_CHECK)
+    def name_not_blank(cls, name: Series[str]) -> Series[bool]:
+        return name.isna() | (name.astype("string").map(normalised_name, na_action="ignore") != "")
+
+    @pa.check("name", error=LOOKALIKE_CHECK)
+    def names_do_not_look_alike(cls, name: Series[str]) -> Series[bool]:
+        names = name.astype("string")
+        looks = names.map(normalised_name, na_action="ignore")
+        spellings = pd.DataFrame({"looks": looks, "name": names}).dropna().groupby("looks")["name"].transform("nunique")
+        return (spellings.reindex(name.index).fillna(1) <= 1).astype(bool)
 
     @pa.check("name", error=INVISIBLE_CHECK)
     def name_shows_what_it_holds(cls, name: Series[str]) -> Series[bool]:

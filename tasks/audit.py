@@ -7,6 +7,7 @@ audit runs cannot show one step a state and another step a different one.
 
 from __future__ import annotations
 
+import errno
 import json
 import re
 import shutil
@@ -19,10 +20,11 @@ from tasks import data_task
 from transit_release import audit, recovery, release_index
 from transit_release.accounting import ledger as ledger_records
 from transit_release.accounting.ledger import Ledger, key_from_environment
-from transit_release.errors import ConfigError, TransitReleaseError
+from transit_release.errors import ConfigError, LedgerStorageError, TransitReleaseError
 from transit_release.home import Home
 
 SNAPSHOT = "ledger.sqlite"
+_STORAGE_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EROFS, errno.EDQUOT)
 
 
 @data_task(name="snapshot-ledger")
@@ -42,6 +44,12 @@ def snapshot_ledger(home: Home) -> dict:
         ledger_records.snapshot_ledger(path, tmp / SNAPSHOT)
     except (OSError, sqlite3.Error) as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        storage = ledger_records.storage_error(path, exc) if isinstance(exc, sqlite3.Error) else None
+        if storage is not None or (isinstance(exc, OSError) and exc.errno in _STORAGE_ERRNOS):
+            # the audit cannot read it now: it fails (exit 1) without calling the ledger damaged
+            raise storage or LedgerStorageError(f"{path}: the privacy ledger could not be copied for the audit "
+                                                f"({exc.strerror}): a storage error, which says nothing about its "
+                                                "records; free space and run the audit again") from None
         return {"path": None, "problem": f"{path.name} is not a readable privacy ledger ({exc}): restore it from a "
                                          "backup"}
     return {"path": str(tmp / SNAPSHOT), "problem": None}
@@ -96,6 +104,7 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
     """Every record against the others; whatever a tampered home holds gives discrepancies, never a crash.
     ``snapshot``: the one the entries were read from (:func:`snapshot_ledger`)."""
     problems = list(ledger_problems)
+    live_ids = recovery.live_release_ids(home)  # before the records are read: a run alive now was alive then
     valid = audit.valid_entries(entries)
     published_ids, charged, spends, published = audit.summarise(valid)
     key = key_from_environment(home.root)
@@ -112,6 +121,14 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
     # with a key, the key's records beside it are checked whatever the ledger holds: a ledger emptied or deleted
     # (with everything in the home that anchored it) is not "not keyed" if they name it
     recorded_keyed = key is not None and ledger_records.keyed_by_records(home.ledger)
+    # what the ledger recorded after the snapshot (a live run's charge or publication): the home's records of it
+    # (an anchor run, a renamed directory) may be read after the snapshot; the ledger read again now holds them
+    current, current_intents = _current_ledger(home)
+    head = _head(entries)
+    in_flight = audit.in_flight_ids(live_ids, head, current, current_intents, {i.release_id for i in intents})
+    later = {e.seq: e.hash for e in current if e.seq > head[0]}
+    if head[0] and not any(e.seq == head[0] and e.hash == head[1] for e in current):
+        later = {}  # the ledger was replaced after the snapshot: nothing after it is trusted
     known_staging = None
     if keyed and key is not None:
         vouched = []
@@ -124,15 +141,23 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
                                         if p.name[5:].rsplit("-", 1)[0] in live}
         problems += audit.check_intents(intents, ledger.check_intent)
     if key is not None and ledger is not None:
-        problems += audit.check_high_water(ledger.check_high_water)
+        marked = audit.check_high_water(ledger.check_high_water)
+        if marked and later and _mark_held_now(key, home, current):
+            marked = []  # the mark moved on with a live run's entries after the snapshot, which the ledger holds now
+        problems += marked
     elif key is not None and not snapshot.get("problem"):  # no ledger file: a head of 0
         problems += audit.check_high_water(lambda: ledger_records.check_key_records(key, home.ledger, None))
     checked, trouble = audit.guarded("release", "releases/", audit.check_releases, home, published,
                                      {e.release_id for e in spends}, known_staging)
     release_problems, staging, manifests = checked or (trouble, [], {})
+
+    def check_anchor(seq: int, digest: str) -> str | None:
+        err = ledger.check_anchor(seq, digest)
+        return None if err and seq > head[0] and later.get(seq) == digest else err
+
     anchor_problems, matched = [], {}
     if ledger:
-        checked, trouble = audit.guarded("anchor", "anchors", audit.check_anchors, ledger.check_anchor, manifests,
+        checked, trouble = audit.guarded("anchor", "anchors", audit.check_anchors, check_anchor, manifests,
                                          anchors, keyed, published_ids if home.mlflow_db.exists() else (), key)
         anchor_problems, matched = checked or (trouble, {})
     mirror_problems, trouble = audit.guarded("mlflow", "mirror", audit.check_mirror, spends, published, mirror)
@@ -144,8 +169,13 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
                                        sorted(valid + extra, key=lambda e: e.seq), delta_prime)
     statement_problems, statement_trouble = audit.guarded("release", "statements", audit.check_person_statements,
                                                           valid, manifests)
+    # a release being made while the audit reads the home is in flight, not a discrepancy nor a leftover
+    discrepancies, in_flight_seen = audit.set_aside_in_flight(
+        problems + release_problems + anchor_problems + (mirror_problems or trouble) + loss_trouble
+        + (statement_problems or statement_trouble), in_flight, set(published), live_ids)
     try:
-        left = [str(p.relative_to(home.root)) for p in recovery.leftovers(home, ledger)]
+        left = [str(p.relative_to(home.root)) for p in recovery.leftovers(home, ledger)
+                if not any(p.name == r or p.name.startswith((f".tmp-{r}-", f"{r}-")) for r in in_flight)]
     except (sqlite3.Error, TransitReleaseError):
         left = []
     result = audit.AuditResult(
@@ -154,11 +184,36 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
         anchors_checked=matched, keyed=keyed,
         threat_model=audit.threat_model(keyed, key is not None, matched, counted, allow_unbounded_person_loss,
                                         recorded_keyed),
-        discrepancies=(problems + release_problems + anchor_problems + (mirror_problems or trouble) + loss_trouble
-                       + (statement_problems or statement_trouble)),
+        discrepancies=discrepancies, in_flight=in_flight_seen,
         card_unbounded_periods=audit.card_unbounded_periods(valid),
         loss=loss or {}, loss_counts_mirrored=counted)
     return result.to_dict()
+
+
+def _head(entries: list) -> tuple[int, str]:
+    return (entries[-1].seq, entries[-1].hash) if entries else (0, ledger_records.GENESIS_HASH)
+
+
+def _mark_held_now(key: bytes, home: Home, current: list) -> bool:
+    """Does the ledger as it is now (``current``, which holds the snapshot's head) hold the keyed high-water mark?"""
+    try:
+        mark = ledger_records.read_high_water(key, ledger_records.records_name(home.ledger))
+    except TransitReleaseError:
+        return False
+    by_seq = {e.seq: e.hash for e in current}
+    return mark is not None and mark.held_by(by_seq.get, _head(current))
+
+
+def _current_ledger(home: Home) -> tuple[list, set[str]]:
+    """The ledger as it is now (its entries, the release ids of its publication intents), read again after the
+    snapshot; nothing if it cannot be read now (then nothing is in flight but live runs)."""
+    try:
+        if not home.ledger.is_file() or home.ledger.is_symlink():
+            return [], set()
+        now = Ledger(home.ledger, key=b"", read_only=True)
+        return now.entries(), {i.release_id for i in now.intents()}
+    except (sqlite3.Error, TransitReleaseError, OSError):
+        return [], set()
 
 
 @data_task(name="write-audit-report")

@@ -8,14 +8,16 @@ from dataclasses import dataclass, replace
 
 from tasks import data_task
 from transit_release.faults import crash_point
-from transit_release.accounting.ledger import Ledger, check_key_records, key_from_environment, refuse_second_charge
+from transit_release.accounting.ledger import (Ledger, refuse_second_charge,
+                                               storage_error)
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
-from transit_release.anchors import check_records, home_anchors
+from transit_release.anchors import check_ledger_whole, check_records, home_anchors, refuse_an_emptied_ledger
+from transit_release.outcome import exit_code
 from transit_release.recovery import live_release_ids
 from transit_release.home import Home, check_release_id
 from transit_release.inputs import tables as io
 from transit_release.errors import ConfigError, LedgerIntegrityError
-from transit_release.publish import MANIFEST, already_published
+from transit_release.publish import already_published
 
 
 @dataclass(frozen=True)
@@ -79,21 +81,16 @@ def check_budget(home: Home, events: list, policy: BudgetPolicy) -> dict:
     from transit_release.errors import BudgetError
 
     try:
-        if home.ledger.exists():
-            ledger = Ledger(home.ledger, read_only=True)
-            _refuse_an_emptied_ledger(home, ledger.head().seq, "it would charge nothing")
-            check_records(home, ledger, live_release_ids(home))
-            existing = ledger.check_before_charge(lambda: home_anchors(home))
-        else:  # what a charge would create: an empty ledger, which the key's records may say was emptied
-            _refuse_an_emptied_ledger(home, 0, "it would charge nothing")
-            check_key_records(key_from_environment(home.root), home.ledger, None)
-            existing = []
+        existing = check_ledger_whole(home, "it would charge nothing")
         policy.check(existing, events)
     except (BudgetError, LedgerIntegrityError, ConfigError) as exc:
-        return {"allowed": False, "reason": str(exc)}
+        return {"allowed": False, "reason": str(exc), "exit": exit_code(exc)}
     except sqlite3.Error as exc:
-        return {"allowed": False, "reason": f"{home.ledger}: not a readable privacy ledger ({exc})"}
-    return {"allowed": True, "reason": ""}
+        storage = storage_error(home.ledger, exc)
+        if storage is not None:
+            raise storage from None  # the dry run fails (exit 1): a full disk says nothing of the ledger
+        return {"allowed": False, "reason": f"{home.ledger}: not a readable privacy ledger ({exc})", "exit": 4}
+    return {"allowed": True, "reason": "", "exit": 0}
 
 
 def _recorded(home: Home) -> list:
@@ -102,23 +99,15 @@ def _recorded(home: Home) -> list:
     return Ledger(home.ledger, read_only=True).entries() if home.ledger.exists() else []
 
 
-def _refuse_an_emptied_ledger(home: Home, head: int, outcome: str = "nothing was charged") -> None:
-    """A new or emptied ledger must not restart the budget of a home that published."""
-    if head:
-        return
-    earlier = sorted(p.parent.name for root in (home.releases, home.test_releases) if root.is_dir()
-                     for p in root.glob(f"*/{MANIFEST}"))
-    if earlier:
-        raise LedgerIntegrityError(f"the ledger {home.ledger} is empty, but this home has published {len(earlier)} "
-                                   f"release(s) (first: {earlier[0]}): it is not this home's ledger, or the ledger was "
-                                   f"lost; restore it from a backup. {outcome[0].upper()}{outcome[1:]}")
+_refuse_an_emptied_ledger = refuse_an_emptied_ledger
 
 
 @data_task(name="precheck-budget")
 def precheck_budget(home: Home, events: list, policy: BudgetPolicy) -> None:
     """Refuse at once, before MLflow or anything else is touched, what the policy would refuse now (the charge
-    checks again, atomically, inside the ledger's transaction)."""
-    existing = _recorded(home)
+    checks again, atomically, inside the ledger's transaction). The ledger's integrity first, as every command
+    checks it before Prefect starts (a scheduled run starts here): exit 4 with the charge's reason."""
+    existing = check_ledger_whole(home, "nothing was charged")
     if events:
         refuse_second_charge(existing, events[0].release_id)  # the charge's own first refusal, in the same order
     policy.check(existing, events)

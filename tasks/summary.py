@@ -58,7 +58,8 @@ def summarize_dry_run(release_id: str, period, period_declared: bool, events: li
     return {"release_id": release_id, "status": "dry run: nothing charged, drawn or written",
             "period": f"{period.start.isoformat()} .. {period.end.isoformat()}",
             "period_declared": period_declared, "spends": spends, "events": len(events),
-            "allowed": verdict["allowed"], "reason": verdict["reason"], "quarantine": quarantine}
+            "allowed": verdict["allowed"], "reason": verdict["reason"], "exit": verdict.get("exit", 0),
+            "quarantine": quarantine}
 
 
 def _report(flow, flow_run, state) -> None:

@@ -34,6 +34,7 @@ from transit_release.accounting.ledger import Ledger
 from transit_release.cli import main
 from transit_release.faults import PAUSE_ENV, PAUSE_FILE_ENV
 from transit_release.noise import TEST_SEED_ENV
+from transit_release.publish import stage_release
 
 #: The command's exit after a terminal's Ctrl-C, at any stage (seconds): a bound that tells "at once" from the
 #: retries of a dead API (150 s) on a loaded test machine; the 2 s target is measured by
@@ -163,6 +164,16 @@ def test_a_time_zone_parquet_is_refused_at_once_in_one_line(week, tmp_path):
     ("name_zero_width", "stops file stops.csv: 1 problem(s): column 'name': holds a control or invisible format "
                         "character (Unicode Cc/Cf, e.g. a bidirectional override or a zero-width space): a "
                         "published cell would not show what it holds: 1 row(s), first at row(s) {row}"),
+    # #39: names that show nothing, read as the unknown mark, or look like another
+    ("name_filler", "stops file stops.csv: 1 problem(s): column 'name': is blank (only spaces or filler characters "
+                    "such as U+3164, which show nothing): 1 row(s), first at row(s) {row}"),
+    ("name_blank", "stops file stops.csv: 1 problem(s): column 'name': is blank (only spaces or filler characters "
+                   "such as U+3164, which show nothing): 1 row(s), first at row(s) {row}"),
+    ("name_full_width_minus_one", "stops file stops.csv: 1 problem(s): column 'name': is '-1', the published files' "
+                                  "mark for an unknown location (rename the stop): 1 row(s), first at row(s) {row}"),
+    ("name_twin", "stops file stops.csv: 1 problem(s): column 'name': differs from another stop name only by spaces "
+                  "at its ends or by compatibility forms (e.g. full-width letters): two published locations would "
+                  "look alike: 2 row(s), first at row(s) {row}, {row2}"),
     ("quoted_epsilon", "release config {config}: 'marginals.tap_on_time.epsilon' must be a number. Found str."),
     ("too_many_caps", "budget policy {policy}: 65 caps; at most 64 are supported (each cap composes the whole "
                       "ledger at every charge and in `budget`): merge caps, e.g. one without 'modes:'"),
@@ -176,10 +187,16 @@ def test_an_input_that_would_lie_is_refused_before_anything_starts(case, message
     if case in ("int_time", "float_card"):
         trips = week[case]
     elif case.startswith("name_"):
-        name = {"name_minus_one": " -1 ", "name_bidi": "Central\u202eStation", "name_zero_width": "Cen\u200btral"}
+        name = {"name_minus_one": " -1 ", "name_bidi": "Central\u202eStation", "name_zero_width": "Cen\u200btral",
+                "name_filler": "\u3164", "name_blank": "   ", "name_full_width_minus_one": "-\uff11",
+                "name_twin": "Twin"}
         stops = stops_with_name(week, tmp_path, name[case])
         table = pd.read_csv(stops, dtype=str, keep_default_na=False)
-        fields["row"] = int(table.index[table["mode"] == "train"][0]) + 1
+        trains = table.index[table["mode"] == "train"]
+        fields["row"], fields["row2"] = int(trains[0]) + 1, int(trains[1]) + 1
+        if case == "name_twin":  # beside 'Twin ' (a trailing space)
+            table.loc[trains[1], "name"] = "Twin "
+            table.to_csv(stops, index=False)
     elif case == "quoted_epsilon":
         from transit_release.config import default_config_path
 
@@ -409,6 +426,12 @@ def test_ctrl_c_at_every_stage_exits_130_at_once_and_leaves_what_repair_handles(
                         "and not published; `transit-release repair` removes what the run left; the same id "
                         "cannot be charged again")
     assert published(home) == []  # nothing visible: no staged release was renamed into releases/
+    from transit_release.home import Home
+
+    if stage == "before-charge" and not Home.at(home).is_home():
+        # the interrupted command removed all it had created: there is no home to repair or audit (#42 item 2)
+        assert main(["repair", "--home", str(home)]) == 2 and not Home.at(home).is_home()
+        return
     assert main(["repair", "--home", str(home)]) == 0
     result = audit(home, capsys)
     assert result["leftovers"] == [] and result["pending_publications"] == []
@@ -433,3 +456,354 @@ def test_what_a_command_forgets_of_a_stopped_run(monkeypatch):
     assert not forgettable(RuntimeError("a bug"))
     monkeypatch.setattr(budget, "CHARGED_HERE", ["r1"])
     assert not forgettable(InputDataError("refused after the charge"))
+
+
+# ---- #39: faults that cannot spend budget, and alarms that are never false ----------------------------------
+
+def _colliding_universe():
+    """Location ids a spreadsheet guard could merge: a formula-like id, the same behind the guard's own quote, a
+    quote alone, and an ordinary one."""
+    from transit_release.inputs.universe import LocationUniverse
+
+    return LocationUniverse(tuple(sorted(("=Z1", "'=Z1", "'", "''", "A"))), "test")
+
+
+def _every_kinds_tables() -> dict[str, dict[str, pd.DataFrame]]:
+    """Each published kind's tables, made by the kinds' own table functions over :func:`_colliding_universe`."""
+    from transit_release.releases.sequences import ngram_table, sequence_table
+    from transit_release.releases.sets import set_table
+    from transit_release.releases.trajectories import trajectory_table
+
+    u = _colliding_universe()
+    idx = u.index()
+    z, qz, a = idx["=Z1"], idx["'=Z1"], idx["A"]
+    records = [((z, a), 40), ((qz, a), 41), ((a, z), 42), ((a, qz), 43), ((idx["'"],), 44), ((idx["''"],), 45)]
+    opal = {"location": pd.DataFrame({"mode": ["train"] * 4, "date": ["20160808"] * 4, "tap": ["on"] * 4,
+                                      "loc": ["=Z1", "'=Z1", "'", "''"], "count": [40, 41, 42, 43]}),
+            "time-loc": pd.DataFrame({"mode": ["train"] * 2, "date": ["20160808"] * 2, "tap": ["on"] * 2,
+                                      "time": ["07:00"] * 2, "loc": ["=Z1", "'=Z1"], "count": [40, 41]})}
+    return {"opal": opal,
+            "sequences": {"sequences": sequence_table(records, u),
+                          "ngrams": ngram_table([(r, float(c)) for r, c in records], u)},
+            "trajectories": {"trajectories": trajectory_table([(tuple((loc, 8) for loc in r), c) for r, c in records],
+                                                              u)},
+            "sets": {"sets": set_table([(tuple(sorted(r)), c) for r, c in records], u)}}
+
+
+@pytest.mark.parametrize("kind", ["opal", "sequences", "trajectories", "sets"])
+def test_the_csv_guard_never_publishes_two_values_alike_and_parquet_keeps_them(kind, tmp_path):
+    """#39: a stop `=Z1` beside a stop `'=Z1` were both written `'=Z1` (duplicate keys in the CSV and the Parquet
+    files, which need no guard; passenger kinds merged the two). The guard is one-to-one on every kind's tables: a
+    cell starting with ' gets one more, removing one leading ' gives the value; Parquet holds the values as they are."""
+    from tests.test_publish import manifest
+    from transit_release.publish import unguard_cell
+
+    tables = _every_kinds_tables()[kind]
+    staged = stage_release(tmp_path / "releases", "r1", tables, manifest(), "card")
+    for name, df in tables.items():
+        csv = pd.read_csv(staged.staging_dir / f"{name}.csv", dtype=str, keep_default_na=False)
+        parquet = pd.read_parquet(staged.staging_dir / f"{name}.parquet")
+        pd.testing.assert_frame_equal(parquet, df.reset_index(drop=True), check_dtype=False)
+        for col in df.columns[:-1]:
+            cells = csv[col].tolist()
+            values = [str(v) for v in df[col]]
+            assert len(set(cells)) == len(set(values)), (name, col, cells)  # never two values alike
+            assert [unguard_cell(c) for c in cells] == values, (name, col, cells)
+            assert not any(c.lstrip().startswith(("=", "+", "@", "|")) for c in cells)
+
+
+def test_the_guard_is_one_to_one():
+    from transit_release.publish import neutralise_cell, unguard_cell
+
+    values = ["=Z1", "'=Z1", "''=Z1", "'", "''", "-1", "'-1", "+1", "A", " =1", "' =1", "\uff1d1", "'\uff1d1", ""]
+    guarded = [neutralise_cell(v) for v in values]
+    assert len(set(guarded)) == len(values)
+    assert [unguard_cell(g) for g in guarded] == values
+
+
+def test_every_name_the_tool_writes_beside_the_releases_is_a_reserved_release_id(tmp_path):
+    """#39: `--release-id audit_history.jsonl` published, then every audit exited 1; in a home with audits the
+    release was charged and failed (`File exists`). Every name the tool writes under releases/ and release_reports/
+    beside the release folders (the catalogue, the index, the audit history, an audit's folder, their temporary
+    files) is refused as a release id, before anything is charged."""
+    from transit_release import release_index
+    from transit_release.errors import ConfigError
+    from transit_release.home import Home, check_release_id
+    from transit_release.opendata.catalog import write_catalog
+
+    home = Home.at(tmp_path / "home").prepare()
+    write_catalog(home.root, home.releases)
+    release_index.add_audit_to_history(home.reports, "audit-20260101T000000000000Z",
+                                       {"at": "", "ok": True, "entries": 0, "releases_published": [],
+                                        "discrepancies": []})
+    release_index.write_index(home.releases, home.reports)
+    (home.reports / "audit-20260101T000000000000Z").mkdir()
+    written = {p.name for root in (home.releases, home.reports) for p in root.iterdir()}
+    written |= {release_index.INDEX, release_index.AUDIT_HISTORY, release_index.SUMMARY,
+                release_index.AUDIT_SUMMARY, ".index.html.tmp", ".catalog.jsonld.0a1b2c3d.part"}
+    assert {"catalog.jsonld", "index.html", "audit_history.jsonl"} <= written
+    for name in sorted(written):
+        with pytest.raises(ConfigError, match="is reserved|is not valid"):
+            check_release_id(name)
+    with pytest.raises(ConfigError, match="is reserved"):  # the command refuses it before Prefect starts
+        check_release_id("Audit_History.JSONL")
+
+
+def _published_home(tmp_path, rid="r1"):
+    """A home with one release charged and published at the library level (no Prefect, no MLflow)."""
+    from tests.test_accounting import partition_events
+    from tests.test_publish import manifest, tables
+    from transit_release.home import Home
+    from transit_release.publish import commit_release
+
+    home = Home.at(tmp_path / "home").prepare()
+    ledger = Ledger(home.ledger)
+    ledger.charge(partition_events(rid))
+    staged = stage_release(home.releases, rid, tables(), manifest(rid), "card", staging_root=home.staging_root(home.releases))
+    commit_release(staged, ledger)
+    return home, ledger
+
+
+def test_a_catalogue_rewrite_killed_midway_is_removed_by_repair_which_rebuilds_the_catalogue(tmp_path, capsys):
+    """#39: kill -9 while releases/catalog.jsonld was rewritten left releases/.catalog.jsonld.<hex>.part; `repair`
+    ignored it, the audit failed and every later charge exited 4 until it was deleted by hand, and the release stayed
+    missing from the catalogue. Now the charge's records check knows it for the tool's, `repair` removes it under the
+    catalogue's lock and rebuilds the catalogue, and the next catalogue write removes it too."""
+    from transit_release.anchors import check_records
+    from transit_release.opendata.catalog import CATALOG
+
+    home, ledger = _published_home(tmp_path)
+    part = home.releases / f".{CATALOG}.0a1b2c3d.part"  # the run was killed after writing it, before the rename
+    part.write_text('{"@graph": []', encoding="utf-8")
+    check_records(home, ledger, set())  # not foreign: the charge goes on
+    capsys.readouterr()
+    assert main(["repair", "--home", str(home.root)]) == 0
+    out = capsys.readouterr().out
+    assert "removed releases/.catalog.jsonld.0a1b2c3d.part" in out
+    assert "rewrote releases/catalog.jsonld: it did not list every published release" in out
+    assert not part.exists()
+    catalog = json.loads((home.releases / CATALOG).read_text(encoding="utf-8"))
+    assert [d["dct:identifier"] for d in catalog["@graph"] if d.get("@type") == "dcat:Dataset"] == ["r1"]
+    assert main(["repair", "--home", str(home.root)]) == 0 and "nothing to repair" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("failure", ["disk I/O error", "database or disk is full"])
+def test_a_storage_error_on_the_ledger_is_never_called_a_corrupt_ledger(failure, tmp_path, monkeypatch):
+    """#39: the disk filled after the charge, while staging: exit 4 "ledger.sqlite: not a readable privacy ledger
+    (disk I/O error); restore it from a backup". The ledger was intact; following the advice would have rolled 168
+    spends back. A storage error is exit 1, says the records are not in question and never advises a restore."""
+    from transit_release.errors import LedgerStorageError
+    from transit_release.outcome import exit_code
+
+    home, ledger = _published_home(tmp_path)
+    real = Ledger._connect
+
+    def failing(self):
+        raise sqlite3.OperationalError(failure)
+
+    monkeypatch.setattr(Ledger, "_connect", failing)
+    for step in (lambda: ledger.record_intent("r2", "0" * 64, home.staging / ".tmp-r2-0a1b2c3d",
+                                              home.releases / "r2", None),
+                 ledger.published, ledger.head, lambda: Ledger(tmp_path / "new.sqlite")):
+        with pytest.raises(LedgerStorageError) as caught:
+            step()
+        message = str(caught.value)
+        assert exit_code(caught.value) == 1
+        assert f"({failure}): the storage under it failed" in message
+        assert "restore it from a backup" not in message and "not a readable privacy ledger" not in message
+    monkeypatch.setattr(Ledger, "_connect", real)
+    assert ledger.verify() == 7  # intact: 6 spends and the publication
+
+
+def test_the_staging_place_is_tested_by_a_real_rename(tmp_path, monkeypatch):
+    """#39: releases/ a bind mount of the same filesystem (a web root): every release was charged, then failed with
+    `Invalid cross-device link` (the staging place was chosen by st_dev, which a bind mount shares). A real rename
+    of an empty directory decides: where it fails with EXDEV, releases are staged in the release root itself."""
+    import errno
+
+    from transit_release.home import Home
+
+    home = Home.at(tmp_path / "home").prepare()
+    assert home.staging_root(home.releases) == home.staging
+    real = os.rename
+
+    def across_mounts(src, dst):
+        if Path(src).parent == home.staging and Path(dst).parent == home.releases:
+            raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "rename", across_mounts)
+    assert home.staging_root(home.releases) == home.releases
+    assert sorted(p.name for p in home.staging.iterdir()) == [] and list(home.releases.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"), reason="a bind mount needs root")
+def test_a_release_into_a_bind_mounted_releases_directory_publishes(tmp_path):
+    """The finding itself, on a real bind mount of the same filesystem: charged, staged and published."""
+    from transit_release.home import Home
+
+    web = tmp_path / "webroot"
+    web.mkdir()
+    home = Home.at(tmp_path / "home").prepare()
+    if subprocess.run(["mount", "--bind", str(web), str(home.releases)], capture_output=True).returncode:
+        pytest.skip("cannot bind-mount here")
+    try:
+        home, ledger = _published_home(tmp_path)
+        assert os.stat(home.staging).st_dev == os.stat(home.releases).st_dev  # what the old test looked at
+        assert (web / "r1" / "manifest.json").is_file() and ledger.published().keys() == {"r1"}
+    finally:
+        subprocess.run(["umount", str(home.releases)], capture_output=True)
+
+
+def test_backup_leaves_nothing_but_the_backup(tmp_path, capsys):
+    """#44 (and #39's minor findings): `backup` left the -shm/-wal files of its temporary copy beside the backup. It
+    now leaves ledger.sqlite and anchors.json only; restored, the copy is a ledger that charges again (in WAL mode)."""
+    home, ledger = _published_home(tmp_path)
+    to = tmp_path / "backup"
+    capsys.readouterr()
+    assert main(["backup", "--home", str(home.root), "--to", str(to)]) == 0
+    assert sorted(p.name for p in to.iterdir()) == ["anchors.json", "ledger.sqlite"]
+    restored = tmp_path / "restored.sqlite"
+    shutil.copyfile(to / "ledger.sqlite", restored)
+    assert Ledger(restored).verify() == 7
+    with closing(sqlite3.connect(restored)) as con:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+# ---- #39's minor findings -------------------------------------------------------------------------------------
+
+def test_a_dry_run_the_policy_refuses_exits_3(tmp_path, capsys):
+    """A dry run whose spends the policy refuses exited 0 after printing "REFUSES"; it exits 3 (the ledger's
+    integrity: 4) and says why on stderr."""
+    from dataclasses import replace
+
+    from tasks.budget import check_budget
+    from tests.test_accounting import partition_events
+    from transit_release.accounting.policy import load_budget_policy
+    from transit_release.cli.printing import summary_exit
+    from transit_release.home import Home
+
+    home = Home.at(tmp_path / "home").prepare()
+    refusing = replace(load_budget_policy(), allow_unbounded_person_loss=False)
+    verdict = check_budget.fn(home, partition_events("r1"), refusing)  # trip-level spends: unbounded, refused
+    assert not verdict["allowed"] and verdict["exit"] == 3
+    capsys.readouterr()
+    assert summary_exit({"spends": [], **verdict}) == 3
+    assert capsys.readouterr().err.startswith("transit-release: error: ")
+    assert summary_exit({"spends": [], "allowed": True, "reason": "", "exit": 0}) == 0
+
+
+def test_a_key_file_that_is_a_fifo_is_refused_at_once(tmp_path):
+    """A key file that was a FIFO hung every command on its read."""
+    from transit_release.accounting.ledger import read_key_file
+    from transit_release.errors import ConfigError
+
+    fifo = tmp_path / "keys" / "ledger.key"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo, 0o600)
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match="ledger key file .*ledger.key: not a regular file"):
+        read_key_file(fifo)
+    assert time.monotonic() - start < 1
+
+
+@pytest.mark.parametrize("text,message", [
+    ("keywords: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n",
+     "line 2: a YAML alias (*a); write the values out, aliases are not accepted in this file"),
+    ('base_url: "https://x.example/a b"\n', "base_url: holds ' ', which a URL may not hold unencoded"),
+    ("base_url: 'https://x.example/\"><script>'\n", "base_url: holds '\"', '<', '>', which a URL may not hold"),
+    ("publisher: {name: \"Agency\\nEvil: line\"}\n", "publisher.name: holds a line break or another control"),
+    ("publisher: {name: A, url: 'https://a.example/<x>'}\n", "publisher.url: holds '<', '>', which a URL may"),
+])
+def test_open_data_settings_that_would_lie_or_explode_are_refused_at_once(text, message, tmp_path):
+    """An anchor bomb in `keywords` ran 267 s and printed a 351 MB line; URLs with `"`, spaces or `<>` landed in the
+    DCAT `@id`; newlines in the publisher. Each is refused in one short line, at once."""
+    from transit_release.errors import ConfigError
+    from transit_release.opendata import settings
+
+    (tmp_path / "open-data.yaml").write_text(text, encoding="utf-8")
+    start = time.monotonic()
+    with pytest.raises(ConfigError) as caught:
+        settings.load(tmp_path)
+    assert message in str(caught.value) and len(str(caught.value)) < 400, str(caught.value)
+    assert time.monotonic() - start < 1
+
+
+def test_an_epsilon_too_small_for_a_float_scale_is_refused_in_one_line(tmp_path, capsys):
+    """`--epsilon 1e-320` was a traceback (OverflowError)."""
+    sets, locations = tmp_path / "sets.txt", tmp_path / "locations.txt"
+    sets.write_text("A B\nB C\n")
+    locations.write_text("A\nB\nC\n")
+    capsys.readouterr()
+    assert main(["sets", "--input", str(sets), "--locations", str(locations), "--epsilon", "1e-320",
+                 "--period-start", "2026-01-01", "--period-end", "2026-01-31", "--home", str(tmp_path / "home"),
+                 "--dry-run"]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert "gives noise scale inf, above the largest supported scale 100,000" in line
+    assert not (tmp_path / "home").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "1", "nan", "-1"])
+def test_an_impossible_delta_prime_is_refused_and_no_audit_is_recorded(value, tmp_path, capsys):
+    """`audit --delta-prime` 0, 1, nan or −1 was recorded as a failed audit."""
+    home, _ = _published_home(tmp_path)
+    capsys.readouterr()
+    assert main(["audit", "--home", str(home.root), "--delta-prime", value]) == 2
+    assert "--delta-prime" in one_line(capsys.readouterr().err)
+    assert not (home.reports / "audit_history.jsonl").exists()
+
+
+def test_two_homes_sharing_a_ledger_are_told_so(tmp_path):
+    """Two homes sharing `--ledger`: every release of the second was refused with "records disagree"; the refusal
+    now says the ledger is another home's."""
+    from transit_release.anchors import check_records
+    from transit_release.errors import LedgerIntegrityError
+    from transit_release.home import Home
+
+    first, ledger = _published_home(tmp_path)
+    second = Home.at(tmp_path / "second", first.ledger).prepare()
+    with pytest.raises(LedgerIntegrityError, match=f"records the publications of another home \\(under "
+                                                   f"{first.releases}\\), none of this home {second.root}: a ledger "
+                                                   "serves one home"):
+        check_records(second, Ledger(first.ledger, read_only=True), set())
+    moved = tmp_path / "moved"  # a home moved as a whole keeps its releases: not another home's
+    first.root.rename(moved)
+    check_records(Home.at(moved), Ledger(moved / "ledger.sqlite", read_only=True), set())
+
+
+def test_a_home_or_a_backup_inside_another_homes_linked_releases_is_refused(tmp_path):
+    """`--home` inside another home's symlinked `releases/` was accepted, and so was `backup --to` another home's
+    `releases/`: both would publish a ledger."""
+    from transit_release import recovery
+    from transit_release.errors import ConfigError
+    from transit_release.home import Home
+
+    web = tmp_path / "webroot"
+    web.mkdir()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "releases").symlink_to(web)
+    with pytest.raises(ConfigError, match="is inside a releases/ directory"):
+        Home.at(other / "releases" / "mine").check_usable()
+    home, ledger = _published_home(tmp_path)
+    for to in (other / "releases" / "backup", home.root.parent / "home2-in-other" / "x"):
+        if "home2" in str(to):
+            Home.at(to.parent).prepare()  # another home
+        with pytest.raises(ConfigError, match="a backup of the ledger is private"):
+            recovery.backup_ledger(home, ledger, to, [])
+    assert not (web / "backup").exists()
+
+
+def test_the_free_space_the_docs_state_is_what_a_release_asks(tiny_week):
+    """The free space asked (199 MiB) differed from the docs (32 MiB)."""
+    from transit_release import storage
+    from transit_release.config import load_release_config
+    from transit_release.inputs.tables import read_stops
+    from transit_release.preprocessing import build_location_index
+
+    cfg = load_release_config()
+    vocab = build_location_index(read_stops(tiny_week["stops"]), cfg.modes).vocab
+    rows = storage.opal_public_rows(7, {m: len(vocab.get(m, ())) for m in cfg.modes}, 1440 // cfg.bin_minutes)
+    needed = storage.release_needs(rows, docs_sites=1, docs_copies=2)
+    text = " ".join((Path(__file__).parent.parent / "docs" / "operations.md").read_text().split())
+    assert f"it asks about {needed / 2**20:.0f} MiB" in text and f"{round(rows, -3):,} rows at most" in text

@@ -99,7 +99,7 @@ def test_published_csv_neutralises_stop_names(tmp_path):
     text = (final / "location.csv").read_text()
     assert "'=HYPERLINK" in text and "'@SUM(1)" in text and ",-1," in text
     assert not any(line.split(",")[3].startswith(("=", "+", "@")) for line in text.splitlines()[1:])
-    assert pd.read_parquet(final / "location.parquet")["loc"].tolist()[0].startswith("'=")
+    assert pd.read_parquet(final / "location.parquet")["loc"].tolist()[0].startswith("=")  # Parquet: as it is
 
 
 def test_datacard_states_the_guarantee_and_what_thresholds_do():

@@ -871,3 +871,179 @@ def test_the_budget_precheck_reads_the_ledger_without_repairing_it(case_of):
     code, discrepancies = audit(c.home)
     assert code == 4 and any("9 of the 9 append-only triggers are missing" in d and "dropped" in d
                              for d in discrepancies)
+
+
+def strip_macs_and_erase_newest(c):
+    """#39's critical finding: an insider without the key strips every MAC and erases the newest charge (its rows
+    and its MLflow anchor run); the chain is still whole (the tail was cut)."""
+    _drop_triggers(c, "entry_macs_no_delete", "intent_macs_no_delete")
+    c.sql("DELETE FROM entry_macs", "DELETE FROM intent_macs")
+    delete_newest_and_its_anchor(c)
+
+
+def test_a_run_without_the_key_on_a_stripped_keyed_home_is_refused_and_the_dry_run_says_so(case_of, monkeypatch):
+    """#39: a run made without TRANSIT_RELEASE_LEDGER_KEY_FILE then charged and published over the cap (the dry run
+    said "allows it"); the public manifests and MLflow's anchors still said the home was keyed, and the charge never
+    looked. Now the charge and the dry run refuse (exit 4) naming the record that says so; nothing is charged."""
+    from tasks.budget import check_budget
+
+    c = case_of(True)
+    strip_macs_and_erase_newest(c)
+    monkeypatch.delenv(KEY_FILE_ENV)  # the insider's run: no key configured
+    verdict = check_budget.fn(Home.at(c.home), partition_events(LATER[0], date=LATER[1]), trip_level_policy())
+    charged, message = later_charge(c.home)
+    TABLE.append(("MACs stripped, newest charge erased, run without the key", "stripped", 4,
+                  verdict["reason"][:80], charged, message))
+    assert not verdict["allowed"] and "say(s) this home's ledger was keyed, but" in verdict["reason"]
+    assert charged == 4, message
+    assert message.startswith("releases/r2/manifest.json and 5 more record(s) say(s) this home's ledger was keyed, "
+                              "but "), message
+    assert "holds no MAC: its MACs were stripped, or it is not this home's ledger; nothing was charged" in message
+    code, discrepancies = audit(c.home)  # the audit without the key names it too
+    assert code == 4 and any("says the ledger was keyed, but it holds no MAC" in d for d in discrepancies)
+
+
+def test_integrity_fails_loud_in_every_command_that_reads_the_ledger(case_of, tiny_week, tmp_path, capsys):
+    """#42 item 2: with a ledger row edited behind its triggers, `audit` exited 4 but `release --dry-run` printed
+    "REFUSES" and exited 0, and `budget` showed normal figures. Every command that reads the ledger now exits 4 with
+    the reason the charge gives, before Prefect starts (a release, its dry run, a passenger kind, `budget`, `repair`),
+    and nothing is charged."""
+    import time
+
+    from transit_release.cli import main
+
+    c = case_of(False)
+    edit(c)
+    before = c.ledger.read_bytes()
+    sets = tmp_path / "sets.txt"
+    sets.write_text("A B\nB C\n")
+    locations = tmp_path / "locations.txt"
+    locations.write_text("A\nB\nC\n")
+    home = ["--home", str(c.home)]
+    commands = {
+        "release --dry-run": ["release", "--trips", str(tiny_week["trips"]), "--stops", str(tiny_week["stops"]),
+                              *home, "--workers", "0", "--dry-run"],
+        "release": ["release", "--trips", str(tiny_week["trips"]), "--stops", str(tiny_week["stops"]), *home,
+                    "--workers", "0", "--period-start", "2016-08-08", "--period-end", "2016-08-14"],
+        "sets --dry-run": ["sets", "--input", str(sets), "--locations", str(locations), "--epsilon", "1",
+                           "--period-start", "2026-01-01", "--period-end", "2026-01-31", *home, "--dry-run"],
+        "budget": ["budget", *home],
+        "repair": ["repair", *home],
+    }
+    for name, argv in commands.items():
+        capsys.readouterr()
+        start = time.monotonic()
+        code = main(argv)
+        captured = capsys.readouterr()
+        TABLE.append((f"edited spend: `{name}`", "no", code, captured.err.strip()[:90], "-", ""))
+        assert code == 4, (name, captured)
+        assert captured.err.startswith("transit-release: error: ") and "entry 5 was modified after it was recorded" \
+            in captured.err, (name, captured.err)
+        assert "budget policy:" not in captured.out and "remaining" not in captured.out, name
+        assert time.monotonic() - start < 8, name  # before Prefect's server
+    assert c.ledger.read_bytes() == before
+
+
+def test_a_directory_that_is_not_a_home_is_refused_and_nothing_is_created(tmp_path, capsys):
+    """#42 item 2: `audit --home <empty directory>` said PASSED and created mlflow.db, .prefect/ and releases/ there;
+    `budget --home /nonexistent/x` said "nothing spent". A command that reads a home's records refuses a directory
+    holding none (exit 2) and creates nothing; a first release may still make an empty directory its home."""
+    from transit_release.cli import main
+    from transit_release.home import Home
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    missing = tmp_path / "nonexistent" / "x"
+    for command in ("audit", "budget", "repair"):
+        for where, state in ((empty, "is empty"), (missing, "does not exist")):
+            capsys.readouterr()
+            assert main([command, "--home", str(where)]) == 2, (command, where)
+            err = capsys.readouterr().err
+            TABLE.append((f"`{command} --home` {state}", "-", 2, err.strip()[:90], "-", ""))
+            assert err.startswith(f"transit-release: error: --home {where.resolve()} is not a transit-release home: "
+                                  f"it {state}"), err
+    capsys.readouterr()
+    assert main(["backup", "--home", str(empty), "--to", str(tmp_path / "b")]) == 2
+    assert "is not a transit-release home" in capsys.readouterr().err
+    assert list(empty.iterdir()) == [] and not missing.parent.exists() and not (tmp_path / "b").exists()
+    assert not Home.at(empty).is_home() and Home.at(empty).prepare().is_home()  # a first release makes it one
+
+
+def _publish_r4(home: Path, steps: str = "all") -> None:
+    """Release r4 as a run makes it (charge, anchor, stage, MLflow run, commit, anchor, tag), up to ``steps``:
+    ``"all"``, or ``"renamed"`` (stopped after the commit's rename and published entry, before its MLflow run is
+    tagged published and its publication anchored)."""
+    from tasks.budget import charge_budget
+    from tasks.publish import commit_release, stage_release
+    from tasks.track import anchor_ledger, mark_published, track_release
+    from transit_release.releases.opal import render_datacard
+
+    where, policy = Home.at(home), trip_level_policy()
+    charged = charge_budget.fn(where, partition_events("r4", date="20160811"), policy)
+    anchor_ledger.fn(where, "r4", "charge")
+    (where.reports / "r4").mkdir()  # its report folder, written before the commit
+    staged = stage_release.fn(where, "r4", tables(), {}, release_manifest("r4"), render_datacard, charged, policy)
+    run = track_release.fn(where, staged.manifest, charged, {"kind": "opal", "mechanism": "sbh"}, None)
+    commit_release.fn(where, staged, run)
+    if steps == "all":
+        anchor_ledger.fn(where, "r4", "publication")
+        mark_published.fn(where, run)
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "keyed"])
+@pytest.mark.parametrize("steps", ["all", "renamed"])
+def test_an_audit_beside_a_live_release_sees_it_in_flight_and_records_no_false_alarm(case_of, keyed, steps):
+    """#39: an audit while a release ran reported FAILED (ledger "truncated or rebuilt", release "never recorded as
+    published", the live report "left behind by a run that stopped") and wrote that false alarm to the audit history.
+    The release here is made right after the audit's snapshot (whole, or stopped after its rename with its run still
+    holding its lock); the audit passes and names it in flight. A tampered record of a published release still
+    fails it (test_tampering_is_caught_…)."""
+    from contextlib import ExitStack
+
+    from transit_release.recovery import work_dir
+
+    c = case_of(keyed)
+    with ExitStack() as held:
+        def release_meanwhile():
+            if steps == "renamed":  # the run lives on: it holds its working directory's lock
+                held.enter_context(work_dir(Home.at(c.home), "r4"))
+            _publish_r4(c.home, steps)
+
+        result = audit_result(c.home, after_snapshot=release_meanwhile)
+    TABLE.append((f"audit beside a live release ({steps})", "yes" if keyed else "no", 0 if result["ok"] else 4,
+                  (result["discrepancies"] or ["(passed)"])[0], "-", f"in flight: {result.get('in_flight')}"))
+    assert result["ok"], result["discrepancies"]
+    assert result["in_flight"] == ["r4"] and result["leftovers"] == []
+    assert result["releases_published"] == ["r1", "r2"]  # the snapshot's
+    later = audit_result(c.home)  # once it is done, the next audit checks it in full
+    assert later["in_flight"] == [] and "r4" in later["releases_published"]
+    assert later["ok"] == (steps == "all"), later["discrepancies"]
+
+
+def test_every_release_kind_holds_its_working_directory_while_it_runs(tmp_path):
+    """The audit knows a live run by its working directory's lock: passenger kinds held none, so a live passenger
+    release's report folder read as left behind by a run that stopped (#39)."""
+    from flows.tail import ReleaseKind, ReleaseRun
+    from transit_release.recovery import live_release_ids
+
+    where = Home.at(tmp_path / "home").prepare()
+    with ReleaseKind.workspace(None, ReleaseRun(where, "sets-x", False)):
+        assert live_release_ids(where) == {"sets-x"}
+    assert live_release_ids(where) == set()
+
+
+def test_a_restored_backup_is_named_as_one_not_as_other_input(case_of, tiny_week, capsys):
+    """#39: a restored backup's second run of a release said "made from other input" (its directory was there, the
+    restored ledger had forgotten it). The rollback is named, before Prefect, and nothing is charged."""
+    from transit_release.cli import main
+
+    c = case_of(False)
+    rollback_1(c)
+    capsys.readouterr()
+    code = main(["release", "--trips", str(tiny_week["trips"]), "--stops", str(tiny_week["stops"]), "--home",
+                 str(c.home), "--workers", "0", "--period-start", "2016-08-08", "--period-end", "2016-08-14",
+                 "--release-id", "r2"])
+    err = capsys.readouterr().err
+    TABLE.append(("restored backup, the release again", "no", code, err.strip()[:90], "-", ""))
+    assert code == 4 and "lacks what" in err and "older than this home's records (a restored backup?)" in err
+    assert "made from other input" not in err

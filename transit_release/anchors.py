@@ -21,9 +21,10 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from transit_release.accounting.ledger import Anchor, Ledger
+from transit_release.accounting.ledger import KEY_FILE_ENV, Anchor, Ledger
 from transit_release.errors import LedgerIntegrityError
-from transit_release.home import RELEASES_TOOL_FILES, Home
+from transit_release.home import RELEASES_TOOL_FILES, RENAME_PROBE_PATTERN, Home
+from transit_release.opendata.catalog import PART_PATTERN
 
 MANIFEST = "manifest.json"
 ANCHOR_EXPERIMENT = "transit-release-ledger"
@@ -106,6 +107,50 @@ def home_anchors(home: Home) -> list[Anchor]:
     return release_anchors(home) + mlflow_anchors(home.mlflow_db)
 
 
+def keyed_records(home: Home) -> list[str]:
+    """Where the home records that its ledger was keyed when they were written: published manifests whose
+    ``ledger_head`` says ``keyed``, MLflow anchor runs tagged ``keyed=true`` (what each is, newest manifest first).
+    A ledger that holds no MAC where these exist had its MACs stripped (or is another ledger): it is never charged
+    without the key, whose MACs would tell (:func:`check_records`)."""
+    out = []
+    for root in (home.releases, home.test_releases):
+        for m in sorted(root.glob(f"*/{MANIFEST}"), reverse=True) if root.is_dir() else []:
+            try:
+                head = json.loads(m.read_text(encoding="utf-8")).get("ledger_head")
+            except (OSError, ValueError, AttributeError):
+                continue  # an unreadable manifest is an anchor problem of its own
+            if isinstance(head, dict) and head.get("keyed") is True:
+                out.append(f"{m.relative_to(home.root)}")
+    if home.mlflow_db.exists():
+        try:
+            with closing(sqlite3.connect(f"{home.mlflow_db.resolve().as_uri()}?mode=ro", uri=True,
+                                         timeout=60)) as con:
+                runs = con.execute(
+                    "SELECT r.run_uuid FROM runs r JOIN experiments e ON e.experiment_id = r.experiment_id "
+                    "JOIN tags t ON t.run_uuid = r.run_uuid WHERE e.name = ? AND t.key = 'keyed' AND t.value = 'true' "
+                    "ORDER BY r.start_time DESC", (ANCHOR_EXPERIMENT,)).fetchall()
+        except sqlite3.Error:
+            runs = []  # an unreadable store is an anchor problem of its own
+        out += [f"the MLflow anchor run {r[0]}" for r in runs]
+    return out
+
+
+def check_keyed_records(home: Home, ledger: Ledger, outcome: str = "nothing was charged") -> None:
+    """Refuse a ledger that holds no MAC in a home whose records say it was keyed (:func:`keyed_records`): an
+    insider without the key can strip the MACs, erase the newest spends and re-chain; a run without the key would
+    then charge over a cap. Raises :class:`LedgerIntegrityError` (exit 4). With a key configured, the ledger's own
+    keying check names entries without a MAC."""
+    if ledger.key is not None or ledger.keyed():
+        return
+    said = keyed_records(home)
+    if said:
+        more = f" and {len(said) - 1} more record(s)" if len(said) > 1 else ""
+        raise LedgerIntegrityError(
+            f"{said[0]}{more} say(s) this home's ledger was keyed, but {ledger.path} holds no MAC: its MACs were "
+            f"stripped, or it is not this home's ledger; {outcome}. Set {KEY_FILE_ENV} to the ledger's key file and "
+            "run `transit-release audit`; restore the ledger from a backup if it fails")
+
+
 def _sha256(path: Path) -> str | None:
     import hashlib
 
@@ -115,7 +160,53 @@ def _sha256(path: Path) -> str | None:
         return None
 
 
-def check_records(home: Home, ledger: Ledger, live_release_ids: set[str]) -> None:
+def refuse_an_emptied_ledger(home: Home, head: int, outcome: str = "nothing was charged") -> None:
+    """A new or emptied ledger must not restart the budget of a home that published."""
+    if head:
+        return
+    earlier = sorted(p.parent.name for root in (home.releases, home.test_releases) if root.is_dir()
+                     for p in root.glob(f"*/{MANIFEST}"))
+    if earlier:
+        raise LedgerIntegrityError(f"the ledger {home.ledger} is empty, but this home has published {len(earlier)} "
+                                   f"release(s) (first: {earlier[0]}): it is not this home's ledger, or the ledger was "
+                                   f"lost; restore it from a backup. {outcome[0].upper()}{outcome[1:]}")
+
+
+def check_ledger_whole(home: Home, outcome: str = "it would charge nothing") -> list:
+    """Every check a charge makes before it writes, read only and without Prefect or MLflow: a new or emptied ledger
+    in a home that published, the home's records against the ledger (:func:`check_records`), the ledger's keying,
+    chain, MACs and schema, the key's records and every anchor the home holds (:meth:`Ledger.check_before_charge`).
+    Raises :class:`LedgerIntegrityError` (exit 4) or :class:`ConfigError` naming the first problem, each ending in
+    ``outcome``; returns the ledger's entries. Every command that reads the ledger (a dry run, ``budget``, a release
+    before Prefect starts, ``repair``) runs it, so integrity fails loud everywhere, at once."""
+    from transit_release.accounting.ledger import check_key_records, key_from_environment
+    from transit_release.recovery import live_release_ids
+
+    if not (home.ledger.exists() or home.ledger.is_symlink()):  # what a charge would create: an empty ledger
+        refuse_an_emptied_ledger(home, 0, outcome)
+        check_key_records(key_from_environment(home.root), home.ledger, None)
+        return []
+    ledger = Ledger(home.ledger, read_only=True)
+    refuse_an_emptied_ledger(home, ledger.head().seq, outcome)
+    check_records(home, ledger, live_release_ids(home), outcome)
+    return ledger.check_before_charge(lambda: home_anchors(home), outcome)
+
+
+def another_homes_ledger(home: Home, ledger: Ledger) -> Path | None:
+    """The other home's ``releases/`` whose publications ``ledger`` records, if every release it published lies
+    there and none in ``home`` (two homes given the same ``--ledger``); None otherwise (a moved home keeps its
+    releases: its intents' old paths no longer exist)."""
+    ours = {home.releases.resolve(), home.test_releases.resolve()}
+    published = set(ledger.published())
+    where = {Path(i.final_dir) for i in ledger.intents() if i.release_id in published}
+    if not where or any((home.release_dir(rid) / MANIFEST).is_file() for rid in published):
+        return None
+    if all(p.is_absolute() and p.parent.resolve() not in ours and (p / MANIFEST).is_file() for p in where):
+        return sorted(where)[-1].parent
+    return None
+
+
+def check_records(home: Home, ledger: Ledger, live_release_ids: set[str], outcome: str = "nothing was charged") -> None:
     """The other direction, before a charge: every release the ledger publishes was charged (has spends), is on
     disk with the manifest it recorded and (with an MLflow store) anchored there; nothing under ``releases/`` is
     foreign (anything but a
@@ -123,6 +214,7 @@ def check_records(home: Home, ledger: Ledger, live_release_ids: set[str]) -> Non
     releases charged and not yet published, or of publication intents carrying the key's MAC). Raises
     :class:`LedgerIntegrityError` naming the first problem: a home whose records disagree with its ledger is not
     charged until what `transit-release audit` names is resolved."""
+    check_keyed_records(home, ledger, outcome)
     problems = []
     published = ledger.published()
     anchored = {None}
@@ -170,10 +262,19 @@ def check_records(home: Home, ledger: Ledger, live_release_ids: set[str]) -> Non
             if p.name.startswith(".tmp-") and p.is_dir() and not p.is_symlink():
                 if not keyed or p.name in vouched or p.name[5:].rsplit("-", 1)[0] in in_flight:
                     continue
-            elif p.name in RELEASES_TOOL_FILES and p.is_file() and not p.is_symlink():
-                continue
+            elif (p.name in RELEASES_TOOL_FILES or PART_PATTERN.fullmatch(p.name)) and p.is_file() \
+                    and not p.is_symlink():
+                continue  # the catalogue, or a rewrite of it a killed run left (public; `repair` removes it)
+            elif RENAME_PROBE_PATTERN.fullmatch(p.name) and p.is_dir() and not p.is_symlink():
+                continue  # an empty directory a run renames here and removes at once (Home.staging_root)
             problems.append(f"releases/{p.name} is not something this tool wrote there")
+    other = another_homes_ledger(home, ledger) if problems else None
+    if other is not None:
+        raise LedgerIntegrityError(f"the ledger {ledger.path} records the publications of another home (under "
+                                   f"{other}), none of this home {home.root}: a ledger serves one home, whose anchors "
+                                   f"it must hold; {outcome}. Give this home its own ledger (--ledger, or none: "
+                                   "<home>/ledger.sqlite)")
     if problems:
         more = f" ({len(problems)} problems)" if len(problems) > 1 else ""
-        raise LedgerIntegrityError(f"this home's records disagree with its ledger: {problems[0]}{more}; nothing was "
-                                   "charged. Run `transit-release audit` and resolve what it names first")
+        raise LedgerIntegrityError(f"this home's records disagree with its ledger: {problems[0]}{more}; {outcome}. "
+                                   "Run `transit-release audit` and resolve what it names first")

@@ -303,10 +303,26 @@ _StrictLoader.add_implicit_resolver(
     list("-+0123456789"))
 
 
-def read_yaml(path: Path, what: str):
-    """Parse a YAML file, or raise :class:`ConfigError` naming ``what`` and the file."""
+class _NoAliasLoader(_StrictLoader):
+    """:class:`_StrictLoader` that refuses YAML aliases (``*name``): a file of a few lines whose aliases nest
+    expands into billions of values (an "anchor bomb") that every reader of it would walk."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise _RepeatedKey(f"line {event.start_mark.line + 1}: a YAML alias (*{event.anchor}); write the values "
+                               "out, aliases are not accepted in this file")
+        return super().compose_node(parent, index)
+
+
+def read_yaml(path: Path, what: str, aliases: bool = True, max_bytes: int | None = None):
+    """Parse a YAML file, or raise :class:`ConfigError` naming ``what`` and the file. ``aliases=False`` refuses YAML
+    aliases; ``max_bytes`` a larger file."""
     try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader)  # noqa: S506 (a SafeLoader)
+        if max_bytes is not None and path.stat().st_size > max_bytes:
+            raise ConfigError(f"{what} {path}: {path.stat().st_size:,} bytes; at most {max_bytes:,} are read")
+        return yaml.load(path.read_text(encoding="utf-8"),  # noqa: S506 (a SafeLoader)
+                         Loader=_StrictLoader if aliases else _NoAliasLoader)
     except _RepeatedKey as exc:
         raise ConfigError(f"{what} {path}: {exc}") from None
     except FileNotFoundError:

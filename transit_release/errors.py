@@ -79,6 +79,12 @@ class LedgerBusyError(TransitReleaseError):
     written (exit code 1, as a storage failure: trying again later is the remedy, not another input)."""
 
 
+class LedgerStorageError(TransitReleaseError):
+    """The privacy ledger could not be read or written because of the storage under it (a full disk, an I/O error,
+    a file system gone read-only or away), not because the ledger is damaged: nothing is wrong with its records and
+    restoring a backup would roll spends back (exit code 1, as a storage failure)."""
+
+
 class ClusterError(TransitReleaseError):
     """The Dask cluster that should sanitize the partitions cannot be used (checked before any spend)."""
 

@@ -22,26 +22,36 @@ home's public tree, which would then publish a ledger, an MLflow store and
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import secrets
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from transit_release.errors import ConfigError
 
-#: Names a release id may not take: they are the home's own files and folders (release_reports/ holds
-#: index.html, audit-<stamp>/ and experiments-<name>/ next to the releases' report folders).
-RESERVED_IDS = frozenset({"index.html", "releases", "release_reports", "private", "mlartifacts", "mlflow.db",
-                          "ledger.sqlite", "summary.json", "audit_summary.json", "data_docs", "work",
-                          "quarantine", "test-releases", "privacy-audit", "catalog.jsonld"})
-RESERVED_PREFIXES = ("audit-", "experiments-", ".")
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-
 #: Top-level files the tool itself may write under ``releases/`` beside the release directories (the audit names
 #: anything else there): the DCAT catalogue of the releases (:data:`transit_release.opendata.catalog.CATALOG`).
 RELEASES_TOOL_FILES: frozenset[str] = frozenset({"catalog.jsonld"})
+#: Top-level files the tool writes under ``release_reports/`` beside the releases' report folders: the index and
+#: the audits' history (:mod:`transit_release.release_index`).
+REPORTS_TOOL_FILES: frozenset[str] = frozenset({"index.html", "audit_history.jsonl"})
+#: Names a release id may not take: every name the tool writes under ``releases/`` and ``release_reports/`` beside
+#: the releases (:data:`RELEASES_TOOL_FILES`, :data:`REPORTS_TOOL_FILES`; ``audit-<stamp>/`` and
+#: ``experiments-<name>/`` by prefix), what a release folder holds, and the home's own files and folders.
+RESERVED_IDS = frozenset({"releases", "release_reports", "private", "mlartifacts", "mlflow.db", "ledger.sqlite",
+                          "summary.json", "audit_summary.json", "data_docs", "work", "quarantine", "test-releases",
+                          "privacy-audit", "staging", "open-data.yaml", "manifest.json", "datacard.md",
+                          "datapackage.json", "report.html"}) | RELEASES_TOOL_FILES | REPORTS_TOOL_FILES
+RESERVED_PREFIXES = ("audit-", "experiments-", ".", "ledger.sqlite-", "mlflow.db-")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+#: An empty directory renamed from ``private/staging/`` into ``releases/`` and removed at once, to learn whether one
+#: rename publishes (:meth:`Home.staging_root`); the audit and the charge know it for the tool's.
+RENAME_PROBE = ".rename-probe-"
+RENAME_PROBE_PATTERN = re.compile(r"\.rename-probe-[0-9a-f]{8}")
 
 #: Process umask of every command: nothing the tool writes is world-readable unless made so on purpose.
 UMASK = 0o027
@@ -63,10 +73,14 @@ def check_release_id(release_id: str) -> str:
 class Home:
     root: Path
     ledger_path: Path | None = None
+    #: the paths as given (absolute, links not resolved): a home reached through another home's linked
+    #: ``releases/`` is inside a public tree although its resolved path does not say so
+    given: tuple[Path, ...] = field(default=(), compare=False, repr=False)
 
     @classmethod
     def at(cls, root: str | Path | None = None, ledger: str | Path | None = None) -> "Home":
-        return cls(Path(root or ".").resolve(), Path(ledger).resolve() if ledger else None)
+        given = (Path(root or ".").absolute(),) + ((Path(ledger).absolute(),) if ledger else ())
+        return cls(Path(root or ".").resolve(), Path(ledger).resolve() if ledger else None, given)
 
     @property
     def releases(self) -> Path:
@@ -109,12 +123,29 @@ class Home:
         return self.private / "staging"
 
     def staging_root(self, release_root: Path) -> Path:
-        """Where a release published under ``release_root`` is staged: :attr:`staging` when it is on the same
-        filesystem (one rename publishes it), else ``release_root`` itself (a rename cannot cross filesystems;
-        the staging directory is then not readable by others until it is renamed into place)."""
+        """Where a release published under ``release_root`` is staged: :attr:`staging` when one rename moves a
+        directory from there into ``release_root`` (tried with a real, empty directory: a bind mount of the same
+        filesystem, such as a web root, has the same device number and still refuses the rename), else
+        ``release_root`` itself (the staging directory is then not readable by others until it is renamed into
+        place)."""
         self.staging.mkdir(mode=0o700, exist_ok=True)
         release_root.mkdir(parents=True, exist_ok=True)
-        return self.staging if self.staging.stat().st_dev == release_root.stat().st_dev else release_root
+        name = f"{RENAME_PROBE}{secrets.token_hex(4)}"
+        probe, moved = self.staging / name, release_root / name
+        probe.mkdir(mode=0o700)
+        try:
+            os.rename(probe, moved)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            return release_root
+        finally:
+            for p in (probe, moved):
+                try:
+                    p.rmdir()
+                except FileNotFoundError:
+                    pass
+        return self.staging
 
     @property
     def work(self) -> Path:
@@ -185,8 +216,10 @@ class Home:
     def check_usable(self) -> "Home":
         """Refuse at once, creating nothing, a home that is a file or cannot be written, or that lies in a
         ``releases/`` directory (one clear line)."""
-        for what, path in (("--home", self.root), ("--ledger", self.ledger_path)):
-            public = next((p for p in (path, *path.parents) if p.name == "releases"), None) if path else None
+        given = dict(zip(("--home", "--ledger"), self.given))
+        for what, path in (("--home", self.root), ("--ledger", self.ledger_path),
+                           ("--home", given.get("--home")), ("--ledger", given.get("--ledger"))):
+            public = public_tree(path)
             if public is not None:
                 raise ConfigError(f"{what} {path} is inside a releases/ directory ({public}): that may be another "
                                   "home's public tree, where a ledger, an MLflow store and private/ would be "
@@ -206,6 +239,26 @@ class Home:
             raise ConfigError(f"--home {self.root} is not writable ({exc.strerror})") from None
         return self
 
+    def is_home(self) -> bool:
+        """Does ``root`` hold a home, i.e. anything a release leaves: the ledger (``--ledger``'s file, or
+        ``ledger.sqlite``), ``releases/``, ``release_reports/``, ``private/`` or the MLflow store? An empty or missing
+        directory is not one yet: a first release makes it one."""
+        if self.ledger.is_file():
+            return True
+        return self.root.is_dir() and any(p.exists() for p in (self.root / "ledger.sqlite", self.releases,
+                                                                self.reports, self.private, self.mlflow_db))
+
+    def check_is_home(self, what: str) -> "Home":
+        """Refuse (exit 2, creating nothing) a command that reads a home's records pointed at a directory that holds
+        none: ``audit`` would say PASSED of nothing, ``budget`` "nothing spent" of a typo."""
+        if not self.is_home():
+            state = "does not exist" if not self.root.exists() else \
+                "is empty" if self.root.is_dir() and not any(self.root.iterdir()) else "holds no release records"
+            raise ConfigError(f"--home {self.root} is not a transit-release home: it {state} (no ledger.sqlite, "
+                              f"releases/, release_reports/, private/ or mlflow.db); nothing to {what}. Give the "
+                              "directory a release was made in (--home), or --ledger FILE")
+        return self
+
     def prepare(self) -> "Home":
         """Create the home's folders with their modes (after :meth:`check_usable`).
 
@@ -223,6 +276,11 @@ class Home:
                 os.chmod(path, mode)
         self.fingerprint_key()
         return self
+
+
+def public_tree(path: Path | None) -> Path | None:
+    """The directory named ``releases`` that ``path`` lies in (itself or an ancestor), if any: a public tree."""
+    return next((p for p in (path, *path.parents) if p.name == "releases"), None) if path else None
 
 
 #: The user's cache of things rebuilt from the installed libraries alone, never from data (empty MLflow stores,

@@ -121,6 +121,14 @@ def _round_sig(x: Fraction, rounding: str, digits: int = 3) -> float:
         return float(Decimal(x.numerator) / Decimal(x.denominator))
 
 
+def _float(x) -> float:
+    """``x`` as a float for a message: ``inf`` past the largest float (ε = 1e-320 gives a scale of about 1e320)."""
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf
+
+
 def check_scale(scale: Fraction, *, epsilon: Fraction | None = None, where: str = "") -> Fraction:
     """``scale`` if the samplers support it (``MIN_SCALE ≤ scale ≤ MAX_SCALE``), else :class:`NoiseParameterError`.
 
@@ -131,10 +139,10 @@ def check_scale(scale: Fraction, *, epsilon: Fraction | None = None, where: str 
     if scale <= 0:
         raise NoiseParameterError(f"scale must be positive. Found {scale}.")
     prefix = f"{where}: " if where else ""
-    given = f"ε = {float(epsilon):g} gives noise scale {float(scale):g}" if epsilon is not None \
-        else f"noise scale {float(scale):g}"
+    given = f"ε = {_float(epsilon):g} gives noise scale {_float(scale):g}" if epsilon is not None \
+        else f"noise scale {_float(scale):g}"
     if scale > MAX_SCALE:
-        entries = 2 * 64 * math.log(2) * float(scale)
+        entries = 2 * 64 * math.log(2) * _float(scale)
         msg = (f"{prefix}{given}, above the largest supported scale {int(MAX_SCALE):,} (its sampling table "
                f"would need about {entries:.2g} entries; noise that large drowns any count anyway). ")
         if epsilon is not None:

@@ -4,7 +4,8 @@ gives it). Built from a run's summary or its exception only: public figures, nev
 
 from __future__ import annotations
 
-from transit_release.errors import BudgetError, LedgerBusyError, LedgerIntegrityError, TransitReleaseError
+from transit_release.errors import (BudgetError, LedgerBusyError, LedgerIntegrityError, LedgerStorageError,
+                                   TransitReleaseError)
 
 #: the exit codes of the ``transit-release`` command (:mod:`transit_release.cli.exits`)
 EXIT_UNEXPECTED = 1
@@ -18,7 +19,7 @@ def exit_code(exc: BaseException) -> int:
     """The exit code the command gives a run that raised ``exc``."""
     if isinstance(exc, LedgerIntegrityError):
         return EXIT_AUDIT_FAILED
-    if isinstance(exc, LedgerBusyError):  # try again later: a storage failure, not bad input
+    if isinstance(exc, (LedgerBusyError, LedgerStorageError)):  # try again later: a storage failure, not bad input
         return EXIT_UNEXPECTED
     if isinstance(exc, BudgetError):
         return EXIT_BUDGET

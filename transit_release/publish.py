@@ -13,7 +13,13 @@ Public CSV cells never start a spreadsheet formula: a text cell starting with
 ``=``, ``+``, ``-``, ``@``, ``|``, a tab or a carriage return — or with a
 character a spreadsheet may read as one of them (the full-width ``＝＋－＠｜``
 and other compatibility forms, the minus sign ``−``) — is prefixed with a single
-quote (OWASP's CSV-injection guidance), except a plain number such as ``-1``.
+quote (OWASP's CSV-injection guidance), except a plain number such as ``-1``; so
+is a text cell that itself starts with a single quote, so that two distinct
+values never publish alike (the guard is one-to-one: a CSV cell that starts
+with ``'`` had exactly one ``'`` added, removing it gives the value). The guard
+applies to the whole cell (an n-gram ``=Z1 A`` is ``'=Z1 A``, ``A =Z1`` stays as
+it is: each decodes to its value). Parquet files and text files carry the
+values unchanged: no spreadsheet runs them.
 """
 
 from __future__ import annotations
@@ -42,9 +48,11 @@ _NUMBER = re.compile(r"[+-]?\d+(\.\d+)?([eE][+-]?\d+)?")
 CSV_NEUTRALISATION = ("text cells that would start with =, +, -, @, |, a tab or a carriage return (or their "
                       "full-width forms), after any spaces or invisible characters, are prefixed with a single quote "
                       "(') so that no spreadsheet runs them as a formula (plain numbers such as -1 are kept as they "
-                      "are)")
+                      "are), and so are cells that start with a single quote themselves: a cell that starts with ' "
+                      "had exactly one added, and removing it gives the value (the Parquet files hold the values "
+                      "unchanged)")
 
-__all__ = ["MANIFEST", "DATACARD", "check_release_id", "rows_released", "neutralise_cell", "neutralise_frame", "stage_release",
+__all__ = ["MANIFEST", "DATACARD", "check_release_id", "rows_released", "neutralise_cell", "unguard_cell", "neutralise_frame", "stage_release",
            "commit_release", "open_to_the_public", "verify_release", "sha256_file", "already_published", "StagedRelease"]
 
 
@@ -53,11 +61,19 @@ _LEADING_BLANKS = re.compile(r"^[\s\u00a0\u180e\u200b-\u200f\u2028-\u202f\u205f-
 
 def neutralise_cell(text: str) -> str:
     """``'`` + ``text`` if a spreadsheet would read ``text`` as a formula (also after leading spaces or invisible
-    characters, which spreadsheets may skip); ``text`` otherwise."""
+    characters, which spreadsheets may skip) or if ``text`` starts with ``'`` itself; ``text`` otherwise. One-to-one:
+    :func:`unguard_cell` gives ``text`` back."""
+    if text.startswith("'"):  # the guard's own mark: one more, so the guard stays one-to-one
+        return "'" + text
     bare = _LEADING_BLANKS.sub("", unicodedata.normalize("NFKC", text))  # ＝ is =, ＋ is +, ｜ is |, ...
     if (bare.startswith(_FORMULA_START) or text.startswith(_FORMULA_START)) and not _NUMBER.fullmatch(text.strip()):
         return "'" + text
     return text
+
+
+def unguard_cell(text: str) -> str:
+    """The value of a published CSV cell: :func:`neutralise_cell` undone (one leading ``'`` removed)."""
+    return text[1:] if text.startswith("'") else text
 
 
 def neutralise_frame(df: pd.DataFrame) -> pd.DataFrame:
@@ -132,7 +148,8 @@ def stage_release(root: Path, release_id: str, tables: dict[str, pd.DataFrame], 
     """Write every file of the release into ``<staging_root>/.tmp-<id>-<random>/`` (default ``root``; CSV cells
     neutralised), to be renamed into ``<root>/<id>``: ``staging_root`` must be on the same filesystem.
 
-    Tables are written as CSV and Parquet; ``texts`` as they are. ``describe(staging_dir, manifest)``, if given,
+    Tables are written as CSV (cells guarded: :func:`neutralise_cell`) and Parquet (values unchanged); ``texts`` as
+    they are. ``describe(staging_dir, manifest)``, if given,
     writes the files that describe the others (the open-data files: :func:`transit_release.opendata.describe_release`)
     from the manifest with its file list so far, and returns their entries: the manifest lists them too. Public
     files are world-readable whatever the process umask; the staging directory itself is not, until
@@ -153,8 +170,8 @@ def stage_release(root: Path, release_id: str, tables: dict[str, pd.DataFrame], 
                 path = tmp / f"{name}.{ext}"
                 if ext == "csv":
                     safe.to_csv(path, index=False, lineterminator="\n")
-                else:
-                    safe.to_parquet(path, index=False)
+                else:  # no spreadsheet runs a Parquet cell: the values as they are
+                    df.to_parquet(path, index=False)
                 files[path.name] = {"sha256": sha256_file(path), "rows": int(len(df)), "bytes": path.stat().st_size}
         for name, text in (texts or {}).items():
             (tmp / name).write_text(text, encoding="utf-8", newline="\n")

@@ -36,8 +36,8 @@ from pathlib import Path
 
 from transit_release.accounting.ledger import Anchor, Ledger, PublicationIntent, rollback_message, snapshot_ledger
 from transit_release.errors import ConfigError, LedgerIntegrityError, LedgerRollbackError
-from transit_release.home import Home, check_release_id
-from transit_release.opendata.catalog import write_catalog
+from transit_release.home import RENAME_PROBE_PATTERN, Home, check_release_id, public_tree
+from transit_release.opendata.catalog import PART_PATTERN, dead_rewrites, repair_catalog
 from transit_release.publish import MANIFEST, open_to_the_public, sha256_file, verify_release
 
 LOCK = ".lock"
@@ -48,9 +48,11 @@ class RepairResult:
     completed: list[str] = field(default_factory=list)  # release ids whose publication was completed
     rolled_back: list[str] = field(default_factory=list)  # release ids whose interrupted publication was undone
     removed: list[str] = field(default_factory=list)  # leftover paths removed (relative to the home)
+    catalogue_rewritten: bool = False  # releases/catalog.jsonld did not list what releases/ holds
 
     def to_dict(self) -> dict:
-        return {"completed": self.completed, "rolled_back": self.rolled_back, "removed": self.removed}
+        return {"completed": self.completed, "rolled_back": self.rolled_back, "removed": self.removed,
+                "catalogue_rewritten": self.catalogue_rewritten}
 
 
 def pending_intents(ledger: Ledger) -> list[PublicationIntent]:
@@ -214,6 +216,10 @@ def leftovers(home: Home, ledger: Ledger | None) -> list[Path]:
         if root.is_dir():
             out += [p for p in sorted(root.glob(".tmp-*")) if p not in pending
                     and p.name[5:].rsplit("-", 1)[0] not in live]
+    out += dead_rewrites(home.releases)  # a catalogue rewrite a killed run left (repair removes it under its lock)
+    for root in (home.staging, home.releases):  # a rename test a killed run left (Home.staging_root); empty
+        out += sorted(p for p in root.glob(".rename-probe-*") if RENAME_PROBE_PATTERN.fullmatch(p.name)
+                      and p.is_dir() and not any(p.iterdir())) if root.is_dir() else []
     if home.private.is_dir():
         out += sorted(p for p in home.private.glob("*/partitions") if p.parent.name not in ("work", "quarantine"))
     if home.reports.is_dir():
@@ -227,6 +233,8 @@ def leftovers(home: Home, ledger: Ledger | None) -> list[Path]:
 def clean_leftovers(home: Home, ledger: Ledger | None) -> list[str]:
     removed = []
     for p in leftovers(home, ledger):
+        if PART_PATTERN.fullmatch(p.name):
+            continue  # removed under the catalogue's lock (repair_catalog)
         shutil.rmtree(p, ignore_errors=True)
         removed.append(str(p.relative_to(home.root)))
     return removed
@@ -235,14 +243,15 @@ def clean_leftovers(home: Home, ledger: Ledger | None) -> list[str]:
 def repair(home: Home, ledger: Ledger) -> RepairResult:
     """Complete or roll back every interrupted publication, then remove the leftovers of dead runs."""
     result = RepairResult()
-    catalogued = False
     for intent in pending_intents(ledger):
         done = complete_or_roll_back(ledger, intent, home)
         (result.completed if done else result.rolled_back).append(intent.release_id)
-        catalogued |= done and Path(intent.final_dir).parent.resolve() == home.releases.resolve()
-    if catalogued:  # a completed public publication joins the DCAT catalogue, as after any other
-        write_catalog(home.root, home.releases, home.private)
-    result.removed = clean_leftovers(home, ledger)
+    # a completed public publication joins the DCAT catalogue, as after any other; a rewrite of the catalogue that a
+    # killed run left goes, and a catalogue that misses a release (its run killed before writing it) is rebuilt
+    if home.releases.is_dir():
+        parts, result.catalogue_rewritten = repair_catalog(home.root, home.releases, home.private)
+        result.removed += [f"releases/{name}" for name in parts]
+    result.removed += clean_leftovers(home, ledger)
     return result
 
 
@@ -308,10 +317,18 @@ def backup_ledger(home: Home, ledger: Ledger, to: Path, anchors: list[Anchor]) -
     write ``to/anchors.json``: the copy's head and every anchor of the home it holds. Refused, writing nothing, for
     a ledger that fails its own verification, lacks a trigger or any anchor (a backup of a ledger that already
     forgot would restore the forgetting), or a ``to`` inside the home or not empty. Returns the record."""
+    given = Path(to).expanduser().absolute()
     to = Path(to).expanduser().resolve()
     if to == home.root or home.root in to.parents:
         raise ConfigError(f"--to {to} lies inside the home {home.root}: a backup must survive the home; choose a "
                           "directory elsewhere")
+    public = public_tree(given) or public_tree(to)
+    other = next((p for p in (to, *to.parents) if Home.at(p).is_home()), None)
+    if public is not None or other is not None:
+        where = f"inside a releases/ directory ({public}), which may be published" if public is not None else \
+            f"inside another home ({other})"
+        raise ConfigError(f"--to {to} lies {where}: a backup of the ledger is private; choose a directory outside "
+                          "any home")
     if to.exists() and (not to.is_dir() or any(to.iterdir())):
         raise ConfigError(f"--to {to} is not an empty directory: a backup never overwrites another")
     entries = ledger.verify()

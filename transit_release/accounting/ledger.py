@@ -63,7 +63,7 @@ from typing import Any
 
 from transit_release.accounting.events import event_from_json
 from transit_release.errors import (ConfigError, LedgerBusyError, LedgerIntegrityError, LedgerRollbackError,
-                                   ReleaseExistsError)
+                                   LedgerStorageError, ReleaseExistsError)
 
 GENESIS_HASH = "0" * 64
 SPEND = "spend"
@@ -139,6 +139,23 @@ BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only: DELETE refused'); 
 def _locked(exc: BaseException) -> bool:
     """SQLite's answer when another connection holds the lock past the busy timeout."""
     return isinstance(exc, sqlite3.OperationalError) and "database is locked" in str(exc)
+
+
+#: What SQLite says when the storage under a file fails, not the file's contents: a full disk, an I/O error, a file
+#: system gone read-only, a directory that cannot hold the write-ahead log's files.
+_STORAGE_ERRORS = ("disk i/o error", "database or disk is full", "unable to open database file",
+                   "attempt to write a readonly database", "out of memory", "readonly database")
+
+
+def storage_error(path: Path, exc: BaseException) -> LedgerStorageError | None:
+    """A storage failure behind ``exc`` (see :data:`_STORAGE_ERRORS`), as one line that never calls the ledger damaged
+    and never advises restoring a backup (that would roll back every spend since it); None for anything else."""
+    if not isinstance(exc, sqlite3.OperationalError) or not any(w in str(exc).lower() for w in _STORAGE_ERRORS):
+        return None
+    return LedgerStorageError(f"{path}: the privacy ledger could not be read or written ({exc}): the storage under it "
+                              "failed (a full disk, an I/O error, a read-only file system), which says nothing about "
+                              "its records; keep the file as it is (restoring a backup would roll spends back), free "
+                              "space or repair the file system, and run the command again")
 
 
 def _busy_message(ledger: "Ledger") -> str:
@@ -263,8 +280,12 @@ def read_key_file(path: str | Path, home: Path | None = None) -> bytes:
             raise ConfigError(f"ledger key file {path} lies inside the home {root}: keep it elsewhere, or anyone "
                               "who can rewrite the ledger can also recompute its keyed chain")
     try:
-        mode = stat.S_IMODE(path.stat().st_mode)
-        key = path.read_bytes().strip()
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or a device would block every command on its read
+            raise ConfigError(f"ledger key file {path}: not a regular file; put the key in a file of its own")
+        mode = stat.S_IMODE(st.st_mode)
+        with open(path, "rb") as fh:
+            key = fh.read(1 << 16).strip()  # a key is 32 to a few hundred bytes
     except OSError as exc:
         raise ConfigError(f"ledger key file {path}: cannot be read ({exc.strerror})") from None
     if mode & 0o077:
@@ -629,6 +650,9 @@ def _unreadable_is_integrity(method):
             text = str(exc)
             if _locked(exc):
                 raise LedgerBusyError(_busy_message(self)) from None
+            storage = storage_error(self.path, exc)
+            if storage is not None:
+                raise storage from None
             if isinstance(exc, sqlite3.OperationalError) and not text.startswith(("no such", "table ")):
                 raise
             raise LedgerIntegrityError(f"{self.path}: not a readable privacy ledger ({text}); restore it from a "
@@ -669,10 +693,13 @@ class Ledger:
                 # it lacks what was always created with a table it holds (dropped, not older)
                 if con.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
                     self._create_schema(con)
-                    self._write_ahead_log(con)
+                self._write_ahead_log(con)  # also a restored backup's copy, which is one file (snapshot_ledger)
         except sqlite3.DatabaseError as exc:
             if _locked(exc):
                 raise LedgerBusyError(_busy_message(self)) from None
+            storage = storage_error(self.path, exc)
+            if storage is not None:
+                raise storage from None
             raise LedgerIntegrityError(f"{self.path}: not a readable privacy ledger ({exc}); restore it from a "
                                        "backup") from None
         if new:
@@ -1212,3 +1239,6 @@ def snapshot_ledger(path: Path, dest: Path, timeout_s: float = 60.0) -> None:
     src = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=timeout_s)
     with closing(src), closing(sqlite3.connect(dest)) as dst:
         src.backup(dst)
+        # one file: the copy of a WAL-mode ledger is in WAL mode too, and every reader of it would leave -wal and
+        # -shm files beside it (a read-only one cannot remove them); the ledger that opens it switches back to WAL
+        dst.execute("PRAGMA journal_mode=DELETE")

@@ -20,41 +20,47 @@ def check_ledger_key(home: Home) -> None:
     check_key_place(home.root, home.ledger)
 
 
-def check_budget(home: Home, args, events: list, policy, earlier_ids: tuple[str, ...] = ()) -> None:
-    """The policy's verdict on ``events`` (this run's spends, planned from public parameters) against the ledger as
-    it stands, before any record is read: a refusal here is the one the charge would give, seconds instead of
-    minutes later. Left to the flow: a dry run (it reports the verdict), an id the ledger already holds (published
-    from the same input: nothing is spent; charged: the flow's own refusal) and a ledger that cannot be read as it
-    stands (the flow's checks say why). The charge checks again, inside the ledger's transaction."""
-    import sqlite3
+def check_home_state(home: Home, args) -> list:
+    """The home's open-data settings and the ledger's integrity (every check the charge makes, read only: a refusal
+    exits 4 with the audit's reason, for a dry run too); returns the ledger's entries. Cheap (YAML and SQLite, no
+    pandas, pandera or privacy accounting imported), so these refusals come within a second or two."""
+    from transit_release.anchors import check_ledger_whole
+    from transit_release.opendata import settings
 
-    from transit_release.accounting.ledger import Ledger
-    from transit_release.errors import BudgetError, TransitReleaseError
+    settings.load(home.root)  # the home's open-data settings, refused here rather than after reading the input
+    return check_ledger_whole(home, "it would charge nothing" if args.dry_run else "nothing was charged")
 
+
+def check_budget(home: Home, args, events: list, policy, earlier_ids: tuple[str, ...] = (),
+                 existing: list | None = None) -> None:
+    """The home's state (:func:`check_home_state`, unless its ``existing`` entries are given), then the policy's
+    verdict on ``events`` (this run's spends, planned from public parameters) against the ledger as it stands,
+    before any record is read: a refusal here is the one the charge would give, seconds instead of minutes later.
+    Left to the flow: a dry run's verdict (it reports it, and exits 3 if the policy refuses) and an id the ledger
+    already holds (published from the same input: nothing is spent; charged: the flow's own refusal). The charge
+    checks again, inside the ledger's transaction."""
+    if existing is None:
+        existing = check_home_state(home, args)
     if args.dry_run or not events:
         return
-    try:
-        existing = Ledger(home.ledger, read_only=True).entries() if home.ledger.exists() else []
-        if {x.release_id for x in existing} & {events[0].release_id, *earlier_ids}:
-            return
-        policy.check(existing, events)
-    except BudgetError:
-        raise
-    except (TransitReleaseError, sqlite3.Error, OSError):  # a ledger the flow's own checks refuse, with their words
+    if {x.release_id for x in existing} & {events[0].release_id, *earlier_ids}:
         return
+    policy.check(existing, events)
 
 
-def check_release_budget(args, home: Home, period, cfg, population: str, policy) -> None:
+def check_release_budget(args, home: Home, period, cfg, population: str, policy, existing: list | None = None) -> None:
     """An Opal release's spends (one per partition and marginal of the declared period) under the policy."""
     from transit_release.releases import opal
 
     rid = args.release_id or opal.release_id_for(period.start, period.end, cfg.unit_of_privacy)
     events = opal.plan_spends(period, cfg, rid, "not-read-yet", "", population)
-    check_budget(home, args, events, policy, tuple(opal.earlier_release_ids(period.start, period.end)))
+    check_budget(home, args, events, policy, tuple(opal.earlier_release_ids(period.start, period.end)), existing)
 
 
 def check_release_args(args, trips: str, stops: str, home: Home) -> None:
-    """Everything about a release invocation that needs no Prefect: files, headers, period, config, policy, id."""
+    """Everything about a release invocation that needs no Prefect: files, headers, period, id, the home's state,
+    the stop table and the trips' header, config, policy. Cheapest first: each refusal comes before the imports it
+    does not need (pandera, the privacy accounting)."""
     from transit_release import preflight
     from transit_release.cluster import check_workers_setting
     from transit_release.inputs.stored_types import STOP_COLUMN_TYPES, TRIP_COLUMN_TYPES
@@ -64,8 +70,6 @@ def check_release_args(args, trips: str, stops: str, home: Home) -> None:
     preflight.readable_file(stops, "stops")
     preflight.check_parquet_types(trips, "trips", TRIP_COLUMN_TYPES)  # first: pyarrow alone, before pandas
     preflight.check_parquet_types(stops, "stops", STOP_COLUMN_TYPES)
-    from transit_release.accounting.policy import load_budget_policy
-    from transit_release.config import load_release_config, population_named, release_unit
     from transit_release.inputs.screening import PERIOD_REQUIRED, parse_period
 
     period = None
@@ -76,14 +80,18 @@ def check_release_args(args, trips: str, stops: str, home: Home) -> None:
         period = parse_period(args.period_start, args.period_end)
     if args.release_id is not None:
         check_release_id(args.release_id)
+    existing = check_home_state(home, args)
+    preflight.check_trip_inputs(trips, stops)
+    preflight.check_stop_table(stops)
+    from transit_release.accounting.policy import load_budget_policy
+    from transit_release.config import load_release_config, population_named, release_unit
+
     population = population_named(args.population)
     cfg = load_release_config(args.config, release_unit(args.config, args.unit)).with_overrides(
         epsilons=args.epsilons, delta=args.delta, quarantine_limit=args.quarantine_limit)
     policy = load_budget_policy(args.policy)
     if period is not None:
-        check_release_budget(args, home, period, cfg, population, policy)
-    preflight.check_trip_inputs(trips, stops)
-    preflight.check_stop_table(stops)
+        check_release_budget(args, home, period, cfg, population, policy, existing)
 
 
 def check_passenger_release_args(args) -> tuple:

@@ -44,11 +44,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def budget(args, home: Home) -> int:
     """Spent and remaining under each cap, from the ledger and the policy alone (no Prefect, no MLflow)."""
-    from transit_release.accounting.ledger import Ledger
     from transit_release.accounting.policy import load_budget_policy
+    from transit_release.anchors import check_ledger_whole
 
+    home.check_is_home("show")
     policy = load_budget_policy(args.policy)
-    entries = Ledger(home.ledger, key=b"", read_only=True).entries() if home.ledger.exists() else []
+    # figures of a ledger that fails its checks would not be true: exit 4 with the audit's reason, as a charge
+    entries = check_ledger_whole(home, "no figures are shown")
     print_budget(home, policy, entries, args.json)
     return 0
 
@@ -57,8 +59,12 @@ def audit(args, home: Home) -> int:
     """The privacy audit flow on a Prefect API; exit 4 when it fails."""
     from transit_release.accounting.policy import load_budget_policy
 
-    if not home.root.is_dir():
-        raise ConfigError(f"--home {home.root}: no such directory: nothing to audit")
+    import math
+
+    if not (math.isfinite(args.delta_prime) and 0 < args.delta_prime < 1):
+        raise ConfigError(f"--delta-prime {args.delta_prime:g}: the slack δ' of the advanced composition bound must "
+                          "lie strictly between 0 and 1 (default 1e-07); nothing was audited")
+    home.check_is_home("audit")  # nothing is created in a directory that is not a home
     load_budget_policy(args.policy)
     with server.prefect_api(home, args.verbose):
         from flows.audit import privacy_audit
@@ -81,6 +87,11 @@ def repair(args, home: Home) -> int:
     from transit_release import recovery
     from transit_release.accounting.ledger import Ledger
 
+    from transit_release.anchors import check_ledger_whole
+
+    home.check_is_home("repair")
+    if not args.adopt_ledger_key:  # (adopting a key makes its own checks, on a ledger these refuse)
+        check_ledger_whole(home, "nothing was repaired")
     home.prepare()
     ledger = Ledger(home.ledger)
     if args.adopt_ledger_key:
@@ -95,7 +106,9 @@ def repair(args, home: Home) -> int:
         print(f"tagged the MLflow run of {rid} as published")
     for p in result.removed:
         print(f"removed {p}")
-    if not (result.completed or result.rolled_back or tagged or result.removed):
+    if result.catalogue_rewritten:
+        print("rewrote releases/catalog.jsonld: it did not list every published release")
+    if not (result.completed or result.rolled_back or tagged or result.removed or result.catalogue_rewritten):
         print("nothing to repair")
     return 0
 
@@ -106,6 +119,7 @@ def backup(args, home: Home) -> int:
     from transit_release.accounting.ledger import Ledger
     from transit_release.anchors import home_anchors
 
+    home.check_is_home("back up")
     if not home.ledger.is_file():
         raise ConfigError(f"{home.ledger}: no ledger to back up")
     record = recovery.backup_ledger(home, Ledger(home.ledger, read_only=True), Path(args.to), home_anchors(home))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from transit_release.cli import checks, server
 from transit_release.cli.options import POPULATION_HELP, add_home, floats
-from transit_release.cli.printing import print_summary
+from transit_release.cli.printing import print_summary, summary_exit
 from transit_release.cluster import IN_PROCESS, local_workers
 from transit_release.home import Home
 from transit_release.warmup import RELEASE_MODULES
@@ -73,7 +73,7 @@ def release(args, trips: str, stops: str, home: Home) -> int:
                                workers=args.workers, dry_run=args.dry_run, unit=args.unit,
                                population=args.population)
     print_summary(summary)
-    return 0
+    return summary_exit(summary)
 
 
 def demo(args, home: Home) -> int:

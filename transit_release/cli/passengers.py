@@ -10,7 +10,7 @@ from pathlib import Path
 
 from transit_release.cli import checks, server
 from transit_release.cli.options import add_home, add_record_inputs, add_release_options
-from transit_release.cli.printing import print_summary
+from transit_release.cli.printing import print_summary, summary_exit
 from transit_release.home import Home
 
 
@@ -102,7 +102,7 @@ def _publish(args, home: Home, flow_module: str, flow_name: str, **own) -> int:
             ledger=args.ledger, quarantine_limit=args.quarantine_limit, queries=args.queries, dry_run=args.dry_run,
             population=args.population, **own)
     print_summary(result)
-    return 0
+    return summary_exit(result)
 
 
 def sequences(args, home: Home) -> int:

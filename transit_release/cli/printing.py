@@ -1,9 +1,11 @@
 """What the commands print: plain lines that never wrap a command or cut a column. Writes to standard output
-only; reads nothing but the dictionaries and values it is given (and imports the formatting helpers it needs)."""
+only (a dry run's refusal is said again on stderr); reads nothing but the dictionaries and values it is given (and
+imports the formatting helpers it needs)."""
 
 from __future__ import annotations
 
 import json
+import sys
 
 from transit_release.home import Home
 
@@ -19,6 +21,15 @@ def input_line(quarantine: dict) -> str:
         return out + "none set aside"
     reasons = ", ".join(f"{n:,} {reason}" for reason, n in sorted(q.get("by_reason", {}).items()))
     return out + f"{q['quarantined']:,} set aside ({100 * q.get('quarantined_share', 0):.2f}%): {reasons}"
+
+
+def summary_exit(summary: dict) -> int:
+    """A release command's exit code from its summary: 0, or a dry run's refusal (3 the budget policy, 4 the ledger's
+    integrity, 2 its configuration), said again in one line on stderr as a refusal is."""
+    if "spends" not in summary or summary.get("allowed", True):
+        return 0
+    print(f"transit-release: error: {summary['reason']}", file=sys.stderr)
+    return int(summary.get("exit") or 3)
 
 
 def print_summary(summary: dict) -> None:

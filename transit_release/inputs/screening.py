@@ -85,14 +85,26 @@ def declared_period(start: str | None, end: str | None, dry_run: bool, suggest) 
     return parse_period(start, end)
 
 
+#: The longest release period, in days: one release covers at most a year (a card-level Opal release plans one spend
+#: per mode, day and marginal, and the budget caps are per calendar year); release longer spans year by year.
+MAX_PERIOD_DAYS = 366
+
+
 def parse_period(start: str | None, end: str | None) -> Period:
-    """``--period-start``/``--period-end`` as a :class:`Period` (both or neither; ISO dates, in order)."""
+    """``--period-start``/``--period-end`` as a :class:`Period` (both or neither; ISO dates, in order; at most
+    :data:`MAX_PERIOD_DAYS` days: a public refusal at once, instead of minutes of planning and reading first)."""
     if start is None or end is None:
         raise InputDataError("give both --period-start and --period-end")
     try:
-        return Period(date.fromisoformat(str(start)), date.fromisoformat(str(end)))
+        period = Period(date.fromisoformat(str(start)), date.fromisoformat(str(end)))
     except ValueError:
         raise InputDataError("--period-start and --period-end must be dates as YYYY-MM-DD") from None
+    days = (period.end - period.start).days + 1
+    if days > MAX_PERIOD_DAYS:
+        raise InputDataError(f"release period {period}: {days:,} days; a release covers at most {MAX_PERIOD_DAYS} "
+                             "days (its spends are planned per day, and the budget caps are per calendar year): "
+                             "release a longer span period by period")
+    return period
 
 
 def _first_rows(mask: np.ndarray) -> str:

@@ -37,3 +37,17 @@ def invisible_characters() -> re.Pattern:
 
 def has_invisible(text: str) -> bool:
     return invisible_characters().search(text) is not None
+
+
+#: Letters that show nothing (Unicode's fillers and the blank braille pattern): a name of only these and spaces
+#: would be published as a blank cell.
+FILLERS = "\u115f\u1160\u3164\uffa0\u2800"
+BLANK_CHECK = "is blank (only spaces or filler characters such as U+3164, which show nothing)"
+LOOKALIKE_CHECK = ("differs from another stop name only by spaces at its ends or by compatibility forms (e.g. "
+                   "full-width letters): two published locations would look alike")
+
+
+def normalised_name(text: str) -> str:
+    """A name as it looks: NFKC (full-width forms as their plain letters), fillers removed, spaces at its ends
+    removed."""
+    return unicodedata.normalize("NFKC", text).translate({ord(c): None for c in FILLERS}).strip()

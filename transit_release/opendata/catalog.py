@@ -26,6 +26,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import secrets
 from contextlib import contextmanager
 from pathlib import Path
@@ -171,19 +172,57 @@ def _locked(lock_dir: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+#: A rewrite of the catalogue in progress (written aside, then renamed over it): ``.catalog.jsonld.<8 hex>.part``.
+PART_PATTERN = re.compile(r"\.catalog\.jsonld\.[0-9a-f]{8}\.part")
+
+
+def _write(root: Path, catalog: dict) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    target = root / CATALOG
+    tmp = root / f".{CATALOG}.{secrets.token_hex(4)}.part"
+    try:
+        tmp.write_text(json.dumps(catalog, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
 def write_catalog(home_root: Path, root: Path, lock_dir: Path | None = None) -> Path:
     """Regenerate ``<root>/catalog.jsonld`` from the releases under ``root`` with the home's open-data settings
     (world-readable, like the releases); ``lock_dir`` (default ``<home>/private``) holds the lock."""
     settings = open_data_settings.load(home_root)
     with _locked(lock_dir or Path(home_root) / "private"):
+        for p in dead_rewrites(root):  # under the lock, every other rewrite is a dead run's
+            p.unlink(missing_ok=True)
+        return _write(root, build_catalog(root, settings))
+
+
+def dead_rewrites(root: Path) -> list[Path]:
+    """Rewrites of the catalogue under ``root`` (:data:`PART_PATTERN`); dead unless a writer holds the lock."""
+    return sorted(p for p in root.glob(f".{CATALOG}.*.part") if PART_PATTERN.fullmatch(p.name)) \
+        if root.is_dir() else []
+
+
+def repair_catalog(home_root: Path, root: Path, lock_dir: Path | None = None) -> tuple[list[str], bool]:
+    """Under the catalogue's lock (no writer is between its write and its rename): remove the rewrites a killed run
+    left (:func:`dead_rewrites`) and rewrite ``<root>/catalog.jsonld`` if it does not hold what the releases under
+    ``root`` give (missing, stale: a run killed before its catalogue was written). Returns the removed names and
+    whether the catalogue was rewritten."""
+    settings = open_data_settings.load(home_root)
+    with _locked(lock_dir or Path(home_root) / "private"):
+        removed = []
+        for p in dead_rewrites(root):
+            p.unlink(missing_ok=True)
+            removed.append(p.name)
         catalog = build_catalog(root, settings)
-        root.mkdir(parents=True, exist_ok=True)
         target = root / CATALOG
-        tmp = root / f".{CATALOG}.{secrets.token_hex(4)}.part"
         try:
-            tmp.write_text(json.dumps(catalog, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
-    return target
+            current = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else None
+        except (OSError, ValueError):
+            current = None
+        if current == catalog or (current is None and not catalog.get("@graph", [None])[0].get("dcat:dataset")):
+            return removed, False
+        _write(root, catalog)
+        return removed, True

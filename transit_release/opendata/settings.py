@@ -52,11 +52,35 @@ class OpenDataSettings:
         return {"licence": dict(self.licence), "publisher": dict(self.publisher), "keywords": list(self.keywords)}
 
 
+#: The settings file is a few lines: a larger one is refused unread.
+MAX_BYTES = 64 << 10
+MAX_KEYWORDS = 50
+MAX_TEXT = 200
+#: Characters a URL may not hold as written in the catalogue's ``@id`` and the pages' links (RFC 3986 excludes them
+#: unencoded): quotes, spaces, angle brackets, braces, a backslash, a caret, a backtick, a pipe.
+_URL_FORBIDDEN = set('"<>{}\\^`| ')
+
+
 def _http(url: str, where: str) -> str:
     parsed = urlparse(url)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise ConfigError(f"{where}: must be an http(s) URL. Found {url!r}.")
+        raise ConfigError(f"{where}: must be an http(s) URL" + (f". Found {url!r}." if len(url) <= MAX_TEXT else ""))
+    bad = sorted({c for c in url if c in _URL_FORBIDDEN or not c.isprintable()})
+    if bad:
+        raise ConfigError(f"{where}: holds {', '.join(repr(c) for c in bad)}, which a URL may not hold unencoded "
+                          "(percent-encode them, e.g. %20 for a space)")
     return url
+
+
+def _text(value, where: str) -> str:
+    """A non-empty text of one line (no control characters), at most :data:`MAX_TEXT` characters."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where}: must be a non-empty text")
+    if any(not c.isprintable() and c != " " for c in value):
+        raise ConfigError(f"{where}: holds a line break or another control character; write it on one line")
+    if len(value) > MAX_TEXT:
+        raise ConfigError(f"{where}: {len(value)} characters; at most {MAX_TEXT}")
+    return value.strip()
 
 
 def _mapping(value, keys: set[str], required: set[str], where: str) -> dict:
@@ -68,10 +92,7 @@ def _mapping(value, keys: set[str], required: set[str], where: str) -> dict:
     missing = sorted(required - set(value))
     if missing:
         raise ConfigError(f"{where}: missing {', '.join(missing)}")
-    for k, v in value.items():
-        if not isinstance(v, str) or not v.strip():
-            raise ConfigError(f"{where}.{k}: must be a non-empty text. Found {v!r}.")
-    return {k: value[k].strip() for k in sorted(value)}
+    return {k: _text(value[k], f"{where}.{k}") for k in sorted(value)}
 
 
 def load(home_root: str | Path) -> OpenDataSettings:
@@ -79,7 +100,7 @@ def load(home_root: str | Path) -> OpenDataSettings:
     path = Path(home_root) / SETTINGS_FILE
     if not path.exists():
         return OpenDataSettings(dict(DEFAULT_LICENCE), dict(DEFAULT_PUBLISHER))
-    data = read_yaml(path, "open-data settings")
+    data = read_yaml(path, "open-data settings", aliases=False, max_bytes=MAX_BYTES)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -96,10 +117,13 @@ def load(home_root: str | Path) -> OpenDataSettings:
         _http(publisher["url"], f"{where}: publisher.url")
     base_url = data.get("base_url") or ""
     if not isinstance(base_url, str):
-        raise ConfigError(f"{where}: base_url must be a text. Found {base_url!r}.")
+        raise ConfigError(f"{where}: base_url must be a text")
     if base_url:
         base_url = _http(base_url.strip(), f"{where}: base_url").rstrip("/") + "/"
     keywords = data.get("keywords") or []
-    if not isinstance(keywords, list) or not all(isinstance(k, str) and k.strip() for k in keywords):
-        raise ConfigError(f"{where}: keywords must be a list of non-empty texts. Found {keywords!r}.")
-    return OpenDataSettings(licence, publisher, base_url, tuple(k.strip() for k in keywords))
+    if not isinstance(keywords, list):
+        raise ConfigError(f"{where}: keywords must be a list of non-empty texts")
+    if len(keywords) > MAX_KEYWORDS:
+        raise ConfigError(f"{where}: {len(keywords)} keywords; at most {MAX_KEYWORDS}")
+    keywords = [_text(k, f"{where}: keywords[{i}]") for i, k in enumerate(keywords)]
+    return OpenDataSettings(licence, publisher, base_url, tuple(keywords))
