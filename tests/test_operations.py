@@ -100,19 +100,24 @@ def test_budget_shows_spent_and_remaining_per_cap_without_prefect(tmp_path):
     assert "  mode ferry: 1 partition(s), most spent ε=8 (remaining ε=0)" in out
     assert "cap 'sequence-period': passenger-sequence, ε ≤ 2, δ ≤ 1e-09 per period, all time" in out
     assert "  nothing spent: the whole cap remains" in out
-    assert "  population default: used ε=0, δ=0; remaining ε=80, δ=1e-06 (unbounded: trip-level release(s) r1)" in out
+    assert ("  population default: used ε=0 by privacy-loss distributions at δ=1e-06 (basic composition, for "
+            "reference: ε=0, δ=0); remaining ε=80 (unbounded: trip-level release(s) r1)") in out
+    assert "  next release like r1: the policy REFUSES it: " in out  # its partitions are spent
     js = json.loads(run_cli("budget", "--home", str(home), "--json").stdout.rsplit("\n", 2)[0])
     spent = [row for row in js if row["scope"] is not None]  # every cap is listed: those with nothing spent too
     assert [row["cap"] for row in js if row["scope"] is None] == ["card-year", "sequence-period",
                                                                   "trajectory-period", "set-period"]
     assert {"cap": "sequence-period", "unit_of_privacy": "passenger-sequence", "per": "period", "period": "all-time",
-            "scope": None, "used_epsilon": 0.0, "used_delta": 0.0, "remaining_epsilon": 2.0,
+            "measure": "basic", "scope": None, "used_epsilon": 0.0, "used_delta": 0.0, "remaining_epsilon": 2.0,
             "remaining_delta": 1e-09} in js
+    for row in spent:  # the policy's verdict on the next release like r1 (its partition is spent)
+        assert row.pop("next_release")["allowed"] is False
     assert spent == [{"cap": "person-year", "unit_of_privacy": "person", "per": "person", "period": "calendar-year",
-                   "scope": "population default", "used_epsilon": 0.0, "used_delta": 0.0, "remaining_epsilon": 80.0,
-                   "remaining_delta": 1e-06, "note": "unbounded: trip-level release(s) r1"},
+                   "measure": "pld", "scope": "population default", "used_epsilon": 0.0, "used_delta": 0.0,
+                   "remaining_epsilon": 80.0, "remaining_delta": 1e-06, "basic_epsilon": 0.0, "basic_delta": 0.0,
+                   "note": "unbounded: trip-level release(s) r1"},
                   {"cap": "trip-partition", "unit_of_privacy": "trip", "per": "partition", "period": "all-time",
-                   "scope": "ferry/20160808", "used_epsilon": 8.0, "used_delta": 7.5e-07,
+                   "measure": "basic", "scope": "ferry/20160808", "used_epsilon": 8.0, "used_delta": 7.5e-07,
                    "remaining_epsilon": 0.0, "remaining_delta": 2.5e-07}]
 
 

@@ -76,26 +76,57 @@ def _utility(kind: str, summary: dict | None) -> str:
     return "; ".join(parts) or "—"
 
 
-def mlflow_runs(mlflow_db: Path) -> dict[str, str]:
-    """``{release id: MLflow UI address of its run}`` and ``{"": address of the runs view}`` from the home's MLflow
-    store, read-only (SQLite, no MLflow import); empty when there is no store yet or it cannot be read. The
-    addresses open the experiment's runs tab (``#/experiments/<id>/runs``), not MLflow 3's default view."""
+#: The MLflow experiment that holds the releases' own runs (``tasks.track.EXPERIMENT``; the ledger's anchor runs
+#: and the audits' runs live in experiments of their own and are never a release's run).
+RELEASE_EXPERIMENT = "transit-release"
+#: A tag that marks a run as a release's own run, ``(key, value)``, once the tracking writes one; None: a release's
+#: run is the top-level run of :data:`RELEASE_EXPERIMENT` named by its release id and tagged with it.
+RELEASE_RUN_TAG: tuple[str, str] | None = None
+
+
+def release_runs(mlflow_db: Path, run_tag: tuple[str, str] | None = RELEASE_RUN_TAG) -> dict[str, tuple[str, str]]:
+    """``{release id: (experiment id, run id)}`` of each release's own MLflow run, read-only from the home's store
+    (SQLite, no MLflow import); empty when there is no store yet or it cannot be read.
+
+    A release's own run is an active top-level run of :data:`RELEASE_EXPERIMENT` whose name is the release id and
+    whose ``release_id`` tag says the same (and, with ``run_tag``, carrying that tag): never a ledger anchor run
+    (``transit-release-ledger``) or an audit run, which are tagged with release ids too. Of several (a failed
+    publication's run, then the published one), the run tagged ``published = true`` wins, then the newest."""
     if not mlflow_db.is_file():
         return {}
+    wanted = ("AND EXISTS (SELECT 1 FROM tags m WHERE m.run_uuid = r.run_uuid AND m.key = ? AND m.value = ?) "
+              if run_tag else "")
     try:
         db = sqlite3.connect(f"{mlflow_db.as_uri()}?mode=ro", uri=True)
         try:
             rows = db.execute(
-                "SELECT r.experiment_id, r.run_uuid, t.value FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
-                "AND t.key = 'release_id' WHERE r.lifecycle_stage = 'active' AND NOT EXISTS (SELECT 1 FROM tags p "
-                "WHERE p.run_uuid = r.run_uuid AND p.key = 'mlflow.parentRunId') ORDER BY r.start_time").fetchall()
+                "SELECT r.experiment_id, r.run_uuid, t.value, COALESCE((SELECT p.value FROM tags p WHERE "
+                "p.run_uuid = r.run_uuid AND p.key = 'published'), '') = 'true', r.start_time "
+                "FROM runs r JOIN experiments e ON e.experiment_id = r.experiment_id "
+                "JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = 'release_id' "
+                "WHERE e.name = ? AND r.lifecycle_stage = 'active' AND r.name = t.value "
+                "AND NOT EXISTS (SELECT 1 FROM tags p WHERE p.run_uuid = r.run_uuid AND p.key = 'mlflow.parentRunId') "
+                + wanted, (RELEASE_EXPERIMENT, *(run_tag or ()))).fetchall()
         finally:
             db.close()
     except sqlite3.Error:
         return {}
-    out = {rid: f"{MLFLOW_UI}/#/experiments/{exp}/runs/{run}" for exp, run, rid in rows}
-    if rows:
-        out[""] = f"{MLFLOW_UI}/#/experiments/{rows[-1][0]}/runs"
+    best: dict[str, tuple] = {}
+    for exp, run, rid, published, start in rows:
+        key = (bool(published), start or 0, run)
+        if rid not in best or key > best[rid][0]:
+            best[rid] = (key, (str(exp), run))
+    return {rid: v[1] for rid, v in best.items()}
+
+
+def mlflow_runs(mlflow_db: Path) -> dict[str, str]:
+    """``{release id: MLflow UI address of its own run}`` (:func:`release_runs`) and ``{"": address of the runs
+    view}``. The addresses open the experiment's runs tab (``#/experiments/<id>/runs``), not MLflow 3's default
+    view."""
+    runs = release_runs(mlflow_db)
+    out = {rid: f"{MLFLOW_UI}/#/experiments/{exp}/runs/{run}" for rid, (exp, run) in runs.items()}
+    if runs:
+        out[""] = f"{MLFLOW_UI}/#/experiments/{next(iter(runs.values()))[0]}/runs"
     return out
 
 

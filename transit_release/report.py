@@ -273,25 +273,51 @@ released distributions.</p>
     return path
 
 
-def _cumulative_chart(tl: pd.DataFrame, unit: str, cap: float | None, path: Path) -> None:
+def _cap_of(cap) -> dict | None:
+    """A cap as the audit's charts draw it: ``{"epsilon", "delta", "measure", "name"}`` (a bare number: a cap by basic
+    composition)."""
+    if cap is None:
+        return None
+    if isinstance(cap, (int, float)):
+        return {"epsilon": float(cap), "delta": None, "measure": "basic", "name": ""}
+    return {"measure": "basic", "name": "", "delta": None, **cap}
+
+
+def _cap_label(cap: dict) -> str:
+    name = f"cap '{cap['name']}': " if cap.get("name") else "cap "
+    if cap["measure"] == "pld":
+        return f"{name}ε ≤ {cap['epsilon']:g} by privacy-loss distributions (δ = {cap['delta']:g})"
+    return f"{name}ε ≤ {cap['epsilon']:g} by basic composition"
+
+
+def _cumulative_chart(tl: pd.DataFrame, unit: str, cap, path: Path, pld: float | None = None) -> None:
     """One panel per mode (lines of equal height would hide one another), each with the cap. The time axis spans
-    the recorded spends (a few days around a single one), with dates labelled concisely."""
+    the recorded spends (a few days around a single one), with dates labelled concisely.
+
+    The line is the audit's own figures (:func:`transit_release.audit.cumulative_loss`'s timeline): the loss by
+    basic composition, whose last point is the total the page states; ``pld``, the unit's stated figure by
+    privacy-loss distributions, is marked at the last release. The cap is drawn in its own measure's words."""
     import matplotlib.dates as mdates
 
     plt = _pyplot()
+    cap = _cap_of(cap)
     modes = sorted(tl["mode"].unique())
     fig, axes = plt.subplots(1, len(modes), figsize=(min(max(4 * len(modes), 7), 16), 3.6), sharey=True,
                              squeeze=False)
-    top = max(float(tl["cumulative_epsilon"].max()), cap or 0.0) * 1.1 or 1.0
+    top = max(float(tl["cumulative_epsilon"].max()), cap["epsilon"] if cap else 0.0) * 1.1 or 1.0
     first, last = tl["recorded_at"].min(), tl["recorded_at"].max()
     pad = max((last - first) * 0.05, pd.Timedelta(days=3))
     for ax, mode in zip(axes[0], modes):
-        g = tl[tl["mode"] == mode].sort_values("recorded_at")
-        ax.step(g["recorded_at"], g["cumulative_epsilon"].cummax(), where="post", color="tab:blue")
-        ax.plot(g["recorded_at"], g["cumulative_epsilon"].cummax(), "o", ms=3, color="tab:blue")
+        g = tl[tl["mode"] == mode].sort_values("recorded_at", kind="stable")
+        basic = g["cumulative_epsilon"].cummax()
+        ax.step(g["recorded_at"], basic, where="post", color="tab:blue", label="basic composition")
+        ax.plot(g["recorded_at"], basic, "o", ms=3, color="tab:blue")
+        if pld is not None:
+            ax.plot([g["recorded_at"].iloc[-1]], [pld], "D", ms=7, color="tab:green",
+                    label=f"privacy-loss distributions: ε = {pld:.4g}")
         if cap is not None:
-            ax.axhline(cap, color="tab:red", ls="--", lw=1, label=f"cap ε = {cap:g}")
-            ax.legend(loc="lower right", fontsize=8)
+            ax.axhline(cap["epsilon"], color="tab:red", ls="--", lw=1, label=_cap_label(cap))
+        ax.legend(loc="lower right", fontsize=7)
         ax.set_ylim(0, top)
         ax.set_xlim(first - pad, last + pad)
         locator = mdates.AutoDateLocator(minticks=2, maxticks=5)
@@ -315,8 +341,9 @@ _NO_PER_MODE_OTHER = ("No per-mode figures: a {unit} record spans every station 
                       "universe, so its loss is stated per period (below), not per mode.")
 
 
-def write_audit_report(out_dir: Path, result: dict, caps: dict[str, float] | None = None) -> Path:
-    """``audit.html``: integrity findings, threat model, cumulative loss per unit, mode and scope, with plots."""
+def write_audit_report(out_dir: Path, result: dict, caps: dict[str, dict | float] | None = None) -> Path:
+    """``audit.html``: integrity findings, threat model, cumulative loss per unit, mode and scope, with plots; ``caps``:
+    the budget policy's cap of each unit (``{"name", "epsilon", "delta", "measure"}``, or ε alone: basic)."""
     from transit_release.audit import PERSON, unit_losses
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -326,11 +353,24 @@ def write_audit_report(out_dir: Path, result: dict, caps: dict[str, float] | Non
         img_time = img_heat = ""
         if not tl.empty:
             tl["recorded_at"] = pd.to_datetime(tl["recorded_at"], format="ISO8601")
-            _cumulative_chart(tl, unit, (caps or {}).get(unit), out_dir / f"cumulative_{unit}.png")
+            _cumulative_chart(tl, unit, (caps or {}).get(unit), out_dir / f"cumulative_{unit}.png",
+                              (loss.get("pld") or {}).get("epsilon") if unit == "card" else None)
+            cap = _cap_of((caps or {}).get(unit))
+            if unit == "card":
+                what = ("the cumulative ε of one card after each card-level release (a card is in every release), "
+                        "by basic composition (blue line, ending at the figure stated above), and the stated figure "
+                        "by privacy-loss distributions for all of them (green diamond)")
+            else:
+                what = (f"the cumulative ε of one {html.escape(unit)} over the time the spends were recorded, for "
+                        "the worst partition or period of each mode (one panel per mode), by basic composition; the "
+                        "highest last point is the figure stated above")
+            measured = ("" if cap is None else
+                        " The budget policy's cap (dashed red line) is measured by privacy-loss distributions at "
+                        f"δ = {cap['delta']:g}: compare it with the green diamond (stated at the audit's δ; "
+                        "<code>transit-release budget</code> states the loss at the cap's δ)." if cap["measure"] == "pld" else
+                        " The budget policy's cap (dashed red line) is measured by basic composition.")
             img_time = _figure(f"cumulative_{unit}.png", "cumulative epsilon over time per mode",
-                               f"What it compares: the cumulative ε of one {html.escape(unit)} over the time the "
-                               "spends were recorded, for the worst partition or period of each mode (one panel per "
-                               "mode), against the budget policy's cap (dashed red line) where one applies.")
+                               f"What it compares: {what}.{measured}")
             heat = pd.DataFrame(loss["per_partition_marginal"]).T.fillna(0.0).sort_index()
             known = [m.name for m in MARGINALS if m.name in heat.columns]
             heat = heat[known + sorted(set(heat.columns) - set(known))]
