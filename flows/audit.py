@@ -38,5 +38,5 @@ def privacy_audit(home: str = ".", ledger: str | None = None, delta_prime: float
         discard_snapshot(snapshot)
     report_path = write_audit_report(where, result, caps, report_folder)
     run_id = track_audit(where, result, report_path)
-    update_index(where)
+    update_index(where, budget_policy)
     return {**result, "report": report_path, "mlflow_run_id": run_id}

@@ -200,7 +200,7 @@ def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, popula
                 report = kind.report(run, staged.manifest, records, evaluation, public)
                 mlflow_run_id = publish_staged(where, staged, charged,
                                                kind.tracking_record(staged.manifest, records, evaluation, public),
-                                               report)
+                                               report, policy)
         except BaseException:
             try:
                 for work in in_flight:
@@ -212,7 +212,8 @@ def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, popula
     return kind.summary(run, staged.manifest, mlflow_run_id, report, records, evaluation)
 
 
-def publish_staged(where: Home, staged: StagedRelease, charged: list, record: dict, report_dir: str) -> str:
+def publish_staged(where: Home, staged: StagedRelease, charged: list, record: dict, report_dir: str,
+                   policy: BudgetPolicy | None = None) -> str:
     """Make a staged release public and recorded: track in MLflow → commit (intent, rename, ledger) → anchor the
     ledger head → mark the run published → index → DCAT catalogue. Returns the MLflow run id."""
     run_id = track_release(where, staged.manifest, charged, record, report_dir)
@@ -221,6 +222,6 @@ def publish_staged(where: Home, staged: StagedRelease, charged: list, record: di
     anchor_ledger(where, staged.manifest["release_id"], "publication")
     mark_published(where, run_id)
     crash_point("after-published-tag")
-    update_index(where)
+    update_index(where, policy)  # the caps of the policy the release was charged under
     update_catalog(where, str(staged.final_dir))
     return run_id

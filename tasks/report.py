@@ -76,6 +76,7 @@ def write_sequence_report(home: Home, manifest: dict, metrics: dict, quarantine:
 
 
 @data_task(name="update-release-index")
-def update_index(home: Home) -> str:
-    """Regenerate ``release_reports/index.html`` from the published manifests and the latest audit."""
-    return str(release_index.write_index(home.releases, home.reports))
+def update_index(home: Home, policy=None) -> str:
+    """Regenerate ``release_reports/index.html`` from the published manifests, the latest audit and the budget
+    ``policy`` (default: the built-in one) whose caps it draws."""
+    return str(release_index.write_index(home.releases, home.reports, policy))
