@@ -42,11 +42,20 @@ def _number(x: float) -> str:
     return f"{x:,.0f}" if float(x).is_integer() else f"{x:.4g}"
 
 
+#: Column headers in words (the utility table's keys are MLflow's metric names).
+HEADERS = {"epsilon": "ε", "delta": "δ", "points": "cells present", "released": "cells released",
+           "points_released": "cells released", "kept_share": "share of cells released",
+           "kept_point_share": "share of cells released", "trip_coverage": "trips covered",
+           "mean_abs_error": "mean abs. error", "max_abs_error": "max abs. error", "mean_rel_error": "mean rel. error",
+           "total_variation": "total variation", "top_rank_correlation": "rank correlation (top)"}
+
+
 def _table(df: pd.DataFrame, tall: str = "", **kwargs) -> str:
     """A data frame as an HTML table in a box of its own that scrolls sideways when the table is wider than the
     page (numbers never wrap inside a cell); ``tall=" tall"`` also bounds its height (a long table scrolls in a
-    box that fits the window)."""
-    return f'<div class="scroll{tall}">{df.to_html(float_format=_number, **kwargs)}</div>'
+    box that fits the window). Headers in words; a figure that cannot be measured (no released cell) reads "—"."""
+    df = df.rename(columns=lambda c: HEADERS.get(c, str(c).replace("_", " ")))
+    return f'<div class="scroll{tall}">{df.to_html(float_format=_number, na_rep="—", **kwargs)}</div>'
 
 
 def _figure(src: str, alt: str, caption: str) -> str:
@@ -59,6 +68,9 @@ def _scatter(points: dict[str, tuple[np.ndarray, np.ndarray]], thresholds: dict[
     fig, axes = plt.subplots(2, 3, figsize=(13, 8))
     for ax, m in zip(axes.ravel(), MARGINALS):
         true, rel = points.get(m.name, (np.zeros(0), np.zeros(0)))
+        if not true.size:  # say why the panel is empty
+            ax.text(0.5, 0.5, "no cell of this marginal reached\nits threshold: nothing released", ha="center",
+                    va="center", transform=ax.transAxes, color="tab:red", fontsize=9)
         ax.plot(true, rel, "o", ms=2, mew=0, alpha=0.35)  # markers as one line: 0.12 s less than scatter's
         hi = max(float(true.max()) if true.size else 10.0, 10.0)
         ax.plot([1, hi], [1, hi], color="k", lw=0.8)
@@ -174,6 +186,8 @@ def _curve_plot(manifest: dict, utility: pd.DataFrame, path: Path) -> bool:
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.set_xlabel("card-week ε (basic composition)")
         ax.set_ylabel(label)
+        top = max([float(mine[col].max()) if len(mine) else 0.0] + ([value] if col != "mre" or released else []))
+        ax.set_ylim(0, (1.0 if col == "trip_coverage" else top * 1.25) or 1.0)  # from 0: a 0.024–0.028 axis misleads
         ax.set_title(f"{label}: this release against the full-size week", fontsize=10)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -265,8 +279,9 @@ released distributions.</p>
          "stacked over the six marginals. Every partition of the declared period is charged, whether or not the "
          "data hold trips for it.")}
 <h2>All partitions</h2>
-<p class="note">One row per (partition, marginal); the table scrolls inside its box.</p>
-{_table(utility, " tall", index=False)}
+<p class="note">One row per (partition, marginal); the table scrolls inside its box. ε and δ of each marginal are
+in the privacy line above; "—": no cell released, nothing to measure.</p>
+{_table(utility.drop(columns=[c for c in ("epsilon", "delta", "j") if c in utility.columns]), " tall", index=False)}
 </body></html>"""
     path = out_dir / "report.html"
     path.write_text(body, encoding="utf-8")

@@ -73,6 +73,7 @@ def release(args, trips: str, stops: str, home: Home) -> int:
                                workers=args.workers, dry_run=args.dry_run, unit=args.unit,
                                population=args.population)
     print_summary(summary)
+    checks.warn_if_publisher_unset(home)
     return 0
 
 
