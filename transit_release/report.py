@@ -319,7 +319,8 @@ def _cumulative_chart(tl: pd.DataFrame, unit: str, cap, path: Path, pld: float |
     modes = sorted(tl["mode"].unique())
     fig, axes = plt.subplots(1, len(modes), figsize=(min(max(4 * len(modes), 7), 16), 3.6), sharey=True,
                              squeeze=False)
-    top = max(float(tl["cumulative_epsilon"].max()), cap["epsilon"] if cap else 0.0) * 1.1 or 1.0
+    # room above the data and the cap for the legend (a legend over the points hid a single release's point)
+    top = max(float(tl["cumulative_epsilon"].max()), cap["epsilon"] if cap else 0.0) * 1.45 or 1.0
     first, last = tl["recorded_at"].min(), tl["recorded_at"].max()
     pad = max((last - first) * 0.05, pd.Timedelta(days=3))
     for ax, mode in zip(axes[0], modes):
@@ -332,7 +333,7 @@ def _cumulative_chart(tl: pd.DataFrame, unit: str, cap, path: Path, pld: float |
                     label=f"privacy-loss distributions: ε = {pld:.4g}")
         if cap is not None:
             ax.axhline(cap["epsilon"], color="tab:red", ls="--", lw=1, label=_cap_label(cap))
-        ax.legend(loc="lower right", fontsize=7)
+        ax.legend(loc="upper left", fontsize=7, framealpha=0.9)
         ax.set_ylim(0, top)
         ax.set_xlim(first - pad, last + pad)
         locator = mdates.AutoDateLocator(minticks=2, maxticks=5)
