@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from tests.conftest import WEEK_FLAGS
 from transit_release.accounting.ledger import Ledger
 from transit_release.cli import main
+from transit_release.config import load_release_config
 from transit_release.home import Home
 
 CHECK_WITHOUT_PREFECT = ("import sys; from transit_release.cli import main; rc = main(sys.argv[1:]); "
@@ -136,6 +138,106 @@ def test_a_dry_run_validates_everything_and_writes_nothing(prefect_harness, tiny
     assert not Ledger(home / "ledger.sqlite").entries() if (home / "ledger.sqlite").exists() else True
     assert not any((home / "releases").iterdir()) and not any((home / "release_reports").iterdir())
     assert not (home / "private" / "work").exists() or not any((home / "private" / "work").iterdir())
+    # what to expect, before the verdict: the thresholds, noise bounds and margins the release would publish
+    assert out.index("What opal-card-20160808-20160814 can be expected to publish (before the charge):") \
+        < out.index("Release opal-card-20160808-20160814: dry run")
+    _assert_public_rules_said(out, load_release_config(unit="card"))
+    assert "  internal figures, from the true counts (this terminal only: never published, logged or recorded):" \
+        in out
+    for f in ("time.csv", "location.csv", "time-loc.csv"):  # ~27,000 trips: no cell near the card-level thresholds
+        assert re.search(rf"^    {re.escape(f)}: 0 of [1-9][\d,]* cells at or over T \(0 at or over T \+ A\); "
+                         r"about 0 rows expected$", out, re.M), out
+
+
+def _assert_public_rules_said(out: str, config) -> None:
+    """The dry run's lines of thresholds, bounds and margins are the manifest's and uncertainty.csv's figures."""
+    from transit_release.opendata.uncertainty import uncertainty_rows
+    from transit_release.releases.opal import privacy_statement
+
+    p = privacy_statement(config)
+    said = {}
+    for line in re.findall(r"^  (.+) \(j = ([\d–, ]+)\): T = (\d+)(?:, A = (\d+))?; a true count of T is published "
+                           r"\d+% of the time; margin of error ± (\d+) \(95%\)$", out, re.M):
+        files, js, t, a, h = line
+        first, _, last = js.partition("–")
+        for j in (range(int(first), int(last) + 1) if last else map(int, js.split(", "))):
+            said[j] = (int(t), int(a) if a else None, int(h))
+    rows = {r["count_of"]: r for r in uncertainty_rows({"privacy": p})}
+    assert said == {m["j"]: (m["threshold"], m.get("noise_bound"), rows[f"{name} (j = {m['j']})"]["half_width_95"])
+                    for name, m in p["marginals"].items()}, out
+
+
+@pytest.mark.flow
+def test_the_dry_runs_internal_figures_are_those_of_the_true_counts(prefect_harness, tiny_week, tmp_path, capsys):
+    """Trip level (no contribution bounding): the cells the dry run counts over the thresholds are those of the
+    histograms the plain library computes in memory from the same files."""
+    from schemas import Stops, validate
+    from transit_release.inputs.tables import read_stops, read_trips
+    from transit_release.preprocessing import build_location_index, encode_trips, partition_histograms
+    from transit_release.releases.opal_expectation import count_cells
+
+    assert main(["release", "--trips", str(tiny_week["trips"]), "--stops", str(tiny_week["stops"]), "--home",
+                 str(tmp_path / "home"), "--unit", "trip", "--dry-run", "--workers", "0", *WEEK_FLAGS]) == 0
+    out = capsys.readouterr().out
+    config = load_release_config(unit="trip")
+    _assert_public_rules_said(out, config)
+    stops = validate(Stops, read_stops(tiny_week["stops"]), "stops")
+    enc = encode_trips(read_trips(tiny_week["trips"]), build_location_index(stops, config.modes), config.bin_minutes)
+    cells = count_cells(partition_histograms(enc), config)
+    assert sum(c.at_threshold for c in cells) > 0  # T = 34 and 18: some cells of this small week reach them
+    for c in cells:
+        assert (f"    {c.file}: {c.at_threshold:,} of {c.cells:,} cells at or over T; about {c.expected:,.0f} rows "
+                "expected") in out.splitlines()
+
+
+@pytest.mark.flow
+def test_the_release_says_what_to_expect_before_its_charge_and_nowhere_else(prefect_harness, tiny_week, tmp_path,
+                                                                            capsys, monkeypatch, trip_policy):
+    """Said on the custodian's terminal before the first spend is on the ledger; not in any file of the home, the
+    manifest, the MLflow run or Prefect's logs, even with Prefect's log_prints on (it turns print into logs)."""
+    from mlflow.tracking import MlflowClient
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName, LogFilter, LogFilterFlowRunId
+    from prefect.settings import PREFECT_LOGGING_LOG_PRINTS, temporary_settings
+
+    from transit_release.cli import opal as opal_command
+
+    home = Home.at(tmp_path / "home")
+    told = []
+
+    def listener(expectation):
+        spends = Ledger(home.ledger, read_only=True).spends(expectation.release_id) if home.ledger.exists() else []
+        told.append(len(spends))
+        said(expectation)
+
+    said = opal_command.print_expectation
+    monkeypatch.setattr(opal_command, "print_expectation", listener)
+    name = "expect-before-charge"
+    with temporary_settings(updates={PREFECT_LOGGING_LOG_PRINTS: True}):
+        assert main(["release", "--trips", str(tiny_week["trips"]), "--stops", str(tiny_week["stops"]), "--home",
+                     str(home.root), "--workers", "0", "--release-id", name, "--unit", "trip", "--policy",
+                     trip_policy, *WEEK_FLAGS]) == 0  # trip level: thresholds 34 and 18, which this week reaches
+    out = capsys.readouterr().out
+    assert told == [0]  # once, with nothing of this release on the ledger yet
+    assert out.index(f"What {name} can be expected to publish (before the charge):") \
+        < out.index(f"Release {name}: published")
+    internal = [line for line in out.splitlines() if " cells at or over T" in line]
+    assert len(internal) == 3 and any(not line.split(": ", 1)[1].startswith("0 of") for line in internal), out
+    phrases = ("cells at or over", "internal figures", "can be expected to publish", "rows expected")
+    for path in home.root.rglob("*"):  # the releases, the reports, MLflow's store and Prefect's database
+        if path.is_file():
+            data = path.read_bytes()
+            assert not any(p.encode() in data for p in phrases), path
+    run = MlflowClient(tracking_uri=home.mlflow_uri).search_runs(
+        [MlflowClient(tracking_uri=home.mlflow_uri).get_experiment_by_name("transit-release").experiment_id],
+        f"tags.release_id = '{name}'")
+    assert run and not any(k for r in run for k in {**r.data.params, **r.data.metrics}
+                           if any(w in k for w in ("expect", "at_threshold", "over_threshold", "certain")))
+    with get_client(sync_client=True) as client:
+        (flow_run,) = [r for r in client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(
+            any_=["opal-release"]))) if r.parameters.get("release_id") == name]
+        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run.id])))
+    assert logs and not any(p in log.message for log in logs for p in phrases)
 
 
 @pytest.mark.flow

@@ -21,6 +21,44 @@ def input_line(quarantine: dict) -> str:
     return out + f"{q['quarantined']:,} set aside ({100 * q.get('quarantined_share', 0):.2f}%): {reasons}"
 
 
+def _js(js: list[int]) -> str:
+    """``1–4`` for a run of marginals, ``1, 3`` otherwise."""
+    return f"{js[0]}–{js[-1]}" if len(js) > 1 and js == list(range(js[0], js[-1] + 1)) else ", ".join(map(str, js))
+
+
+def print_expectation(e) -> None:
+    """Before the charge, what the release can be expected to publish (an
+    :class:`~transit_release.releases.opal_expectation.Expectation`): the public rules, then the internal figures
+    of the true counts, labelled as such. Written with ``sys.stdout.write`` (:mod:`transit_release.custodian`:
+    never through ``print``, which Prefect's ``log_prints`` would send to its API)."""
+    import sys
+
+    groups: dict[tuple, list] = {}
+    for r in e.rules:
+        groups.setdefault((r.threshold, r.noise_bound, r.half_width, r.at_threshold), []).append(r)
+    bounded = all(r.noise_bound is not None for r in e.rules)
+    lines = [f"What {e.release_id} can be expected to publish (before the charge):",
+             "  a cell (one mode and day's taps at one time, location or both) is published only if its noisy count "
+             "reaches its threshold T",
+             "  the noise never exceeds A either way: a true count of T + A or more is always published, one below "
+             "T − A never" if bounded else
+             "  the noise is unbounded: a cell below T may be published, one above T left out, rarely far from T"]
+    for (threshold, bound, h, at_t), rules in groups.items():
+        files = ", ".join(dict.fromkeys(r.file for r in rules))
+        lines.append(f"  {files} (j = {_js([r.j for r in rules])}): T = {threshold}"
+                     + (f", A = {bound}" if bound is not None else "")
+                     + f"; a true count of T is published {100 * at_t:.0f}% of the time; margin of error ± {h} (95%)")
+    if e.cells is not None:
+        lines.append("  internal figures, from the true counts (this terminal only: never published, logged or "
+                     "recorded):")
+        for c in e.cells:
+            certain = f" ({c.certain:,} at or over T + A)" if c.certain is not None else ""
+            lines.append(f"    {c.file}: {c.at_threshold:,} of {c.cells:,} cells at or over T{certain}; "
+                         f"about {c.expected:,.0f} rows expected")
+    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()
+
+
 def print_summary(summary: dict) -> None:
     """A release's summary (published, already published, or a dry run's spends and verdict)."""
     if "spends" in summary:  # a dry run
