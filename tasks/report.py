@@ -10,14 +10,17 @@ from pathlib import Path
 import pandas as pd
 
 from tasks import data_task
-from transit_release import release_index, report_process
+from transit_release import opendata, release_index, report_process
 from transit_release.home import Home
 from transit_release.releases import opal
 
 
 def _links(home: Home, manifest: dict, out: Path) -> dict[str, str]:
+    """The release's public pages, from its report: the data card rendered on the landing page, and the
+    manifest."""
     release_dir = home.release_root(manifest["noise_source"]) / manifest["release_id"]
-    return {"Public data card (DATACARD.md)": os.path.relpath(release_dir / "DATACARD.md", out),
+    return {"Public data card (on the release's landing page)":
+            os.path.relpath(release_dir / opendata.LANDING, out) + "#data-card",
             "Manifest (manifest.json)": os.path.relpath(release_dir / "manifest.json", out)}
 
 

@@ -98,8 +98,8 @@ def test_budget_shows_spent_and_remaining_per_cap_without_prefect(tmp_path):
     assert res.returncode == 0 and "NO-PREFECT" in res.stdout, res.stderr
     out = res.stdout
     assert "cap 'trip-partition': trip, ε ≤ 8, δ ≤ 1e-06 per partition, all time" in out
-    assert "  most spent: ferry/20160808: used ε=8, δ=7.5e-07; remaining ε=0, δ=2.5e-07" in out
-    assert "  mode ferry: 1 partition(s), most spent ε=8 (remaining ε=0)" in out
+    assert "  ferry/20160808: used ε=8, δ=7.5e-07; remaining ε=0, δ=2.5e-07" in out
+    assert "most spent" not in out  # one scope: its own line says it
     assert "cap 'sequence-period': passenger-sequence, ε ≤ 2, δ ≤ 1e-09 per period, all time" in out
     assert "  nothing spent: the whole cap remains" in out
     assert ("  population default: used ε=0 by privacy-loss distributions at δ=1e-06 (basic composition, for "
@@ -121,6 +121,20 @@ def test_budget_shows_spent_and_remaining_per_cap_without_prefect(tmp_path):
                   {"cap": "trip-partition", "unit_of_privacy": "trip", "per": "partition", "period": "all-time",
                    "measure": "basic", "scope": "ferry/20160808", "used_epsilon": 8.0, "used_delta": 7.5e-07,
                    "remaining_epsilon": 0.0, "remaining_delta": 2.5e-07}]
+
+
+def test_budget_names_the_most_spent_scope_and_mode_among_several(tmp_path):
+    from tests.test_accounting import partition_events
+
+    home = tmp_path / "home"
+    ledger = Ledger(home / "ledger.sqlite")
+    ledger.charge(partition_events("r1", mode="ferry"))
+    ledger.charge(partition_events("r2", mode="bus"))
+    res = run_cli("budget", "--home", str(home))
+    assert res.returncode == 0, res.stderr
+    assert "  most spent: ferry/20160808: used ε=8, δ=7.5e-07; remaining ε=0, δ=2.5e-07" in res.stdout
+    assert "  mode ferry: 1 partition(s), most spent ε=8 (remaining ε=0)" in res.stdout
+    assert "  mode bus: 1 partition(s), most spent ε=8 (remaining ε=0)" in res.stdout
 
 
 @pytest.mark.flow

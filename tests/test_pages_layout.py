@@ -164,6 +164,25 @@ def test_cumulative_chart_of_a_year_has_no_overlapping_dates(monkeypatch, tmp_pa
         assert _overlapping_labels(ax) == []
 
 
+def test_an_empty_released_vs_true_panel_says_why_and_shows_its_threshold(monkeypatch, tmp_path):
+    """A marginal with no released cell: its panel says so, and its axes reach past its threshold (the diagonal
+    of no point is not drawn); a panel with a few points draws them large enough to see."""
+    import numpy as np
+
+    from transit_release import report
+
+    figures = _drawn(monkeypatch)
+    points = {"tap_on_time": (np.array([410, 500, 900]), np.array([415, 490, 910]))}
+    report._scatter(points, {"tap_on_time": 405, "tap_on_time_location": 211}, tmp_path / "s.png")
+    axes = {ax.get_title(): ax for ax in figures[-1].axes}
+    empty = axes["j=5 tap_on_time_location"]
+    assert [t.get_text() for t in empty.texts] == ["no cell of this marginal reached\nits threshold: nothing released"]
+    assert empty.get_ylim()[1] > 211 and empty.get_xlim()[1] > 211
+    assert [len(line.get_xdata()) for line in empty.get_lines()] == [0, 2]  # no point; the threshold's line
+    full = axes["j=1 tap_on_time"]
+    assert len(full.texts) == 0 and full.get_lines()[0].get_markersize() >= 4
+
+
 @pytest.fixture(scope="module")
 def eight_of_every_kind(tmp_path_factory):
     """Eight releases of every kind in one home, built from the library (no flow: tests/dashboard_home.py)."""

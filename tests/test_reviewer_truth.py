@@ -162,7 +162,7 @@ def test_the_audit_charts_plot_what_the_audit_states(monkeypatch, tmp_path):
                                           "measure": cap.measure}, tmp_path / "c.png", card["pld"]["epsilon"])
     ax = figures[-1].axes[0]
     lines = {line.get_label(): line for line in ax.get_lines()}
-    assert max(lines["basic composition"].get_ydata()) == card["basic"]["epsilon"]
+    assert list(lines[f"basic composition: ε = {card['basic']['epsilon']:.4g}"].get_ydata()) == points
     (pld_label,) = [k for k in lines if k.startswith("privacy-loss distributions")]
     assert list(lines[pld_label].get_ydata()) == [card["pld"]["epsilon"]]
     (cap_label,) = [k for k in lines if k.startswith("cap ")]

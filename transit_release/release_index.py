@@ -270,7 +270,7 @@ def audit_summary(result: dict) -> dict:
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1340px;padding:0 1em;color:#222}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 6px;text-align:left;vertical-align:top}
-th{background:#f3f3f3}td.n{white-space:nowrap;text-align:right}td.w{white-space:nowrap}
+th{background:#f3f3f3}td.n{white-space:nowrap;text-align:right}td.w,span.w{white-space:nowrap}
 .ok{color:#176117}.bad{color:#a31515}.note{color:#555;font-size:90%}
 table#releases{width:100%;table-layout:fixed;font-size:.88em}td.when{white-space:nowrap}
 table#releases td.id{overflow-wrap:anywhere}
@@ -353,7 +353,7 @@ def _svg(title: str, series: list[tuple[str, list[float | None], str]], labels: 
             if len(pts) > 1:
                 out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.6" points="'
                            + " ".join(f"{a:.1f},{c:.1f}" for a, c, _, _ in pts) + '"/>')
-            out += [f'<circle cx="{a:.1f}" cy="{c:.1f}" r="2.6" fill="{colour}"><title>{e(lab)}: '
+            out += [f'<circle cx="{a:.1f}" cy="{c:.1f}" r="3.2" fill="{colour}"><title>{e(lab)}: '
                     f'{e(f"{100 * v:.1f}%" if percent else _fmt(v))}</title></circle>' for a, c, v, lab in pts]
     for j, (label, value) in enumerate(caps):
         out.append(f'<line x1="{left}" x2="{left + pw}" y1="{y(value):.1f}" y2="{y(value):.1f}" stroke="#a31515" '
@@ -446,6 +446,9 @@ def render_index(rows: list[ReleaseRow], audit: tuple[str, dict] | None, mlflow_
     ``policy`` draws its caps on a passenger; ``standing`` (:func:`standing_lines`) says where the caps stand now."""
     e = html.escape
 
+    def _period_cell(period: str) -> str:  # each date on one line: "2026-01-01 –" / "2026-01-31", never "2026-"
+        return " – ".join(f"<span class=w>{e(d)}</span>" for d in period.split(" – "))
+
     def row_html(r: ReleaseRow) -> str:
         links = "".join(f'<a href="{e(href)}">{e(label)}</a>' for label, href in r.links.items())
         full = "".join(f"<dt>{e(a)}</dt><dd>{e(b)}</dd>" for a, b in r.figures)
@@ -453,7 +456,7 @@ def render_index(rows: list[ReleaseRow], audit: tuple[str, dict] | None, mlflow_
                    else e(r.utility))
         return (f'<tr class="release" data-release-id="{e(r.release_id)}"><td class=when>{e(r.published[:10])}'
                 f'<br><span class=note>{e(r.published[11:16])}</span></td><td class="id">{e(r.release_id)}</td><td>{e(r.group)}<br><span class=note>{e(r.mechanism.split(",")[0])}'
-                f"</span></td><td>{e(r.period)}</td><td class=n>{r.epsilon:g}</td><td class=n>{r.delta:.2g}</td>"
+                f"</span></td><td>{_period_cell(r.period)}</td><td class=n>{r.epsilon:g}</td><td class=n>{r.delta:.2g}</td>"
                 f"<td class=n>{r.rows:,}</td><td>{utility}</td><td class=links>{links}</td></tr>")
 
     if audit is None:

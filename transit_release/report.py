@@ -11,6 +11,7 @@ stages the release (:mod:`transit_release.report_process`), then writes the page
 from __future__ import annotations
 
 import html
+import math
 from pathlib import Path
 
 import numpy as np
@@ -50,12 +51,25 @@ HEADERS = {"epsilon": "ε", "delta": "δ", "points": "cells present", "released"
            "total_variation": "total variation", "top_rank_correlation": "rank correlation (top)"}
 
 
+def _cell(x) -> str:
+    """A number of a table: whole numbers with thousands separators, others to 4 significant digits, "—" for a
+    figure that cannot be measured."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    if isinstance(x, (int, np.integer)):
+        return f"{int(x):,}"
+    return _number(float(x))
+
+
 def _table(df: pd.DataFrame, tall: str = "", **kwargs) -> str:
     """A data frame as an HTML table in a box of its own that scrolls sideways when the table is wider than the
     page (numbers never wrap inside a cell); ``tall=" tall"`` also bounds its height (a long table scrolls in a
-    box that fits the window). Headers in words; a figure that cannot be measured (no released cell) reads "—"."""
+    box that fits the window). Headers in words; every number as :func:`_cell` writes it (a figure that cannot be
+    measured, no released cell, reads "—")."""
     df = df.rename(columns=lambda c: HEADERS.get(c, str(c).replace("_", " ")))
-    return f'<div class="scroll{tall}">{df.to_html(float_format=_number, na_rep="—", **kwargs)}</div>'
+    numeric = {c: _cell for c in df.columns
+               if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])}
+    return f'<div class="scroll{tall}">{df.to_html(formatters=numeric, na_rep="—", **kwargs)}</div>'
 
 
 def _figure(src: str, alt: str, caption: str) -> str:
@@ -68,12 +82,17 @@ def _scatter(points: dict[str, tuple[np.ndarray, np.ndarray]], thresholds: dict[
     fig, axes = plt.subplots(2, 3, figsize=(13, 8))
     for ax, m in zip(axes.ravel(), MARGINALS):
         true, rel = points.get(m.name, (np.zeros(0), np.zeros(0)))
-        if not true.size:  # say why the panel is empty
+        few = true.size <= 2000  # a few points: large enough to see
+        ax.plot(true, rel, "o", ms=4 if few else 2, mew=0, alpha=0.7 if few else 0.35)  # one line: faster than scatter
+        if true.size:
+            hi = max(float(true.max()), 10.0)
+            ax.plot([1, hi], [1, hi], color="k", lw=0.8)
+        else:  # say why the panel is empty, on axes that reach past the threshold
             ax.text(0.5, 0.5, "no cell of this marginal reached\nits threshold: nothing released", ha="center",
                     va="center", transform=ax.transAxes, color="tab:red", fontsize=9)
-        ax.plot(true, rel, "o", ms=2, mew=0, alpha=0.35)  # markers as one line: 0.12 s less than scatter's
-        hi = max(float(true.max()) if true.size else 10.0, 10.0)
-        ax.plot([1, hi], [1, hi], color="k", lw=0.8)
+            top = 2.0 * thresholds.get(m.name, 10)
+            ax.set_xlim(1, top)
+            ax.set_ylim(1, top)
         if m.name in thresholds:
             ax.axhline(thresholds[m.name], color="r", lw=0.8, ls="--", label=f"threshold {thresholds[m.name]}")
             ax.legend(loc="lower right", fontsize=8)
@@ -279,9 +298,10 @@ released distributions.</p>
          "stacked over the six marginals. Every partition of the declared period is charged, whether or not the "
          "data hold trips for it.")}
 <h2>All partitions</h2>
-<p class="note">One row per (partition, marginal); the table scrolls inside its box. ε and δ of each marginal are
+<p class="note">One row per (mode, date) partition and marginal; the table scrolls inside its box. ε and δ of each marginal are
 in the privacy line above; "—": no cell released, nothing to measure.</p>
-{_table(utility.drop(columns=[c for c in ("epsilon", "delta", "j") if c in utility.columns]), " tall", index=False)}
+{_table(utility.drop(columns=[c for c in ("partition", "epsilon", "delta", "j") if c in utility.columns]), " tall",
+        index=False)}
 </body></html>"""
     path = out_dir / "report.html"
     path.write_text(body, encoding="utf-8")
@@ -326,10 +346,11 @@ def _cumulative_chart(tl: pd.DataFrame, unit: str, cap, path: Path, pld: float |
     for ax, mode in zip(axes[0], modes):
         g = tl[tl["mode"] == mode].sort_values("recorded_at", kind="stable")
         basic = g["cumulative_epsilon"].cummax()
-        ax.step(g["recorded_at"], basic, where="post", color="tab:blue", label="basic composition")
-        ax.plot(g["recorded_at"], basic, "o", ms=3, color="tab:blue")
-        if pld is not None:
-            ax.plot([g["recorded_at"].iloc[-1]], [pld], "D", ms=7, color="tab:green",
+        ax.step(g["recorded_at"], basic, where="post", color="tab:blue")
+        ax.plot(g["recorded_at"], basic, "o", ms=5, color="tab:blue",
+                label=f"basic composition: ε = {float(basic.iloc[-1]):.4g}")
+        if pld is not None:  # hollow: a basic point at the same height shows through
+            ax.plot([g["recorded_at"].iloc[-1]], [pld], "D", ms=8, mfc="none", mew=1.5, color="tab:green",
                     label=f"privacy-loss distributions: ε = {pld:.4g}")
         if cap is not None:
             ax.axhline(cap["epsilon"], color="tab:red", ls="--", lw=1, label=_cap_label(cap))
@@ -338,7 +359,9 @@ def _cumulative_chart(tl: pd.DataFrame, unit: str, cap, path: Path, pld: float |
         ax.set_xlim(first - pad, last + pad)
         locator = mdates.AutoDateLocator(minticks=2, maxticks=5)
         ax.xaxis.set_major_locator(locator)
-        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+        # the offset names the year only ("2026", not the last tick's month, "2026-Dec", beside "27, 29, Dec")
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(
+            locator, offset_formats=["", "%Y", "%Y", "%Y", "%Y-%b-%d", "%Y-%b-%d %H:%M"]))
         ax.tick_params(axis="x", labelsize=8)
         ax.set_title(mode, fontsize=10)
         ax.set_xlabel("recorded at (UTC)")

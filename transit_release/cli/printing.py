@@ -21,10 +21,6 @@ def input_line(quarantine: dict) -> str:
     return out + f"{q['quarantined']:,} set aside ({100 * q.get('quarantined_share', 0):.2f}%): {reasons}"
 
 
-def _js(js: list[int]) -> str:
-    """``1–4`` for a run of marginals, ``1, 3`` otherwise."""
-    return f"{js[0]}–{js[-1]}" if len(js) > 1 and js == list(range(js[0], js[-1] + 1)) else ", ".join(map(str, js))
-
 
 def print_expectation(e) -> None:
     """Before the charge, what the release can be expected to publish (an
@@ -32,6 +28,8 @@ def print_expectation(e) -> None:
     of the true counts, labelled as such. Written with ``sys.stdout.write`` (:mod:`transit_release.custodian`:
     never through ``print``, which Prefect's ``log_prints`` would send to its API)."""
     import sys
+
+    from transit_release.config import marginal_numbers
 
     groups: dict[tuple, list] = {}
     for r in e.rules:
@@ -45,7 +43,7 @@ def print_expectation(e) -> None:
              "  the noise is unbounded: a cell below T may be published, one above T left out, rarely far from T"]
     for (threshold, bound, h, at_t), rules in groups.items():
         files = ", ".join(dict.fromkeys(r.file for r in rules))
-        lines.append(f"  {files} (j = {_js([r.j for r in rules])}): T = {threshold}"
+        lines.append(f"  {files} (j = {marginal_numbers([r.j for r in rules])}): T = {threshold}"
                      + (f", A = {bound}" if bound is not None else "")
                      + f"; a true count of T is published {100 * at_t:.0f}% of the time; margin of error ± {h} (95%)")
     if e.cells is not None:
@@ -219,13 +217,14 @@ def print_budget(home: Home, policy, entries: list, as_json: bool) -> None:
         if not mine:
             print("  nothing spent: the whole cap remains")
             continue
-        worst = max(mine, key=lambda s: (s.used.epsilon_exact, s.scope))
-        print(f"  most spent: {worst.scope}: {_used(worst)}")
+        if len(mine) > 1:  # one scope: its own line below says it all
+            worst = max(mine, key=lambda s: (s.used.epsilon_exact, s.scope))
+            print(f"  most spent: {worst.scope}: {_used(worst)}")
         modes: dict[str, list] = {}
         for s in mine:
             modes.setdefault(s.scope.split("/", 1)[0] if "/" in s.scope else "", []).append(s)
         for mode, rows in sorted(modes.items()):
-            if mode:
+            if mode and len(mine) > 1:
                 w = max(rows, key=lambda s: s.used.epsilon_exact)
                 print(f"  mode {mode}: {len(rows)} partition(s), most spent ε={w.used.epsilon:g} "
                       f"(remaining ε={w.remaining.epsilon:g})")

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from transit_release.opendata import settings as open_data_settings
 from transit_release.opendata.datapackage import MEDIA_TYPES, keywords
+from transit_release.opendata.titles import release_title
 
 #: The catalogue's file name, directly under ``releases/`` (releases made with the test-only seed are never catalogued).
 CATALOG = "catalog.jsonld"
@@ -177,7 +178,7 @@ def _dataset(base_url: str, directory: Path, manifest: dict, settings) -> tuple[
         "@id": _iri(base_url, rid, ""),
         "@type": "dcat:Dataset",
         "dct:identifier": rid,
-        "dct:title": f"{rid}: {manifest.get('product', 'differentially private release')}",
+        "dct:title": release_title(manifest),
         "dct:description": f"{manifest.get('product', 'A release')}.{privacy} See the data card on the landing page.",
         "dct:license": {"@id": licence["path"], "@type": "dct:LicenseDocument", "dct:title": licence["title"]},
         "dct:publisher": {"@id": _publisher_node(publisher)["@id"]},

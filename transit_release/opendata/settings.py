@@ -59,8 +59,10 @@ class OpenDataSettings:
         return self.publisher == DEFAULT_PUBLISHER
 
     def manifest_view(self) -> dict:
-        """What a release's manifest records of them (``publication``): the licence and the publisher."""
-        return {"licence": dict(self.licence), "publisher": dict(self.publisher), "keywords": list(self.keywords)}
+        """What a release's manifest records of them (``publication``): the licence, the publisher, the keywords and,
+        when set, the place (its name is part of the release's title: :mod:`transit_release.opendata.titles`)."""
+        return {"licence": dict(self.licence), "publisher": dict(self.publisher), "keywords": list(self.keywords),
+                **({"spatial": dict(self.spatial)} if self.spatial else {})}
 
 
 def _http(url: str, where: str) -> str:
