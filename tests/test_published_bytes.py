@@ -38,15 +38,18 @@ TRAJECTORY_WEEK = {"period_start": "2026-01-05", "period_end": "2026-01-11"}
 OPAL_WEEK = {"period_start": "2016-08-08", "period_end": "2016-08-14"}
 
 #: What each kind published, as recorded from the code at b5c6ffa (main with the open-data files, before the
-#: release kinds shared one tail), re-recorded once for two changes meant to alter published bytes: the Data
-#: Package's description of the threshold column (every kind) and the Markov trajectory release's margins of error
-#: (its uncertainty.csv and data card section): {release: {file: sha256}}. Re-recorded only by a change meant to
-#: alter published bytes.
+#: release kinds shared one tail), re-recorded for changes meant to alter published bytes: the Data Package's
+#: description of the threshold column (every kind); the Markov trajectory release's margins of error (its
+#: uncertainty.csv and data card section); the human title of every release (#42: the landing page's title and
+#: heading, the data card's heading, the Data Package's title) with the Opal data card's plain-words privacy and
+#: margins sections and the landing page's "How" line (DATACARD.md, datapackage.json and index.html of every kind;
+#: no data file, manifest or uncertainty.csv changed): {release: {file: sha256}}. Re-recorded only by a change
+#: meant to alter published bytes.
 RECORDED: dict[str, dict[str, str]] = {
     "opal-card": {
-        "DATACARD.md": "ba5eb0d97fff1edfe3a4094ef998beef2c04800466fc64b16029793964e7e10d",
-        "datapackage.json": "012f9a389fabd4d2e9a51578780cfaf8298eab99cf7cde42cf49043b6a559093",
-        "index.html": "7d646a2d4e73c2e4c574904a968f4715b4349a15b25e6c92b2f7aa073d4fb519",
+        "DATACARD.md": "8a54a5b081d39c1b6153db098f8dfd1067d67bce04a49bd63da61206c2f147ed",
+        "datapackage.json": "9244b9199495a079531846296a7f9639f7f129fe79fca0a6dd5f2935c4af7457",
+        "index.html": "7a706e91acbbb6fe31d491db8d9c2558e22d09aff2fd0069f6f53ae2b5b1cadf",
         "location.csv": "3c9c83914a2674480a7aac6493b6edec358f9d21f9d143343ca872d997ae1c46",
         "location.parquet": "cb17fff7b55bc521450c6befae509bc10f66082d138586093976729b78cf7a20",
         "manifest.json": "8976b98f70ff0d97b3a3237f3d32bfeb04e09f6df1bedb87425eab7cf9379002",
@@ -57,9 +60,9 @@ RECORDED: dict[str, dict[str, str]] = {
         "uncertainty.csv": "eeb7c651af824788abc3e8618f0a3a73eb8d3df21030674ede0ea5865efe4c49",
     },
     "opal-trip": {
-        "DATACARD.md": "93699faa2d9524d155deda609475ef87cf5cfddb50ddff93b323c7ed084a5aae",
-        "datapackage.json": "a84cb6218feeb971bfd042fc44570f5e3881f267fc5e3ed0a99a9ab69fc0f023",
-        "index.html": "854b3dd81377d4fa45e7d936400b4b06b2fdbf2f8fdf3abfb62b1b2b355f2655",
+        "DATACARD.md": "3904fe404333dfbbdfe3d0e1a9aa0600bf92c3baa992d9f419479cae7583db51",
+        "datapackage.json": "6daaa49fbd688ab33f8b9afe3d48c021dfd4ae2ebce213b2852e9ab4810282f1",
+        "index.html": "65aeb59c26fd885b0e8f6fd3f65c943fb736d7876df769c325870202f048df28",
         "location.csv": "955fc8cb1160029d0a8b79e9f151f88301bc3afb37fcab03f5f8f67b27fc1610",
         "location.parquet": "f27a941f7a8c11379cb0f9012c509953434f823f17ccf9657745b4d88c40d11f",
         "manifest.json": "418a4552241e3ced875fcfb009aff6470051964679a7ccbcab522238ade1e9ee",
@@ -70,9 +73,9 @@ RECORDED: dict[str, dict[str, str]] = {
         "uncertainty.csv": "214ae71eac5a9bca571af7980c7885850629b76ef241921ae0bdb97547930ffa",
     },
     "sequences-from-taps": {
-        "DATACARD.md": "14f0406e8eb73c154489c4d29ef5fbc5395e1086f2273ef0a77c1fc8e2d09f79",
-        "datapackage.json": "13e63375b6e0aeb242e4ef696e49de688bba69af537c0e2a80e2fe4c04b3e347",
-        "index.html": "634f3fa988fb64bc2f1213bb8113e926117592c79885992d7dd910a679b68f42",
+        "DATACARD.md": "988c64bf7caf6c648e533c0d37871683856166abfae6f055e8da4ce0812a2e14",
+        "datapackage.json": "9a25aa049c26a852ff9452ea46472708ff186b20db7cc3f813df188886b15bd5",
+        "index.html": "9a34d32f42251e9dfd966636c40c9eabd4e62a30b89b8a3024fb96d6d727db25",
         "manifest.json": "5c4e2f41875f93396999fc6b6d28b3df65db40157f74f9101a0598386125b704",
         "sequences.csv": "20c2fa3379155b5ae93c9bafc7f22f466c867e324594767c42d37d8ffb96bf11",
         "sequences.parquet": "e2fd20fb875600c4003ba89496e0d72a64009fba892e2abd269c6147b44034f2",
@@ -80,9 +83,9 @@ RECORDED: dict[str, dict[str, str]] = {
         "uncertainty.csv": "efd331852981dc952306072966c909c3dc082d786d3da25e6db25538300c3e4d",
     },
     "sequences-ngram": {
-        "DATACARD.md": "8a7d0cbd1faf20ac7894538262f81039deffaf75fd022cfeabd830d5d3e342be",
-        "datapackage.json": "998cef72b45952c422e51caab228b9ef8bfb426bf22d422926aaf7308eb4747a",
-        "index.html": "d0a60d199ad555c90bb0375a2d114796ea74369f8a943b52c91ddbd578435503",
+        "DATACARD.md": "f6553e5e7a6de336e9de7e1428923082786d94bf78c1af21d9a36b9889648539",
+        "datapackage.json": "dbf5cc102c42863c1dd4836310e1c0bce96d8bddfd7880e0a53e22443bbf8a2c",
+        "index.html": "64b7c15e3ad227d8b3dcbafe66b440b13181197896e7a6f695cd34c4ca453d92",
         "manifest.json": "024fba5be7c641ab1445f23e724b1d0603f70a1166dd89d171cc55a0eb8cacae",
         "ngrams.csv": "d3b88996bee5da4000cb523113e00756a3f4fcdd263d26ff02afcec62353b026",
         "ngrams.parquet": "f01d07f900d7f3a243bdab66b43a2f8d88d777cd4f8908509bbf2255ca3f069b",
@@ -92,9 +95,9 @@ RECORDED: dict[str, dict[str, str]] = {
         "uncertainty.csv": "285ae02dc628f92ca03bde5ffb1b1092852cfce8ae80a21f3426fe48893b9226",
     },
     "sequences-prefix-tree": {
-        "DATACARD.md": "6f0f5e8c61541eb690918a273569a92e545cc2c2aa1a3be246a604c0b0ba599a",
-        "datapackage.json": "492074b3bcfbc0d855f7b57412639540bae972de0859564e261789f0a84c21f7",
-        "index.html": "553938604184bdad96213326eea4639384bdbd8f9aa8ee48d204e47b252f7b35",
+        "DATACARD.md": "971e64ebb28298c20f8a34f82abced07c5e74dd3db68687eba101526a04c0560",
+        "datapackage.json": "6b873627790fc1c442f39d37f55574c8a9801b11a667458622897bbddb50f936",
+        "index.html": "198167fe5e629b59e2fe81ce2161c0f2a2afe13d83d64860ae1f3bef19472510",
         "manifest.json": "bbaf35d48bc49a4e44440a7fab7c3dbac80edcbccc45846ed840104d87f09956",
         "sequences.csv": "717ff6473255bb08f1120ddb96e566647f74a492823ea6f244aa18cb5db4cc68",
         "sequences.parquet": "9c2d55558231c89cff1a9b0dea2dee36e07117e07d4977dbb2172d60df2021eb",
@@ -102,9 +105,9 @@ RECORDED: dict[str, dict[str, str]] = {
         "uncertainty.csv": "e6c6fc23bb894cc274de08d0d20c09a06d30172ab4b0e231d4a3db46d77b0387",
     },
     "sets": {
-        "DATACARD.md": "d434ec8fe287a52ccdb4fabc1d51c558edd78c30dc9cdf7924c40c241a5a095e",
-        "datapackage.json": "8a8bc4651427e167cdaa265204defc8a9be465208ef36a6042d4da14d2799e70",
-        "index.html": "2455ee27b94a3892ec05394681e616ca1d3f3e3fa0a8aac9ffe28688ca7affba",
+        "DATACARD.md": "d53fcfeb5b9f0829191eed429b460177649997d0aa13989d89e6e6dbfd5e07a6",
+        "datapackage.json": "36af8ed37b189bf79635e7e10a8a343675b56c9b6641115db38e29d8b419102b",
+        "index.html": "af267486e88b615033e97cca6c6bb472785487e6ded094f33fa5752c21060f6a",
         "manifest.json": "51b5a97fef684b79a1d402da68ece13524958e365acdfeb7fcff1ef1a0ba0449",
         "sets.csv": "2e8f56973b2adc3b33caca5854fa985e6dbaa4a1cd02c970dab2edd94597e00a",
         "sets.parquet": "67f243c509e521502206de7b3db79eea3d6707e77a2e6b2a4a6aca3ae4a5ee19",
@@ -112,9 +115,9 @@ RECORDED: dict[str, dict[str, str]] = {
         "uncertainty.csv": "a0bbfedea66ef454493a5876eabafb180065f9b9d39434651af0963c775fbdd2",
     },
     "sets-from-taps": {
-        "DATACARD.md": "6df4537d7f3b591ae62c8a465751ee291bb76f97d935f3e9e3c3c7f1dbaa902c",
-        "datapackage.json": "43288ed86248d0dcae9624fed399581baff24ea7e36de7f1aa74640cf3602417",
-        "index.html": "12decdf50d85263e14477a5c917e7ad2e3d7c809f7c8cd91c22163ba6bb3455b",
+        "DATACARD.md": "9dd39f5ebe19b706e05adb7e9eb42742bdde9eac0f693c9c3fb393acd940c497",
+        "datapackage.json": "cb042ae666b99cde375e2d9e6a1a805abc15e5b380833f5c0a32d72fc3ab24ed",
+        "index.html": "02a7d80448837b19d34ec33c815354f4bb556eb924f3f5993756d9a4af0bcf08",
         "manifest.json": "62d00ae37c4797bcf6d008923a3036708b132b50e67412ed326dc34615ae98e8",
         "sets.csv": "abf1c589d6ddbb30b025c1c1806aa81d1c8957cd0701a6c5f5af2cde7f3729f2",
         "sets.parquet": "ab56f7965f1b08dfaaceb8e251d7dd2da09c33a876c51927e4ef0fb8e167a044",
@@ -122,9 +125,9 @@ RECORDED: dict[str, dict[str, str]] = {
         "uncertainty.csv": "a0bbfedea66ef454493a5876eabafb180065f9b9d39434651af0963c775fbdd2",
     },
     "trajectories-markov": {
-        "DATACARD.md": "cfc64567dbc6b6385e23fd237b86add9526ddb31e827e58b6b1b92975b2235cb",
-        "datapackage.json": "7a73aea0ebd727c517a31e7c8e4a3ded7a49f9fccb16d93b5362a000038de485",
-        "index.html": "7dcb1acde9b360bd0c721cc467681281f5bb324d312ac3cde145ee01357ac493",
+        "DATACARD.md": "902e98cc548798bd83b5ab621d0a46c59d0d3368587fe39683182d53adbe6efc",
+        "datapackage.json": "d33e3d32b20161d658c2abebebd9046a6850656f251f87a26bb48587b9e33a20",
+        "index.html": "c0b2a12f275f3df3198cb27598604469e1052f9df86148b056420cd5227f2781",
         "manifest.json": "a089f17b6273528c3b4462239fc679c55b7e0c67fb1bc7ba074671232ec51f3e",
         "trajectories.csv": "4bd2fdc47b606f047161fe99ef90a09d6f2ad6241056dcd69c6f721f6596243a",
         "trajectories.parquet": "3acb900ae72bbe7e5d9b9db520d5084e8f921a9fc0a760cab7305e2a7ddb5646",
@@ -132,9 +135,9 @@ RECORDED: dict[str, dict[str, str]] = {
         "uncertainty.csv": "94dc391aba0b8e4533fecc69fbc59b4165860671f3ef15c85f04b1a000bc6446",
     },
     "trajectories-safepath": {
-        "DATACARD.md": "42f471cf7ca093eaf05000ade117597f42761feec01c02ff8309d238a2b9c861",
-        "datapackage.json": "c01fc1b0286f9ddeee166c380231eb73e8316d0cbbd08494e2868193896c65f3",
-        "index.html": "8be7fe8cb90d6f363b4a270bdb5eb2b7b7bc85bc2c214cd7d069c9984ac5c828",
+        "DATACARD.md": "6a3ab35b19eaf47b2a8479bfbc0ea4e5df4df913c801d7550d7325d8f478854f",
+        "datapackage.json": "b85a62d541a1b3f7722f2d292a397c319d241234db475e9ed62bd42c9728b223",
+        "index.html": "fbf9056a6c8724ba0f72d09bbbe29dfdf93ba61a7c304e1dd500aad68bfa5f91",
         "manifest.json": "5283e3ae71434d308bda5b85e959491daf336dfed5539c23ed3e45caf57463ce",
         "trajectories.csv": "5face800fa27cc4972bb76cb08e4622866f2b5cc4bf2c394eef1624c7163755e",
         "trajectories.parquet": "3827c95fffecaa3f9fd0ca8aa0edf4bca40f4a44df0a7b4c1e3f86037fb69f6a",
