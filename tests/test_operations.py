@@ -205,56 +205,6 @@ def test_the_dry_runs_internal_figures_are_those_of_the_true_counts(prefect_harn
 
 
 @pytest.mark.flow
-def test_the_release_says_what_to_expect_before_its_charge_and_nowhere_else(prefect_harness, tiny_week, tmp_path,
-                                                                            capsys, monkeypatch, trip_policy):
-    """Said on the custodian's terminal before the first spend is on the ledger; not in any file of the home, the
-    manifest, the MLflow run or Prefect's logs, even with Prefect's log_prints on (it turns print into logs)."""
-    from mlflow.tracking import MlflowClient
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowFilter, FlowFilterName, LogFilter, LogFilterFlowRunId
-    from prefect.settings import PREFECT_LOGGING_LOG_PRINTS, temporary_settings
-
-    from transit_release.cli import opal as opal_command
-
-    home = Home.at(tmp_path / "home")
-    told = []
-
-    def listener(expectation):
-        spends = Ledger(home.ledger, read_only=True).spends(expectation.release_id) if home.ledger.exists() else []
-        told.append(len(spends))
-        said(expectation)
-
-    said = opal_command.print_expectation
-    monkeypatch.setattr(opal_command, "print_expectation", listener)
-    name = "expect-before-charge"
-    with temporary_settings(updates={PREFECT_LOGGING_LOG_PRINTS: True}):
-        assert main(["release", "--trips", str(tiny_week["trips"]), "--stops", str(tiny_week["stops"]), "--home",
-                     str(home.root), "--workers", "0", "--release-id", name, "--unit", "trip", "--policy",
-                     trip_policy, *WEEK_FLAGS]) == 0  # trip level: thresholds 34 and 18, which this week reaches
-    out = capsys.readouterr().out
-    assert told == [0]  # once, with nothing of this release on the ledger yet
-    assert out.index(f"What {name} can be expected to publish (before the charge):") \
-        < out.index(f"Release {name}: published")
-    internal = [line for line in out.splitlines() if " cells at or over T" in line]
-    assert len(internal) == 3 and any(not line.split(": ", 1)[1].startswith("0 of") for line in internal), out
-    phrases = ("cells at or over", "internal figures", "can be expected to publish", "rows expected")
-    for path in home.root.rglob("*"):  # the releases, the reports, MLflow's store and Prefect's database
-        if path.is_file():
-            data = path.read_bytes()
-            assert not any(p.encode() in data for p in phrases), path
-    run = MlflowClient(tracking_uri=home.mlflow_uri).search_runs(
-        [MlflowClient(tracking_uri=home.mlflow_uri).get_experiment_by_name("transit-release").experiment_id],
-        f"tags.release_id = '{name}'")
-    assert run and not any(k for r in run for k in {**r.data.params, **r.data.metrics}
-                           if any(w in k for w in ("expect", "at_threshold", "over_threshold", "certain")))
-    with get_client(sync_client=True) as client:
-        (flow_run,) = [r for r in client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(
-            any_=["opal-release"]))) if r.parameters.get("release_id") == name]
-        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run.id])))
-    assert logs and not any(p in log.message for log in logs for p in phrases)
-
-
-@pytest.mark.flow
 def test_a_refused_run_leaves_nothing_behind(prefect_harness, tiny_week, tmp_path, capsys):
     """The finding: a run refused by the budget left its encoded trips and an empty report folder."""
     home = tmp_path / "home"
@@ -276,11 +226,55 @@ def test_a_refused_run_leaves_nothing_behind(prefect_harness, tiny_week, tmp_pat
     assert result["leftovers"] == [] and result["staging_leftovers"] == []
 
 
+def _said_before_the_charge_and_nowhere_else(home: Home, name: str, out: str, told: list[int]) -> None:
+    """What to expect was said on the custodian's terminal, once, before the first spend of ``name`` was on the
+    ledger; its internal figures are in no file of the home, no MLflow field and none of Prefect's logs of the run."""
+    from mlflow.tracking import MlflowClient
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName, LogFilter, LogFilterFlowRunId
+
+    assert told == [0]  # once, with nothing of this release on the ledger yet
+    assert out.index(f"What {name} can be expected to publish (before the charge):") \
+        < out.index(f"Release {name}: published")
+    internal = [line for line in out.splitlines() if " cells at or over T" in line]
+    assert len(internal) == 3 and any(not line.split(": ", 1)[1].startswith("0 of") for line in internal), out
+    phrases = ("cells at or over", "internal figures", "can be expected to publish", "rows expected")
+    for path in home.root.rglob("*"):  # the releases, the reports, MLflow's store
+        if path.is_file():
+            data = path.read_bytes()
+            assert not any(p.encode() in data for p in phrases), path
+    client = MlflowClient(tracking_uri=home.mlflow_uri)
+    runs = client.search_runs([client.get_experiment_by_name("transit-release").experiment_id],
+                              f"tags.release_id = '{name}'")
+    assert runs and not any(k for r in runs for k in {**r.data.params, **r.data.metrics}
+                            if any(w in k for w in ("expect", "at_threshold", "over_threshold", "certain")))
+    with get_client(sync_client=True) as prefect:  # the session's server (the harness's)
+        (flow_run,) = [r for r in prefect.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(
+            any_=["opal-release"]))) if r.parameters.get("release_id") == name]
+        logs = prefect.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run.id])))
+    assert logs and not any(p in log.message for log in logs for p in phrases)
+
+
 @pytest.mark.flow
-def test_data_cards_state_the_cumulative_loss_of_their_unit(prefect_harness, tiny_week, tmp_path, capsys):
+def test_data_cards_state_the_cumulative_loss_of_their_unit(prefect_harness, tiny_week, tmp_path, capsys,
+                                                            monkeypatch):
     """The finding: a second release of a week said "(2, ...)-DP" while the week stood at ε = 8 + 2. At the trip level
-    a passenger's loss is unbounded, and the data card says so before the trip's own figure."""
+    a passenger's loss is unbounded, and the data card says so before the trip's own figure.
+
+    The first release (trip level: thresholds 34 and 18, which this week reaches) also says what to expect before
+    its charge and nowhere else, with Prefect's log_prints on (which turns a flow's print into logs)."""
+    from prefect.settings import PREFECT_LOGGING_LOG_PRINTS, temporary_settings
+
+    from transit_release.cli import opal as opal_command
+
     home = tmp_path / "home"
+    told: list[int] = []
+    said = opal_command.print_expectation
+
+    def listener(expectation):
+        ledger = Home.at(home).ledger
+        told.append(len(Ledger(ledger, read_only=True).spends(expectation.release_id)) if ledger.exists() else 0)
+        said(expectation)
     policy = tmp_path / "policy.yaml"
     policy.write_text(Path(__file__).parent.joinpath("..", "transit_release", "defaults", "budget_policy.yaml")
                       .read_text().replace("      epsilon: 8.0\n      delta: 1.0e-6\n",
@@ -288,7 +282,11 @@ def test_data_cards_state_the_cumulative_loss_of_their_unit(prefect_harness, tin
                       .replace("allow_unbounded_person_loss: false", "allow_unbounded_person_loss: true"))
     base = ["release", "--trips", str(tiny_week["trips"]), "--stops", str(tiny_week["stops"]), "--home", str(home),
             "--policy", str(policy), "--workers", "0", "--unit", "trip", *WEEK_FLAGS]
-    assert main([*base, "--release-id", "first"]) == 0
+    monkeypatch.setattr(opal_command, "print_expectation", listener)
+    with temporary_settings(updates={PREFECT_LOGGING_LOG_PRINTS: True}):
+        assert main([*base, "--release-id", "first"]) == 0
+    _said_before_the_charge_and_nowhere_else(Home.at(home), "first", capsys.readouterr().out, told)
+    monkeypatch.undo()
     assert main([*base, "--release-id", "second", "--epsilons", "0.25,0.25,0.25,0.25,0.5,0.5"]) == 0
     out = capsys.readouterr().out
     assert "per trip at publication: ε=10, δ=1.5e-06 over 2 release(s)" in out
