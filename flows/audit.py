@@ -23,7 +23,8 @@ def privacy_audit(home: str = ".", ledger: str | None = None, delta_prime: float
     ``release_reports/<report_folder>/`` instead of adding a dated folder; the index keeps every audit's figures."""
     where = prepare_home(home, ledger, releasing=False)
     budget_policy = load_policy(policy)
-    caps = {c.unit_of_privacy: c.epsilon for c in reversed(budget_policy.caps)}
+    caps = {c.unit_of_privacy: {"name": c.name, "epsilon": c.epsilon, "delta": c.delta, "measure": c.measure}
+            for c in reversed(budget_policy.caps)}  # the first cap of each unit, in its own measure
     snapshot = snapshot_ledger(where)
     try:
         problems = verify_ledger(where, snapshot)
@@ -37,5 +38,5 @@ def privacy_audit(home: str = ".", ledger: str | None = None, delta_prime: float
         discard_snapshot(snapshot)
     report_path = write_audit_report(where, result, caps, report_folder)
     run_id = track_audit(where, result, report_path)
-    update_index(where)
+    update_index(where, budget_policy)
     return {**result, "report": report_path, "mlflow_run_id": run_id}

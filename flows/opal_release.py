@@ -17,7 +17,8 @@ from tasks.evaluate import evaluate_utility
 from tasks.home import prepare_home
 from tasks.ingest import ingest_stops
 from tasks.inputs import fingerprint_inputs
-from tasks.opal import assemble_tables, build_manifest, plan_spends, same_release, space_needed, tracking_record
+from tasks.opal import (assemble_tables, build_manifest, count_true_cells, plan_spends, same_release, space_needed,
+                        tracking_record)
 from tasks.preprocess import location_index
 from tasks.quality import check_raw_quality, check_release_tables
 from tasks.sanitize import check_cluster, describe_sanitizers, sanitize_chunk
@@ -32,6 +33,7 @@ from transit_release.inputs.screening import Period
 from transit_release.partition_store import PartitionDataset
 from transit_release.recovery import WorkDir, work_dir
 from transit_release.releases import opal
+from transit_release.releases.opal_expectation import Expectation, public_rules
 from transit_release.version import code_version
 
 
@@ -159,6 +161,10 @@ class OpalKind(ReleaseKind):
 
     def space_needed(self, records: Records) -> int:
         return space_needed(self.period, self.config, records.data.index)
+
+    def expectation(self, run: ReleaseRun, records: Records) -> Expectation:
+        cells = count_true_cells(records.data.dataset, opal.partitions_of(self.period, self.config), self.config)
+        return Expectation(run.release_id, public_rules(self.config), cells)
 
     def sanitize(self, run: ReleaseRun, records: Records, charged: list):
         r = records.data

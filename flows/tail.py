@@ -5,8 +5,8 @@ A kind of release (Opal marginals, passenger sequences, trajectories, station se
 budget or setup), offering the few steps that differ. :func:`publish_release` runs any kind through the one tail:
 
     fingerprint the inputs → resolve the id (published before from the same input: nothing drawn or spent)
-    → read the records → plan the spends → (a dry run: the policy's verdict, and stop) → pre-check the budget
-    → check the MLflow store and the free space → charge → anchor the ledger → sanitize → evaluate
+    → read the records → plan the spends → (a dry run: what to expect, the policy's verdict, and stop)
+    → pre-check the budget → check the MLflow store and the free space → what to expect → charge → anchor the ledger → sanitize → evaluate
     → the public outputs → stage → the report → track, commit, anchor, index, DCAT catalogue
     (:func:`publish_staged`)
 
@@ -32,7 +32,7 @@ from tasks.publish import commit_release, load_manifest, stage_release, update_c
 from tasks.report import update_index
 from tasks.summary import summarize, summarize_dry_run
 from tasks.track import anchor_ledger, check_store, mark_published, track_release
-from transit_release import progress
+from transit_release import custodian, progress
 from transit_release.accounting.policy import BudgetPolicy
 from transit_release.faults import crash_point
 from transit_release.home import Home
@@ -120,6 +120,12 @@ class ReleaseKind:
         """Bytes the release still writes once charged (public: never from the records)."""
         return records_space_needed()
 
+    def expectation(self, run: ReleaseRun, records: Records):
+        """What the release can be expected to publish, said to the custodian's terminal before the charge
+        (:mod:`transit_release.custodian`): public rules and internal figures of the records; None if the kind
+        says nothing."""
+        return None
+
     def sanitize(self, run: ReleaseRun, records: Records, charged: list):
         """The noisy release, drawn only after ``charged`` (the ledger's entries of this run) holds its spends."""
         raise NotImplementedError
@@ -156,6 +162,15 @@ def _value(fingerprint) -> str:
     return fingerprint.result() if hasattr(fingerprint, "result") else fingerprint
 
 
+def _tell_expectation(kind: ReleaseKind, run: ReleaseRun, records: Records) -> None:
+    """Before the charge (or a dry run's verdict): what the release can be expected to publish, to the custodian's
+    terminal only, and computed only when one listens (its internal figures are of the data)."""
+    if custodian.listening():
+        expectation = kind.expectation(run, records)
+        if expectation is not None:
+            custodian.tell(expectation)
+
+
 def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, population: str, release_id: str | None,
                     dry_run: bool) -> dict:
     """Run ``kind`` through the tail (see the module's docstring); the summary the command prints.
@@ -178,11 +193,13 @@ def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, popula
             records = kind.read(run, workspace)
         events = kind.plan(run, records, _value(fingerprint), population)
         if dry_run:
+            _tell_expectation(kind, run, records)
             return summarize_dry_run(rid, kind.period, kind.period_declared, events,
                                      check_budget(where, events, policy), records.quarantine)
         precheck_budget(where, events, policy)
         check_store(where)  # MLflow must work before anything is spent
         check_free_space(where, kind.space_needed(records), rid)  # room to finish once charged
+        _tell_expectation(kind, run, records)
         charged = None
         in_flight: list = []
         try:
@@ -202,7 +219,7 @@ def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, popula
                 report = kind.report(run, staged.manifest, records, evaluation, public)
                 mlflow_run_id = publish_staged(where, staged, charged,
                                                kind.tracking_record(staged.manifest, records, evaluation, public),
-                                               report)
+                                               report, policy)
         except BaseException:
             try:
                 for work in in_flight:
@@ -214,7 +231,8 @@ def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, popula
     return kind.summary(run, staged.manifest, mlflow_run_id, report, records, evaluation)
 
 
-def publish_staged(where: Home, staged: StagedRelease, charged: list, record: dict, report_dir: str) -> str:
+def publish_staged(where: Home, staged: StagedRelease, charged: list, record: dict, report_dir: str,
+                   policy: BudgetPolicy | None = None) -> str:
     """Make a staged release public and recorded: track in MLflow → commit (intent, rename, ledger) → anchor the
     ledger head → mark the run published → index → DCAT catalogue. Returns the MLflow run id."""
     run_id = track_release(where, staged.manifest, charged, record, report_dir)
@@ -223,6 +241,6 @@ def publish_staged(where: Home, staged: StagedRelease, charged: list, record: di
     anchor_ledger(where, staged.manifest["release_id"], "publication")
     mark_published(where, run_id)
     crash_point("after-published-tag")
-    update_index(where)
+    update_index(where, policy)  # the caps of the policy the release was charged under
     update_catalog(where, str(staged.final_dir))
     return run_id

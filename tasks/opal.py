@@ -51,6 +51,16 @@ def tracking_record(manifest: dict, utility: pd.DataFrame, quarantine: dict, val
     return opal.tracking(manifest, utility, quarantine, validations, sanitizers)
 
 
+@data_task(name="count-true-cells")
+def count_true_cells(dataset: PartitionDataset, partitions: list[tuple[str, str]], config: ReleaseConfig) -> tuple:
+    """Internal: the cells of the stored partitions by their true counts, per published file
+    (:func:`~transit_release.releases.opal_expectation.count_cells`); for the custodian's terminal only."""
+    from transit_release.partition_store import read_partition_histograms
+    from transit_release.releases.opal_expectation import count_cells
+
+    return count_cells((read_partition_histograms(dataset, mode, date) for mode, date in partitions), config)
+
+
 @data_task(name="space-needed")
 def space_needed(period, config, index_path: str) -> int:
     """Bytes the release still writes once charged (:mod:`transit_release.storage`): its public files from the

@@ -10,14 +10,17 @@ from pathlib import Path
 import pandas as pd
 
 from tasks import data_task
-from transit_release import release_index, report_process
+from transit_release import opendata, release_index, report_process
 from transit_release.home import Home
 from transit_release.releases import opal
 
 
 def _links(home: Home, manifest: dict, out: Path) -> dict[str, str]:
+    """The release's public pages, from its report: the data card rendered on the landing page, and the
+    manifest."""
     release_dir = home.release_root(manifest["noise_source"]) / manifest["release_id"]
-    return {"Public data card (DATACARD.md)": os.path.relpath(release_dir / "DATACARD.md", out),
+    return {"Public data card (on the release's landing page)":
+            os.path.relpath(release_dir / opendata.LANDING, out) + "#data-card",
             "Manifest (manifest.json)": os.path.relpath(release_dir / "manifest.json", out)}
 
 
@@ -76,6 +79,7 @@ def write_sequence_report(home: Home, manifest: dict, metrics: dict, quarantine:
 
 
 @data_task(name="update-release-index")
-def update_index(home: Home) -> str:
-    """Regenerate ``release_reports/index.html`` from the published manifests and the latest audit."""
-    return str(release_index.write_index(home.releases, home.reports))
+def update_index(home: Home, policy=None) -> str:
+    """Regenerate ``release_reports/index.html`` from the published manifests, the latest audit and the budget
+    ``policy`` (default: the built-in one) whose caps it draws."""
+    return str(release_index.write_index(home.releases, home.reports, policy))

@@ -139,8 +139,9 @@ def test_a_card_level_release_end_to_end(prefect_harness, small_week, tmp_path, 
     assert pd.read_csv(d / "location.csv")["count"].min() >= 405
     card = (d / "DATACARD.md").read_text()
     assert "**card**: all of one passenger's trips in the period" in card
-    assert "at most **2 trips per\n(mode, day)** and at most **10 (mode, day) partitions**" in card
-    assert "never exceeds A taps either way" in card and "A = 402 for j = 1, 2, 3, 4, A = 208 for j = 5, 6" in card
+    assert "- Each card kept at most **2 trips per mode and day**, chosen at random." in card
+    assert "- Each card kept at most **10 (mode, day) partitions** of the period, chosen at random." in card
+    assert "never exceeds A taps either way: A = 402 for j = 1–4 and A = 208 for j = 5–6" in card
     assert "rows_dropped" not in json.dumps(manifest) and "rows_dropped" not in card  # internal figures stay internal
     spends = Ledger(home / "ledger.sqlite").spends("cards")
     assert len(spends) == 28 * 6 and all(e.event().kind == "truncated_card_stability_histogram" for e in spends)

@@ -105,7 +105,7 @@ def test_index_lists_releases_newest_first_whatever_the_folder_order(two_release
     assert opal.utility.startswith("trips covered ")
     assert set(opal.links) >= {"report", "data card", "manifest", "Data Docs (raw)", "Data Docs (release)"}
     seq = next(r for r in rows if r.kind == "sequences")
-    assert "count-query error" in seq.utility
+    assert seq.utility.startswith("error of the 100 most frequent runs ")  # the kind's headline figure
     page = render_index(rows, None)
     assert "No audit yet" in page
 
@@ -146,6 +146,11 @@ def test_browser_opens_the_index_and_a_report(two_releases, tmp_path):
         for i in range(images.count()):  # every plot loaded and has a size
             assert page.evaluate("(img) => img.complete && img.naturalWidth > 0", images.nth(i).element_handle())
         page.screenshot(path=str(shots / "report.png"), full_page=True)
+        # the report's public data card opens rendered, on the release's landing page
+        page.locator("a", has_text="Public data card").click()
+        page.wait_for_load_state("load")
+        assert page.url.endswith("releases/opal-week-2016-08-08/index.html#data-card")
+        assert page.locator("#data-card h3").first.is_visible()
         browser.close()
     assert all(u.startswith("file://") for u in requests), [u for u in requests if not u.startswith("file://")]
     assert (shots / "index.png").stat().st_size > 10_000

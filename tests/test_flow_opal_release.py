@@ -80,7 +80,9 @@ def test_manifest_hashes_and_privacy_statement(released):
     assert m["noise_source"] == "test-seed"
     assert m["code_version"]
     card = (d / "DATACARD.md").read_text()
-    assert card.startswith("> **TEST SEED: NOT PRIVATE.**") and f"\n# {summary['release_id']}" in card
+    assert card.startswith("> **TEST SEED: NOT PRIVATE.**") and (
+        "\n# Public-transport taps by time and location, 8–14 August 2016 (per-trip privacy)\n\n"
+        f"Release `{summary['release_id']}`.\n") in card
     assert not list(home.releases.glob(".tmp-*")) and not list(home.test_releases.glob(".tmp-*"))
 
 

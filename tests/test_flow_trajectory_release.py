@@ -137,8 +137,9 @@ def test_dry_run_cap_and_the_release_index(prefect_harness, metro, tmp_path, cap
            "remaining: ε=2.000" in capsys.readouterr().err
     assert main([*_args(metro, home), "--epsilon", "1.5", "--queries", "0"]) == 0
     index = (home / "release_reports" / "index.html").read_text()
-    assert RID in index and "<td>trajectories</td>" in index
-    assert "<td>SafePath noisy location-time prefix tree</td>" in index
+    # the dashboard's row: the kind in words, the mechanism's name under it
+    assert f'data-release-id="{RID}"' in index
+    assert "<td>Passenger trajectories<br><span class=note>SafePath noisy location-time prefix tree</span></td>" in index
     assert (home / "releases" / RID / "trajectories.txt").exists()
     assert main([*_args(metro, home), "--epsilon", "1", "--release-id", "again"]) == 3
     assert "remaining: ε=0.500" in capsys.readouterr().err

@@ -7,8 +7,10 @@ of each kind run the same checks on real releases (``tests/open_data_checks.py``
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 from datetime import date
 from fractions import Fraction
 from pathlib import Path
@@ -126,6 +128,76 @@ def test_every_kind_is_a_valid_data_package_listed_in_its_manifest(kind, tmp_pat
         assert tables["location.parquet"]["schema"] == schema
     else:
         assert any(r["path"].endswith(".txt") and r["mediatype"] == "text/plain" for r in package["resources"])
+
+
+@pytest.mark.parametrize("start,end,words", [
+    ("2016-08-08", "2016-08-14", "8–14 August 2016"), ("2026-01-01", "2026-01-31", "January 2026"),
+    ("2016-07-28", "2016-08-03", "28 July – 3 August 2016"), ("2016-08-08", "2016-08-08", "8 August 2016"),
+    ("2025-12-29", "2026-01-04", "29 December 2025 – 4 January 2026"), ("2024-02-01", "2024-02-29", "February 2024")])
+def test_a_period_in_words(start, end, words):
+    from transit_release.opendata.titles import period_words
+
+    assert period_words(start, end) == words
+
+
+TITLES = {"opal-card": "Public-transport taps by time and location, 8–14 August 2016",
+          "opal-trip": "Public-transport taps by time and location, 8–14 August 2016 (per-trip privacy)",
+          "prefix-tree": "Passenger journeys as sequences of stations, January 2026",
+          "ngram": "Passenger journeys as runs of consecutive stations, January 2026",
+          "trajectories": "Passenger trajectories: stations and hours of the week, 5–11 January 2026",
+          "sets": "The stations each passenger used, January 2026"}
+
+
+def _sentences(text: str) -> list[str]:
+    """The prose sentences of a Markdown text (tables, code and headings aside), whitespace collapsed."""
+    prose = " ".join(line.strip().lstrip("-> ").strip() for line in text.splitlines()
+                     if line.strip() and not line.lstrip().startswith(("|", "#", "`")))
+    return [s for s in (x.strip() for x in re.split(r"(?<=[.!?])\s+", prose)) if len(s.split()) >= 6]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_public_description_has_one_human_title_and_plain_words(kind, tmp_path):
+    """The landing page, the data card, the Data Package and the catalogue give the release one title in words
+    (its kind and period; the release id stays the identifier). The page and the card hold no code of the
+    tool's internal API, no sensitivity triple, and no sentence twice."""
+    d = publish_in(tmp_path, kind)
+    title = TITLES[kind]
+    m = json.loads((d / "manifest.json").read_text())
+    page = (d / "index.html").read_text()
+    card = (d / "DATACARD.md").read_text()
+    assert f"<title>{html.escape(title)}</title>" in page and f"<h1>{html.escape(title)}</h1>" in page
+    assert f"<dt>Release</dt><dd><code>{m['release_id']}</code></dd>" in page
+    assert card.startswith(f"# {title}\n\nRelease `{m['release_id']}`.\n")
+    assert json.loads((d / "datapackage.json").read_text())["title"] == title
+    graph = catalog_graph(catalog.write_catalog(tmp_path, tmp_path / "releases"))
+    from rdflib import Literal, Namespace
+
+    dct = Namespace("http://purl.org/dc/terms/")
+    assert (None, dct.title, Literal(title)) in graph and (None, dct.identifier, Literal(m["release_id"])) in graph
+    for text in (page, card):
+        assert "transit_release" not in text and "analysis." not in text and "(L0, L1, L∞)" not in text
+    sentences = _sentences(card)
+    assert len(sentences) > 10 and len(set(sentences)) == len(sentences), \
+        [s for s in sentences if sentences.count(s) > 1]
+    if kind == "opal-card":  # the bounding is said once (the card said it again as its "composition")
+        flat = " ".join(card.split())
+        assert flat.count("before the card id was dropped") == 1 and " ".join(
+            m["privacy"]["composition"].split()) not in flat
+    if kind.startswith("opal"):  # how the counts were made, in plain words
+        how = re.search(r"<dt>How</dt><dd>(.*?)</dd>", page).group(1)
+        assert "published only if it reached its threshold" in how
+        assert ("One card adds at most 2 to any count, in at most 10 of the (mode, day) partitions." in how
+                if kind == "opal-card" else "Replacing one trip by another changes at most two counts" in how)
+
+
+def test_the_place_open_data_yaml_names_is_in_the_title(tmp_path):
+    (tmp_path / "open-data.yaml").write_text("publisher: {name: Example Transit}\n"
+                                             "spatial: {uri: 'https://sws.geonames.org/2147714/', name: Sydney}\n")
+    d = publish_in(tmp_path, "opal-card")
+    title = "Public-transport taps by time and location, Sydney, 8–14 August 2016"
+    assert f"<h1>{title}</h1>" in (d / "index.html").read_text()
+    assert (d / "DATACARD.md").read_text().startswith(f"# {title}\n")
+    assert json.loads((d / "manifest.json").read_text())["publication"]["spatial"]["name"] == "Sydney"
 
 
 def test_frictionless_finds_a_file_that_differs_from_its_hash_or_schema(tmp_path):
@@ -359,8 +431,8 @@ def test_intervals_for_a_published_table(tmp_path):
     u = pd.read_csv(d / "uncertainty.csv", keep_default_na=False)
     assert set(u["half_width_95"]) == {60, 30} and set(u["file"]) == {"time.csv", "location.csv", "time-loc.csv"}
     card = (d / "DATACARD.md").read_text()
-    assert "## Margins of error" in card and "| 1, 2, 3, 4 | ± 60 | ± 82 | ± 149 |" in card
-    assert "| 1, 2, 3, 4 | T = 405 | 51.2% | +19.5 |" in card
+    assert "## Margins of error" in card and "| 1–4 | ± 60 | ± 82 | ± 149 |" in card
+    assert "| 1–4 | T = 405 | 51.2% | +19.5 |" in card
     with pytest.raises(ValueError, match="states no marginals"):
         analysis.marginal_laws({"release_id": "x", "privacy": {}})
 
@@ -393,7 +465,7 @@ def test_the_landing_page_in_the_browser(tmp_path):
             page = browser.new_page(viewport={"width": width, "height": 900})
             page.on("request", lambda r: requests.append(r.url))
             page.goto((d / "index.html").as_uri())
-            assert page.title().startswith("opal-card-20160808-20160814: Opal-style tap counts")
+            assert page.title() == "Public-transport taps by time and location, 8–14 August 2016"
             assert page.evaluate("document.documentElement.scrollWidth") <= width
             if width == 1400:
                 assert page.evaluate(overflowing) == []
@@ -413,3 +485,67 @@ def test_the_catalogue_is_the_one_file_the_tool_writes_beside_the_releases():
     from transit_release.opendata.catalog import CATALOG
 
     assert RELEASES_TOOL_FILES == {CATALOG}
+
+
+# ---- DCAT-AP conformance ---------------------------------------------------------------------------------
+
+def test_the_catalogue_conforms_to_dcat_ap_2_1_1(tmp_path):
+    """pySHACL with RDFS inference against the DCAT-AP 2.1.1 shapes of tests/shapes/ (written from the
+    specification's tables): no violation with two releases or with six (every kind); the recommended contact
+    point, theme, spatial coverage and distribution descriptions are filled from open-data.yaml and public
+    parameters, so no warning either once the settings name the area."""
+    import rdflib
+    from rdflib.namespace import DCAT, DCTERMS, RDF, SKOS
+
+    from tests.dcat_shapes import shacl_results
+
+    vcard = rdflib.Namespace("http://www.w3.org/2006/vcard/ns#")
+    (tmp_path / settings.SETTINGS_FILE).write_text(
+        "publisher:\n  name: Example Transit Agency\n  email: opendata@transit.example.org\n"
+        "spatial:\n  uri: https://sws.geonames.org/2147714/\n  name: Sydney\n")
+    for n, kinds in ((2, KINDS[:2]), (6, KINDS)):
+        home = tmp_path / f"home{n}"
+        home.mkdir()
+        (home / settings.SETTINGS_FILE).write_text((tmp_path / settings.SETTINGS_FILE).read_text())
+        for kind in kinds:
+            publish_in(home, kind)
+        path = catalog.write_catalog(home, home / "releases")
+        results = shacl_results(path)
+        assert results["Violation"] == [] and results["Warning"] == [], (n, results)
+    g = catalog_graph(path)
+    for ds in g.subjects(RDF.type, DCAT.Dataset):
+        contact = g.value(ds, DCAT.contactPoint)
+        assert str(g.value(contact, vcard.fn)) == "Example Transit Agency"
+        assert str(g.value(contact, vcard.hasEmail)) == "mailto:opendata@transit.example.org"
+        theme = g.value(ds, DCAT.theme)
+        assert str(theme).endswith("/data-theme/TRAN") and str(g.value(theme, SKOS.prefLabel)) == "Transport"
+        assert str(g.value(ds, DCTERMS.spatial)) == "https://sws.geonames.org/2147714/"
+        for dist in g.objects(ds, DCAT.distribution):
+            assert str(g.value(dist, DCTERMS.description)).endswith(").")
+    # without the area, its recommendation is the only one left unfilled
+    bare = tmp_path / "bare"
+    publish_in(bare, "sets")
+    warnings = shacl_results(catalog.write_catalog(bare, bare / "releases"))["Warning"]
+    assert warnings and all("dc/terms/spatial" in w for w in warnings)
+
+
+def test_the_shapes_find_what_portals_refuse(tmp_path):
+    """The shapes are no rubber stamp: the catalogue as it was written before (an integer byte size, untyped
+    media types, formats, checksum algorithm and landing page) has violations of each kind."""
+    from tests.dcat_shapes import shacl_results
+
+    publish_in(tmp_path, "sets")
+    path = catalog.write_catalog(tmp_path, tmp_path / "releases")
+    old = json.loads(path.read_text())
+    for node in old["@graph"]:
+        for dist in node.get("dcat:distribution", []):
+            dist["dcat:byteSize"]["@type"] = "xsd:nonNegativeInteger"
+            dist["dcat:mediaType"].pop("@type")
+            dist["spdx:checksum"]["spdx:algorithm"] = {"@id": "spdx:checksumAlgorithm_sha256"}
+        if "dcat:landingPage" in node:
+            node["dcat:landingPage"].pop("@type")
+    old["@graph"] = [n for n in old["@graph"] if n.get("@id") != "spdx:checksumAlgorithm_sha256"]
+    path.write_text(json.dumps(old))
+    violations = "\n".join(shacl_results(path)["Violation"])
+    for what in ("dcat#byteSize", "dcat#mediaType", "spdx.org/rdf/terms#algorithm", "dcat#landingPage"):
+        assert what in violations, what

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from tests.conftest import WEEK_FLAGS
 from transit_release.accounting.ledger import Ledger
 from transit_release.cli import main
+from transit_release.config import load_release_config
 from transit_release.home import Home
 
 CHECK_WITHOUT_PREFECT = ("import sys; from transit_release.cli import main; rc = main(sys.argv[1:]); "
@@ -96,24 +98,43 @@ def test_budget_shows_spent_and_remaining_per_cap_without_prefect(tmp_path):
     assert res.returncode == 0 and "NO-PREFECT" in res.stdout, res.stderr
     out = res.stdout
     assert "cap 'trip-partition': trip, ε ≤ 8, δ ≤ 1e-06 per partition, all time" in out
-    assert "  most spent: ferry/20160808: used ε=8, δ=7.5e-07; remaining ε=0, δ=2.5e-07" in out
-    assert "  mode ferry: 1 partition(s), most spent ε=8 (remaining ε=0)" in out
+    assert "  ferry/20160808: used ε=8, δ=7.5e-07; remaining ε=0, δ=2.5e-07" in out
+    assert "most spent" not in out  # one scope: its own line says it
     assert "cap 'sequence-period': passenger-sequence, ε ≤ 2, δ ≤ 1e-09 per period, all time" in out
     assert "  nothing spent: the whole cap remains" in out
-    assert "  population default: used ε=0, δ=0; remaining ε=80, δ=1e-06 (unbounded: trip-level release(s) r1)" in out
+    assert ("  population default: used ε=0 by privacy-loss distributions at δ=1e-06 (basic composition, for "
+            "reference: ε=0, δ=0); remaining ε=80 (unbounded: trip-level release(s) r1)") in out
+    assert "  next release like r1: the policy REFUSES it: " in out  # its partitions are spent
     js = json.loads(run_cli("budget", "--home", str(home), "--json").stdout.rsplit("\n", 2)[0])
     spent = [row for row in js if row["scope"] is not None]  # every cap is listed: those with nothing spent too
     assert [row["cap"] for row in js if row["scope"] is None] == ["card-year", "sequence-period",
                                                                   "trajectory-period", "set-period"]
     assert {"cap": "sequence-period", "unit_of_privacy": "passenger-sequence", "per": "period", "period": "all-time",
-            "scope": None, "used_epsilon": 0.0, "used_delta": 0.0, "remaining_epsilon": 2.0,
+            "measure": "basic", "scope": None, "used_epsilon": 0.0, "used_delta": 0.0, "remaining_epsilon": 2.0,
             "remaining_delta": 1e-09} in js
+    for row in spent:  # the policy's verdict on the next release like r1 (its partition is spent)
+        assert row.pop("next_release")["allowed"] is False
     assert spent == [{"cap": "person-year", "unit_of_privacy": "person", "per": "person", "period": "calendar-year",
-                   "scope": "population default", "used_epsilon": 0.0, "used_delta": 0.0, "remaining_epsilon": 80.0,
-                   "remaining_delta": 1e-06, "note": "unbounded: trip-level release(s) r1"},
+                   "measure": "pld", "scope": "population default", "used_epsilon": 0.0, "used_delta": 0.0,
+                   "remaining_epsilon": 80.0, "remaining_delta": 1e-06, "basic_epsilon": 0.0, "basic_delta": 0.0,
+                   "note": "unbounded: trip-level release(s) r1"},
                   {"cap": "trip-partition", "unit_of_privacy": "trip", "per": "partition", "period": "all-time",
-                   "scope": "ferry/20160808", "used_epsilon": 8.0, "used_delta": 7.5e-07,
+                   "measure": "basic", "scope": "ferry/20160808", "used_epsilon": 8.0, "used_delta": 7.5e-07,
                    "remaining_epsilon": 0.0, "remaining_delta": 2.5e-07}]
+
+
+def test_budget_names_the_most_spent_scope_and_mode_among_several(tmp_path):
+    from tests.test_accounting import partition_events
+
+    home = tmp_path / "home"
+    ledger = Ledger(home / "ledger.sqlite")
+    ledger.charge(partition_events("r1", mode="ferry"))
+    ledger.charge(partition_events("r2", mode="bus"))
+    res = run_cli("budget", "--home", str(home))
+    assert res.returncode == 0, res.stderr
+    assert "  most spent: ferry/20160808: used ε=8, δ=7.5e-07; remaining ε=0, δ=2.5e-07" in res.stdout
+    assert "  mode ferry: 1 partition(s), most spent ε=8 (remaining ε=0)" in res.stdout
+    assert "  mode bus: 1 partition(s), most spent ε=8 (remaining ε=0)" in res.stdout
 
 
 @pytest.mark.flow
@@ -131,6 +152,56 @@ def test_a_dry_run_validates_everything_and_writes_nothing(prefect_harness, tiny
     assert not Ledger(home / "ledger.sqlite").entries() if (home / "ledger.sqlite").exists() else True
     assert not any((home / "releases").iterdir()) and not any((home / "release_reports").iterdir())
     assert not (home / "private" / "work").exists() or not any((home / "private" / "work").iterdir())
+    # what to expect, before the verdict: the thresholds, noise bounds and margins the release would publish
+    assert out.index("What opal-card-20160808-20160814 can be expected to publish (before the charge):") \
+        < out.index("Release opal-card-20160808-20160814: dry run")
+    _assert_public_rules_said(out, load_release_config(unit="card"))
+    assert "  internal figures, from the true counts (this terminal only: never published, logged or recorded):" \
+        in out
+    for f in ("time.csv", "location.csv", "time-loc.csv"):  # ~27,000 trips: no cell near the card-level thresholds
+        assert re.search(rf"^    {re.escape(f)}: 0 of [1-9][\d,]* cells at or over T \(0 at or over T \+ A\); "
+                         r"about 0 rows expected$", out, re.M), out
+
+
+def _assert_public_rules_said(out: str, config) -> None:
+    """The dry run's lines of thresholds, bounds and margins are the manifest's and uncertainty.csv's figures."""
+    from transit_release.opendata.uncertainty import uncertainty_rows
+    from transit_release.releases.opal import privacy_statement
+
+    p = privacy_statement(config)
+    said = {}
+    for line in re.findall(r"^  (.+) \(j = ([\d–, ]+)\): T = (\d+)(?:, A = (\d+))?; a true count of T is published "
+                           r"\d+% of the time; margin of error ± (\d+) \(95%\)$", out, re.M):
+        files, js, t, a, h = line
+        first, _, last = js.partition("–")
+        for j in (range(int(first), int(last) + 1) if last else map(int, js.split(", "))):
+            said[j] = (int(t), int(a) if a else None, int(h))
+    rows = {r["count_of"]: r for r in uncertainty_rows({"privacy": p})}
+    assert said == {m["j"]: (m["threshold"], m.get("noise_bound"), rows[f"{name} (j = {m['j']})"]["half_width_95"])
+                    for name, m in p["marginals"].items()}, out
+
+
+@pytest.mark.flow
+def test_the_dry_runs_internal_figures_are_those_of_the_true_counts(prefect_harness, tiny_week, tmp_path, capsys):
+    """Trip level (no contribution bounding): the cells the dry run counts over the thresholds are those of the
+    histograms the plain library computes in memory from the same files."""
+    from schemas import Stops, validate
+    from transit_release.inputs.tables import read_stops, read_trips
+    from transit_release.preprocessing import build_location_index, encode_trips, partition_histograms
+    from transit_release.releases.opal_expectation import count_cells
+
+    assert main(["release", "--trips", str(tiny_week["trips"]), "--stops", str(tiny_week["stops"]), "--home",
+                 str(tmp_path / "home"), "--unit", "trip", "--dry-run", "--workers", "0", *WEEK_FLAGS]) == 0
+    out = capsys.readouterr().out
+    config = load_release_config(unit="trip")
+    _assert_public_rules_said(out, config)
+    stops = validate(Stops, read_stops(tiny_week["stops"]), "stops")
+    enc = encode_trips(read_trips(tiny_week["trips"]), build_location_index(stops, config.modes), config.bin_minutes)
+    cells = count_cells(partition_histograms(enc), config)
+    assert sum(c.at_threshold for c in cells) > 0  # T = 34 and 18: some cells of this small week reach them
+    for c in cells:
+        assert (f"    {c.file}: {c.at_threshold:,} of {c.cells:,} cells at or over T; about {c.expected:,.0f} rows "
+                "expected") in out.splitlines()
 
 
 @pytest.mark.flow
@@ -155,11 +226,55 @@ def test_a_refused_run_leaves_nothing_behind(prefect_harness, tiny_week, tmp_pat
     assert result["leftovers"] == [] and result["staging_leftovers"] == []
 
 
+def _said_before_the_charge_and_nowhere_else(home: Home, name: str, out: str, told: list[int]) -> None:
+    """What to expect was said on the custodian's terminal, once, before the first spend of ``name`` was on the
+    ledger; its internal figures are in no file of the home, no MLflow field and none of Prefect's logs of the run."""
+    from mlflow.tracking import MlflowClient
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName, LogFilter, LogFilterFlowRunId
+
+    assert told == [0]  # once, with nothing of this release on the ledger yet
+    assert out.index(f"What {name} can be expected to publish (before the charge):") \
+        < out.index(f"Release {name}: published")
+    internal = [line for line in out.splitlines() if " cells at or over T" in line]
+    assert len(internal) == 3 and any(not line.split(": ", 1)[1].startswith("0 of") for line in internal), out
+    phrases = ("cells at or over", "internal figures", "can be expected to publish", "rows expected")
+    for path in home.root.rglob("*"):  # the releases, the reports, MLflow's store
+        if path.is_file():
+            data = path.read_bytes()
+            assert not any(p.encode() in data for p in phrases), path
+    client = MlflowClient(tracking_uri=home.mlflow_uri)
+    runs = client.search_runs([client.get_experiment_by_name("transit-release").experiment_id],
+                              f"tags.release_id = '{name}'")
+    assert runs and not any(k for r in runs for k in {**r.data.params, **r.data.metrics}
+                            if any(w in k for w in ("expect", "at_threshold", "over_threshold", "certain")))
+    with get_client(sync_client=True) as prefect:  # the session's server (the harness's)
+        (flow_run,) = [r for r in prefect.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(
+            any_=["opal-release"]))) if r.parameters.get("release_id") == name]
+        logs = prefect.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run.id])))
+    assert logs and not any(p in log.message for log in logs for p in phrases)
+
+
 @pytest.mark.flow
-def test_data_cards_state_the_cumulative_loss_of_their_unit(prefect_harness, tiny_week, tmp_path, capsys):
+def test_data_cards_state_the_cumulative_loss_of_their_unit(prefect_harness, tiny_week, tmp_path, capsys,
+                                                            monkeypatch):
     """The finding: a second release of a week said "(2, ...)-DP" while the week stood at ε = 8 + 2. At the trip level
-    a passenger's loss is unbounded, and the data card says so before the trip's own figure."""
+    a passenger's loss is unbounded, and the data card says so before the trip's own figure.
+
+    The first release (trip level: thresholds 34 and 18, which this week reaches) also says what to expect before
+    its charge and nowhere else, with Prefect's log_prints on (which turns a flow's print into logs)."""
+    from prefect.settings import PREFECT_LOGGING_LOG_PRINTS, temporary_settings
+
+    from transit_release.cli import opal as opal_command
+
     home = tmp_path / "home"
+    told: list[int] = []
+    said = opal_command.print_expectation
+
+    def listener(expectation):
+        ledger = Home.at(home).ledger
+        told.append(len(Ledger(ledger, read_only=True).spends(expectation.release_id)) if ledger.exists() else 0)
+        said(expectation)
     policy = tmp_path / "policy.yaml"
     policy.write_text(Path(__file__).parent.joinpath("..", "transit_release", "defaults", "budget_policy.yaml")
                       .read_text().replace("      epsilon: 8.0\n      delta: 1.0e-6\n",
@@ -167,7 +282,11 @@ def test_data_cards_state_the_cumulative_loss_of_their_unit(prefect_harness, tin
                       .replace("allow_unbounded_person_loss: false", "allow_unbounded_person_loss: true"))
     base = ["release", "--trips", str(tiny_week["trips"]), "--stops", str(tiny_week["stops"]), "--home", str(home),
             "--policy", str(policy), "--workers", "0", "--unit", "trip", *WEEK_FLAGS]
-    assert main([*base, "--release-id", "first"]) == 0
+    monkeypatch.setattr(opal_command, "print_expectation", listener)
+    with temporary_settings(updates={PREFECT_LOGGING_LOG_PRINTS: True}):
+        assert main([*base, "--release-id", "first"]) == 0
+    _said_before_the_charge_and_nowhere_else(Home.at(home), "first", capsys.readouterr().out, told)
+    monkeypatch.undo()
     assert main([*base, "--release-id", "second", "--epsilons", "0.25,0.25,0.25,0.25,0.5,0.5"]) == 0
     out = capsys.readouterr().out
     assert "per trip at publication: ε=10, δ=1.5e-06 over 2 release(s)" in out

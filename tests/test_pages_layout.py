@@ -162,3 +162,93 @@ def test_cumulative_chart_of_a_year_has_no_overlapping_dates(monkeypatch, tmp_pa
     report._cumulative_chart(tl, "trip", 8.0, tmp_path / "c.png")
     for ax in figures[-1].axes:
         assert _overlapping_labels(ax) == []
+
+
+def test_an_empty_released_vs_true_panel_says_why_and_shows_its_threshold(monkeypatch, tmp_path):
+    """A marginal with no released cell: its panel says so, and its axes reach past its threshold (the diagonal
+    of no point is not drawn); a panel with a few points draws them large enough to see."""
+    import numpy as np
+
+    from transit_release import report
+
+    figures = _drawn(monkeypatch)
+    points = {"tap_on_time": (np.array([410, 500, 900]), np.array([415, 490, 910]))}
+    report._scatter(points, {"tap_on_time": 405, "tap_on_time_location": 211}, tmp_path / "s.png")
+    axes = {ax.get_title(): ax for ax in figures[-1].axes}
+    empty = axes["j=5 tap_on_time_location"]
+    assert [t.get_text() for t in empty.texts] == ["no cell of this marginal reached\nits threshold: nothing released"]
+    assert empty.get_ylim()[1] > 211 and empty.get_xlim()[1] > 211
+    assert [len(line.get_xdata()) for line in empty.get_lines()] == [0, 2]  # no point; the threshold's line
+    full = axes["j=1 tap_on_time"]
+    assert len(full.texts) == 0 and full.get_lines()[0].get_markersize() >= 4
+
+
+@pytest.fixture(scope="module")
+def eight_of_every_kind(tmp_path_factory):
+    """Eight releases of every kind in one home, built from the library (no flow: tests/dashboard_home.py)."""
+    from tests.dashboard_home import build
+
+    home = tmp_path_factory.mktemp("eight-of-every-kind")
+    return home, build(home)
+
+
+def test_the_dashboard_with_eight_releases_of_every_kind_fits_1400px(eight_of_every_kind):
+    """The reviewer's page: per kind four plots over its releases, then one table, newest publication first, that
+    fits a 1400 px window with every link inside it; the utility in one short line with every figure one click
+    away; the data card opens rendered (the landing page); the person's plotted loss is what each release's
+    manifest stated, which is the accountant's reading of the ledger up to it; MLflow links are the releases' own
+    runs."""
+    from playwright.sync_api import sync_playwright
+
+    from transit_release.accounting.ledger import SPEND, Ledger
+    from transit_release.accounting.person import person_loss
+    from transit_release.release_index import release_runs
+
+    home, order = eight_of_every_kind
+    index = home / "release_reports" / "index.html"
+    shots = Path(os.environ.get("TRANSIT_RELEASE_SCREENSHOTS", home))
+    entries = Ledger(home / "ledger.sqlite", read_only=True).entries()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        page = browser.new_page(viewport={"width": WIDTH, "height": 900})
+        page.goto(index.as_uri())
+        assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
+        assert page.evaluate(OVERFLOWING) == []
+        outside = page.evaluate("""() => [...document.querySelectorAll('a')].filter(a => {
+            const r = a.getBoundingClientRect(); return r.width === 0 || r.left < 0 || r.right > window.innerWidth;
+          }).map(a => a.textContent)""")
+        assert outside == []
+        ids = page.evaluate("[...document.querySelectorAll('tr.release')].map(r => r.dataset.releaseId)")
+        assert ids == order[::-1]  # newest publication first
+        sections = page.locator("section.kind")
+        assert sections.count() == 4 and page.locator("section.kind svg").count() == 16
+        assert page.locator("section.kind figcaption").count() == 16
+        row_heights = page.evaluate("[...document.querySelectorAll('tr.release')].map(r => r.offsetHeight)")
+        assert max(row_heights) < 100, row_heights
+        # a short utility line, every figure one click away
+        first = page.locator("tr.release details").first
+        assert first.locator("dl").is_hidden()
+        first.locator("summary").click()
+        assert first.locator("dl").is_visible() and first.locator("dt").count() >= 3
+        # the person's loss plotted per release is what the accountant says of the ledger up to that release
+        opal = page.locator('section.kind[data-kind="Opal tap counts, card level"]')
+        plotted = opal.locator("svg").nth(3).evaluate(
+            "svg => [...svg.querySelectorAll('circle title')].map(t => t.textContent)")[:8]  # the basic line
+        opal_ids = [r for r in order if r.startswith("opal-")]
+        for rid, text in zip(opal_ids, plotted):
+            seq = max(e.seq for e in entries if e.release_id == rid)
+            upto = [e.event() for e in entries if e.entry_type == SPEND and e.seq <= seq]
+            assert text.endswith(f": {person_loss(upto, with_pld=False).basic.epsilon:.3g}"), (rid, text)
+        page.screenshot(path=str(shots / "index_eight_of_every_kind.png"), full_page=True)
+        # the data card link opens the landing page on its rendered data card
+        page.locator(f'tr[data-release-id="{order[-1]}"] a', has_text="data card").click()
+        page.wait_for_load_state("load")
+        assert page.url.endswith("/index.html#data-card") and page.locator("#data-card h3, #data-card h4").count() >= 2
+        browser.close()
+    runs = release_runs(home / "mlflow.db")
+    html_text = index.read_text(encoding="utf-8")
+    for rid in order:
+        assert f"/runs/{runs[rid][1]}" in html_text

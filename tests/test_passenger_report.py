@@ -36,6 +36,17 @@ def test_every_metric_of_every_kind_has_words_and_a_sentence():
     assert pr.describe("something.new", "sets") == ("something.new", "")
 
 
+def test_two_figures_never_share_a_name():
+    """The finding: five rows of the ngram report all read "frequent runs of stations: count loss"."""
+    for kind, prefix in (("sequences", "grams"), ("sets", "itemsets")):
+        keys = [f"{prefix}.top{k}.{what}" for k in (20, 40, 100) for what in ("tp", "loss", "relative_error")]
+        if kind == "sets":
+            keys += [f"itemsets.top{k}.loss_share" for k in (20, 40)]
+        names = [pr.describe(key, kind)[0] for key in keys]
+        assert len(set(names)) == len(names), names
+    assert pr.describe("grams.top40.loss", "sequences")[0] == "frequent runs of stations: count loss (top 40)"
+
+
 def test_five_headline_figures_in_plain_words():
     metrics = {"trajectories.input": 300000.0, "trajectories.released": 299914.0, "records.share_released": 0.2823,
                "points.top100.relative_error": 0.0803, "ordered_pairs.top100.relative_error": 0.1969}

@@ -38,17 +38,19 @@ TRAJECTORY_WEEK = {"period_start": "2026-01-05", "period_end": "2026-01-11"}
 OPAL_WEEK = {"period_start": "2016-08-08", "period_end": "2016-08-14"}
 
 #: What each kind published, as recorded from the code at b5c6ffa (main with the open-data files, before the
-#: release kinds shared one tail), re-recorded for three changes meant to alter published bytes: the Data
-#: Package's description of the threshold column (every kind) and the Markov trajectory release's margins of error
-#: (its uncertainty.csv and data card section), and the data card's statement of the CSV guard (#39: one-to-one, a
-#: cell starting with ' gets one more; the data card and the landing page that renders it, every kind; no data
-#: file changed): {release: {file: sha256}}. Re-recorded only by a change meant to
-#: alter published bytes.
+#: release kinds shared one tail), re-recorded for changes meant to alter published bytes: the Data Package's
+#: description of the threshold column (every kind); the Markov trajectory release's margins of error (its
+#: uncertainty.csv and data card section); the data card's statement of the CSV guard (#39: one-to-one, a cell
+#: starting with ' gets one more); the human title of every release (#42: the landing page's title and
+#: heading, the data card's heading, the Data Package's title) with the Opal data card's plain-words privacy and
+#: margins sections and the landing page's "How" line (DATACARD.md, datapackage.json and index.html of every kind;
+#: no data file, manifest or uncertainty.csv changed): {release: {file: sha256}}. Re-recorded only by a change
+#: meant to alter published bytes.
 RECORDED: dict[str, dict[str, str]] = {
     "opal-card": {
-        "DATACARD.md": "a0ac35dd1853da2b818e2d6580eeee722043db9dee1edd3bf029c08a630339a1",
-        "datapackage.json": "012f9a389fabd4d2e9a51578780cfaf8298eab99cf7cde42cf49043b6a559093",
-        "index.html": "27ba7478f4d85d63ab93b267d5e0bfcd36fdefcad7e3b9c301478aefdfc82807",
+        "DATACARD.md": "89e5fabee33627d7d5ca7eee4c838c76a334f342a29b38ee5bfdeac7ebf8938f",
+        "datapackage.json": "9244b9199495a079531846296a7f9639f7f129fe79fca0a6dd5f2935c4af7457",
+        "index.html": "afeaa712bf6efe5fba837f4606dc182b7999de895e03d1c551c927ae8bf9e82b",
         "location.csv": "3c9c83914a2674480a7aac6493b6edec358f9d21f9d143343ca872d997ae1c46",
         "location.parquet": "cb17fff7b55bc521450c6befae509bc10f66082d138586093976729b78cf7a20",
         "manifest.json": "8976b98f70ff0d97b3a3237f3d32bfeb04e09f6df1bedb87425eab7cf9379002",
@@ -59,9 +61,9 @@ RECORDED: dict[str, dict[str, str]] = {
         "uncertainty.csv": "eeb7c651af824788abc3e8618f0a3a73eb8d3df21030674ede0ea5865efe4c49",
     },
     "opal-trip": {
-        "DATACARD.md": "63bfc5da01c2938617cafba26ec7d9a93ef9744f95b9b7263e055138db7e47fb",
-        "datapackage.json": "a84cb6218feeb971bfd042fc44570f5e3881f267fc5e3ed0a99a9ab69fc0f023",
-        "index.html": "8f5198836eb992205c6012205d61aa7aab02099f0fd5a4e153bb24e2b4adf276",
+        "DATACARD.md": "e19d6c4327cd0fd054609f70e92671a3ce57d1cf078a63474b5657f822a5eaa7",
+        "datapackage.json": "6daaa49fbd688ab33f8b9afe3d48c021dfd4ae2ebce213b2852e9ab4810282f1",
+        "index.html": "70db0060a671b1ea022496f58da3e67f86088471f90cd22f972c618faca34f3d",
         "location.csv": "955fc8cb1160029d0a8b79e9f151f88301bc3afb37fcab03f5f8f67b27fc1610",
         "location.parquet": "f27a941f7a8c11379cb0f9012c509953434f823f17ccf9657745b4d88c40d11f",
         "manifest.json": "418a4552241e3ced875fcfb009aff6470051964679a7ccbcab522238ade1e9ee",
@@ -72,9 +74,9 @@ RECORDED: dict[str, dict[str, str]] = {
         "uncertainty.csv": "214ae71eac5a9bca571af7980c7885850629b76ef241921ae0bdb97547930ffa",
     },
     "sequences-from-taps": {
-        "DATACARD.md": "f1620bc98ee1d11316d9696c0ff1ad27365e9f9dc900eebe1b6e5459a42ea77b",
-        "datapackage.json": "13e63375b6e0aeb242e4ef696e49de688bba69af537c0e2a80e2fe4c04b3e347",
-        "index.html": "c11d8807542d301325be28a03785c241e01ef47ffbb66f8e701b5aece28747c7",
+        "DATACARD.md": "0e4717d3ef403274c974089a615041a58643a8ff1dbc33e14217cb2a0afe7389",
+        "datapackage.json": "9a25aa049c26a852ff9452ea46472708ff186b20db7cc3f813df188886b15bd5",
+        "index.html": "31a9619093bc484b3ac7dcc7011f0e5fcf00d4ac65fd4335f1aff6f4ee380a71",
         "manifest.json": "5c4e2f41875f93396999fc6b6d28b3df65db40157f74f9101a0598386125b704",
         "sequences.csv": "20c2fa3379155b5ae93c9bafc7f22f466c867e324594767c42d37d8ffb96bf11",
         "sequences.parquet": "e2fd20fb875600c4003ba89496e0d72a64009fba892e2abd269c6147b44034f2",
@@ -82,9 +84,9 @@ RECORDED: dict[str, dict[str, str]] = {
         "uncertainty.csv": "efd331852981dc952306072966c909c3dc082d786d3da25e6db25538300c3e4d",
     },
     "sequences-ngram": {
-        "DATACARD.md": "32f2c9f6fed907a577811898b9dcfa2093f16523826e4acf81751597e0acb9ce",
-        "datapackage.json": "998cef72b45952c422e51caab228b9ef8bfb426bf22d422926aaf7308eb4747a",
-        "index.html": "cf3b22f7dca0e0fb2c1391cf6f3adf6e8f1dcc66b7f955f109771c7a1f9a04e5",
+        "DATACARD.md": "db27d4240c2e20cc019c25074b468b75757e98dd9619b0c30078f14bcab66ed2",
+        "datapackage.json": "dbf5cc102c42863c1dd4836310e1c0bce96d8bddfd7880e0a53e22443bbf8a2c",
+        "index.html": "da57eb0eb9b3b769b78419e1b8b2e1cf3339a88d7c183d8b724d368dda2d07be",
         "manifest.json": "024fba5be7c641ab1445f23e724b1d0603f70a1166dd89d171cc55a0eb8cacae",
         "ngrams.csv": "d3b88996bee5da4000cb523113e00756a3f4fcdd263d26ff02afcec62353b026",
         "ngrams.parquet": "f01d07f900d7f3a243bdab66b43a2f8d88d777cd4f8908509bbf2255ca3f069b",
@@ -94,9 +96,9 @@ RECORDED: dict[str, dict[str, str]] = {
         "uncertainty.csv": "285ae02dc628f92ca03bde5ffb1b1092852cfce8ae80a21f3426fe48893b9226",
     },
     "sequences-prefix-tree": {
-        "DATACARD.md": "c486bcaafda237ff1be6d99cf85d55cac74630f0962061f8a48910fb98447a99",
-        "datapackage.json": "492074b3bcfbc0d855f7b57412639540bae972de0859564e261789f0a84c21f7",
-        "index.html": "60e11fd19d085bcd54da6bb2fad83330e47a5d1af5109b3a45f561d29c36d063",
+        "DATACARD.md": "73dae75fa0d9171e2c1b28a503c42a83769c694c6f8c69e3ed6a95624e49e55a",
+        "datapackage.json": "6b873627790fc1c442f39d37f55574c8a9801b11a667458622897bbddb50f936",
+        "index.html": "a7df4a17e3a6c83374c018cd9e710ceb9082b568c5eb655dac9ff1f12294206a",
         "manifest.json": "bbaf35d48bc49a4e44440a7fab7c3dbac80edcbccc45846ed840104d87f09956",
         "sequences.csv": "717ff6473255bb08f1120ddb96e566647f74a492823ea6f244aa18cb5db4cc68",
         "sequences.parquet": "9c2d55558231c89cff1a9b0dea2dee36e07117e07d4977dbb2172d60df2021eb",
@@ -104,9 +106,9 @@ RECORDED: dict[str, dict[str, str]] = {
         "uncertainty.csv": "e6c6fc23bb894cc274de08d0d20c09a06d30172ab4b0e231d4a3db46d77b0387",
     },
     "sets": {
-        "DATACARD.md": "6449e8b0548cad569dc86e49cccb9415c51652c1fdcef7d01a47a57a65fe2cc9",
-        "datapackage.json": "8a8bc4651427e167cdaa265204defc8a9be465208ef36a6042d4da14d2799e70",
-        "index.html": "47b63cba09640641329f112989a76eb342c0284bb0f0ed587db2c49dacdb5e3b",
+        "DATACARD.md": "e3188a8916602b550caa59d5607d3519d7e43c0b4d7fbee6f5c6d67cef5fa830",
+        "datapackage.json": "36af8ed37b189bf79635e7e10a8a343675b56c9b6641115db38e29d8b419102b",
+        "index.html": "10ac591fb7524f7fc83f1455ffe064c13eef9b566fb335d7eae48486f1a6bc5d",
         "manifest.json": "51b5a97fef684b79a1d402da68ece13524958e365acdfeb7fcff1ef1a0ba0449",
         "sets.csv": "2e8f56973b2adc3b33caca5854fa985e6dbaa4a1cd02c970dab2edd94597e00a",
         "sets.parquet": "67f243c509e521502206de7b3db79eea3d6707e77a2e6b2a4a6aca3ae4a5ee19",
@@ -114,9 +116,9 @@ RECORDED: dict[str, dict[str, str]] = {
         "uncertainty.csv": "a0bbfedea66ef454493a5876eabafb180065f9b9d39434651af0963c775fbdd2",
     },
     "sets-from-taps": {
-        "DATACARD.md": "24eb2ff745fb848694b6ab2d249f61382ba1cbf23e4091b3ad5abae2bf618103",
-        "datapackage.json": "43288ed86248d0dcae9624fed399581baff24ea7e36de7f1aa74640cf3602417",
-        "index.html": "417f67067cec4ed59cdaa0c49083ef44ec15fb1239e20e521f60e8f1963c30ea",
+        "DATACARD.md": "3cc3b200e68e03ba0316b2c497ee03b985456834cefd0b3cc599c50021061ceb",
+        "datapackage.json": "cb042ae666b99cde375e2d9e6a1a805abc15e5b380833f5c0a32d72fc3ab24ed",
+        "index.html": "dec2ddac82addb3f88ea4f9cd996102e437f0fb1dde4124454419c79e1a6a310",
         "manifest.json": "62d00ae37c4797bcf6d008923a3036708b132b50e67412ed326dc34615ae98e8",
         "sets.csv": "abf1c589d6ddbb30b025c1c1806aa81d1c8957cd0701a6c5f5af2cde7f3729f2",
         "sets.parquet": "ab56f7965f1b08dfaaceb8e251d7dd2da09c33a876c51927e4ef0fb8e167a044",
@@ -124,9 +126,9 @@ RECORDED: dict[str, dict[str, str]] = {
         "uncertainty.csv": "a0bbfedea66ef454493a5876eabafb180065f9b9d39434651af0963c775fbdd2",
     },
     "trajectories-markov": {
-        "DATACARD.md": "08b5144d2b81138f02d17f4fec7403b89636e04d0c51a4bc79310f6f610057bb",
-        "datapackage.json": "7a73aea0ebd727c517a31e7c8e4a3ded7a49f9fccb16d93b5362a000038de485",
-        "index.html": "a290deedcc082e9058b826413c28bd13834be7bad22395cc1152bf7db503deaa",
+        "DATACARD.md": "4889492492bf74889b8725f7e25ced720b530e0c517884ba2fa49603c294492b",
+        "datapackage.json": "d33e3d32b20161d658c2abebebd9046a6850656f251f87a26bb48587b9e33a20",
+        "index.html": "74890000501b50d24e6b94b2f6e6d34c7f582fff9279965324c0564eb47315de",
         "manifest.json": "a089f17b6273528c3b4462239fc679c55b7e0c67fb1bc7ba074671232ec51f3e",
         "trajectories.csv": "4bd2fdc47b606f047161fe99ef90a09d6f2ad6241056dcd69c6f721f6596243a",
         "trajectories.parquet": "3acb900ae72bbe7e5d9b9db520d5084e8f921a9fc0a760cab7305e2a7ddb5646",
@@ -134,9 +136,9 @@ RECORDED: dict[str, dict[str, str]] = {
         "uncertainty.csv": "94dc391aba0b8e4533fecc69fbc59b4165860671f3ef15c85f04b1a000bc6446",
     },
     "trajectories-safepath": {
-        "DATACARD.md": "0180aac0a8e1c432ab97deb0e853afd6ebcbb22261af7bf630b2679d83c15c95",
-        "datapackage.json": "c01fc1b0286f9ddeee166c380231eb73e8316d0cbbd08494e2868193896c65f3",
-        "index.html": "1138c76e6cc85f0af4c811669ab481ac2a600e826cdb0a9ece83bdbf1021a52e",
+        "DATACARD.md": "b0ddaa8490dda00ada1d4ad842e323c2700b2f316e907a27a75e9f5011264f07",
+        "datapackage.json": "b85a62d541a1b3f7722f2d292a397c319d241234db475e9ed62bd42c9728b223",
+        "index.html": "5d64e75e85943d47da25f2400e67b352407260c08ebcc240a8883aff1dfe4358",
         "manifest.json": "5283e3ae71434d308bda5b85e959491daf336dfed5539c23ed3e45caf57463ce",
         "trajectories.csv": "5face800fa27cc4972bb76cb08e4622866f2b5cc4bf2c394eef1624c7163755e",
         "trajectories.parquet": "3827c95fffecaa3f9fd0ca8aa0edf4bca40f4a44df0a7b4c1e3f86037fb69f6a",

@@ -14,6 +14,7 @@ audit crash: every malformed or forged record is a discrepancy.
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -553,6 +554,51 @@ def unit_losses(loss: dict) -> dict:
     return {unit: x for unit, x in loss.items() if unit != PERSON}
 
 
+def _cell_timeline(spends: list) -> list[dict]:
+    """One point per spend (in ledger order): the loss of the worst cell of the spend's mode so far, by basic
+    composition, as the accountant composes it (spends add up within a cell, the worst cell is the unit's loss;
+    a spend without a calendar scope adds to every cell). The last point of the worst mode is the unit's stated
+    basic figure."""
+    from transit_release.accounting.accountant import PrivacyLoss, scope_of
+
+    cells: dict[str, Fraction] = {}
+    worst: dict[str, Fraction] = {}  # mode -> its worst cell so far (cells only grow)
+    everywhere = Fraction(0)
+    out = []
+    for e, ev in spends:
+        scope = scope_of(ev)
+        eps = PrivacyLoss.of(ev.epsilon, ev.delta).epsilon_exact
+        mode = scope.mode or ev.unit_of_privacy
+        if scope.cells is None:
+            everywhere += eps
+        else:
+            for c in scope.cells:
+                cells[c] = cells.get(c, Fraction(0)) + eps
+                worst[mode] = max(worst.get(mode, Fraction(0)), cells[c])
+        out.append({"recorded_at": e.recorded_at, "mode": mode, "partition": ev.partition,
+                    "cumulative_epsilon": float(worst.get(mode, Fraction(0)) + everywhere)})
+    return out
+
+
+def _card_timeline(spends: list) -> list[dict]:
+    """One point per card-level release (at its first spend): a card's loss over every release so far, by basic
+    composition (each release costs a card its ``P`` most expensive partitions: the accountant's
+    :func:`~transit_release.accounting.accountant.bounded_release_losses`). The last point is the audit's stated
+    basic figure; the PLD figure is stated for the whole (composing each prefix again would cost about a second
+    per release)."""
+    from transit_release.accounting.accountant import bounded_release_losses
+
+    first: dict[str, str] = {}
+    for e, ev in spends:
+        first.setdefault(ev.release_id, e.recorded_at)
+    out, running = [], Fraction(0)
+    for rid, loss in bounded_release_losses([ev for _, ev in spends]):
+        running += loss.epsilon_exact
+        out.append({"recorded_at": first[rid], "mode": "all modes", "partition": rid, "release_id": rid,
+                    "cumulative_epsilon": float(running)})
+    return out
+
+
 def cumulative_loss(entries: list[LedgerEntry], delta_prime: float = DEFAULT_DELTA_PRIME,
                     pld_delta: float = DEFAULT_PLD_DELTA) -> dict:
     """All-time loss: first ``person``, one passenger of each population across every kind of release
@@ -572,25 +618,15 @@ def cumulative_loss(entries: list[LedgerEntry], delta_prime: float = DEFAULT_DEL
         adv = report.advanced_per_partition(delta_prime)
         per_scope = report.per_partition
         component: dict[str, dict[str, float]] = {}
-        timeline = []
-        running: dict[str, float] = {}
         mine = []
         for e, ev in events:
             if (ev.unit_of_privacy, ev.neighbouring) != (unit, relation):
                 continue
-            mine.append(ev)
+            mine.append((e, ev))
             cell = component.setdefault(ev.partition, {})
             cell[ev.component] = cell.get(ev.component, 0.0) + ev.epsilon
-            running[ev.partition] = running.get(ev.partition, 0.0) + ev.epsilon
-            timeline.append({"recorded_at": e.recorded_at, "mode": ev.mode or unit, "partition": ev.partition,
-                             "cumulative_epsilon": running[ev.partition]})
-        if unit == "card":  # a card is in every release: its timeline is the running total over releases
-            total_eps, seen = 0.0, set()
-            for point, ev in zip(timeline, mine):
-                if ev.release_id not in seen:
-                    seen.add(ev.release_id)
-                    total_eps += report.per_partition[f"{ev.release_period} ({ev.release_id})"].epsilon
-                point.update({"mode": "all modes", "cumulative_epsilon": total_eps})
+        timeline = _card_timeline(mine) if unit == "card" else _cell_timeline(mine)
+        mine = [ev for _, ev in mine]
         pld = _pld(unit, report, mine, pld_delta)
         out[unit] = {
             "neighbouring": relation,

@@ -42,6 +42,11 @@ MARGINALS: tuple[Marginal, ...] = (
     Marginal(6, "tap_off_time_location", "off", True, True),
 )
 MARGINAL_BY_NAME = {m.name: m for m in MARGINALS}
+
+
+def marginal_numbers(js: list[int]) -> str:
+    """Marginals' numbers j in words: ``1–4`` for a run, ``1, 3`` otherwise."""
+    return f"{js[0]}–{js[-1]}" if len(js) > 1 and js == list(range(js[0], js[-1] + 1)) else ", ".join(map(str, js))
 KNOWN_MODES = ("bus", "ferry", "lightrail", "train")
 
 

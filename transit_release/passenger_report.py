@@ -74,15 +74,15 @@ _PATTERNS: list[tuple[str, str, str]] = [
     (r"grams\.top(\d+)\.tp", "frequent runs of stations found (of {k})",
      "How many of the {k} most frequent runs of two or more consecutive stations are also the release's {k} most "
      "frequent."),
-    (r"grams\.top(\d+)\.loss", "frequent runs of stations: count loss",
+    (r"grams\.top(\d+)\.loss", "frequent runs of stations: count loss (top {k})",
      "The n-gram thesis's loss: mean relative error of the {k} most frequent runs' counts, a run missing from the "
      "release's top {k} counting as 0."),
     (r"itemsets\.top(\d+)\.tp", "frequent station sets found (of {k})",
      "How many of the {k} most frequent station combinations are also the release's {k} most frequent."),
-    (r"itemsets\.top(\d+)\.loss", "frequent station sets: count loss",
+    (r"itemsets\.top(\d+)\.loss", "frequent station sets: count loss (top {k})",
      "The DiffPart thesis's loss: mean relative error of the {k} most frequent combinations' counts, one missing "
      "from the release's top {k} counting as 0."),
-    (r"itemsets\.top(\d+)\.loss_share", "frequent station sets: share loss",
+    (r"itemsets\.top(\d+)\.loss_share", "frequent station sets: share loss (top {k})",
      "The same loss on shares of the data set instead of counts (the release's size is noisy)."),
 ]
 
@@ -217,7 +217,8 @@ def _error_by_size(metrics: dict, path: Path, kind: str) -> bool:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 3.6))
     for prefix, pts in series.items():
-        name = describe(f"{prefix}.relative_error.max_q1", kind)[0].replace(" up to 1 ", " up to k ")
+        # the name of a size above 1 (plural nouns), its size made k
+        name = describe(f"{prefix}.relative_error.max_q2", kind)[0].replace(" up to 2 ", " up to k ")
         ax.plot([k for k, _ in pts], [100 * v for _, v in pts], "o-", label=name)
     ax.set_xlabel("largest query size k")
     ax.set_ylabel("mean relative error (%)")
@@ -271,7 +272,7 @@ def write_report(out_dir: Path, manifest: dict, metrics: dict, quarantine: dict,
 <h1>Release report: {html.escape(manifest['release_id'])}</h1>
 <p class="note">Internal document: it compares the release with the raw records. Do not publish.</p>
 <h2>What was released</h2>
-<p>{html.escape(manifest.get('product', ''))}; period {html.escape(period.get('start', ''))} to
+<p>{html.escape(manifest.get('product', '')[:1].upper() + manifest.get('product', '')[1:])}; period {html.escape(period.get('start', ''))} to
 {html.escape(period.get('end', ''))}; universe of {manifest.get('universe', {}).get('locations', '—')} locations.
 Files: {files}.</p>
 <p>Privacy: ε = {p['epsilon']:g} (δ = {p['delta']:.2g}) per {html.escape(p['unit_of_privacy'])}

@@ -11,6 +11,7 @@ stages the release (:mod:`transit_release.report_process`), then writes the page
 from __future__ import annotations
 
 import html
+import math
 from pathlib import Path
 
 import numpy as np
@@ -42,11 +43,33 @@ def _number(x: float) -> str:
     return f"{x:,.0f}" if float(x).is_integer() else f"{x:.4g}"
 
 
+#: Column headers in words (the utility table's keys are MLflow's metric names).
+HEADERS = {"epsilon": "ε", "delta": "δ", "points": "cells present", "released": "cells released",
+           "points_released": "cells released", "kept_share": "share of cells released",
+           "kept_point_share": "share of cells released", "trip_coverage": "trips covered",
+           "mean_abs_error": "mean abs. error", "max_abs_error": "max abs. error", "mean_rel_error": "mean rel. error",
+           "total_variation": "total variation", "top_rank_correlation": "rank correlation (top)"}
+
+
+def _cell(x) -> str:
+    """A number of a table: whole numbers with thousands separators, others to 4 significant digits, "—" for a
+    figure that cannot be measured."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    if isinstance(x, (int, np.integer)):
+        return f"{int(x):,}"
+    return _number(float(x))
+
+
 def _table(df: pd.DataFrame, tall: str = "", **kwargs) -> str:
     """A data frame as an HTML table in a box of its own that scrolls sideways when the table is wider than the
     page (numbers never wrap inside a cell); ``tall=" tall"`` also bounds its height (a long table scrolls in a
-    box that fits the window)."""
-    return f'<div class="scroll{tall}">{df.to_html(float_format=_number, **kwargs)}</div>'
+    box that fits the window). Headers in words; every number as :func:`_cell` writes it (a figure that cannot be
+    measured, no released cell, reads "—")."""
+    df = df.rename(columns=lambda c: HEADERS.get(c, str(c).replace("_", " ")))
+    numeric = {c: _cell for c in df.columns
+               if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])}
+    return f'<div class="scroll{tall}">{df.to_html(formatters=numeric, na_rep="—", **kwargs)}</div>'
 
 
 def _figure(src: str, alt: str, caption: str) -> str:
@@ -59,9 +82,17 @@ def _scatter(points: dict[str, tuple[np.ndarray, np.ndarray]], thresholds: dict[
     fig, axes = plt.subplots(2, 3, figsize=(13, 8))
     for ax, m in zip(axes.ravel(), MARGINALS):
         true, rel = points.get(m.name, (np.zeros(0), np.zeros(0)))
-        ax.plot(true, rel, "o", ms=2, mew=0, alpha=0.35)  # markers as one line: 0.12 s less than scatter's
-        hi = max(float(true.max()) if true.size else 10.0, 10.0)
-        ax.plot([1, hi], [1, hi], color="k", lw=0.8)
+        few = true.size <= 2000  # a few points: large enough to see
+        ax.plot(true, rel, "o", ms=4 if few else 2, mew=0, alpha=0.7 if few else 0.35)  # one line: faster than scatter
+        if true.size:
+            hi = max(float(true.max()), 10.0)
+            ax.plot([1, hi], [1, hi], color="k", lw=0.8)
+        else:  # say why the panel is empty, on axes that reach past the threshold
+            ax.text(0.5, 0.5, "no cell of this marginal reached\nits threshold: nothing released", ha="center",
+                    va="center", transform=ax.transAxes, color="tab:red", fontsize=9)
+            top = 2.0 * thresholds.get(m.name, 10)
+            ax.set_xlim(1, top)
+            ax.set_ylim(1, top)
         if m.name in thresholds:
             ax.axhline(thresholds[m.name], color="r", lw=0.8, ls="--", label=f"threshold {thresholds[m.name]}")
             ax.legend(loc="lower right", fontsize=8)
@@ -174,6 +205,8 @@ def _curve_plot(manifest: dict, utility: pd.DataFrame, path: Path) -> bool:
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.set_xlabel("card-week ε (basic composition)")
         ax.set_ylabel(label)
+        top = max([float(mine[col].max()) if len(mine) else 0.0] + ([value] if col != "mre" or released else []))
+        ax.set_ylim(0, (1.0 if col == "trip_coverage" else top * 1.25) or 1.0)  # from 0: a 0.024–0.028 axis misleads
         ax.set_title(f"{label}: this release against the full-size week", fontsize=10)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -265,38 +298,70 @@ released distributions.</p>
          "stacked over the six marginals. Every partition of the declared period is charged, whether or not the "
          "data hold trips for it.")}
 <h2>All partitions</h2>
-<p class="note">One row per (partition, marginal); the table scrolls inside its box.</p>
-{_table(utility, " tall", index=False)}
+<p class="note">One row per (mode, date) partition and marginal; the table scrolls inside its box. ε and δ of each marginal are
+in the privacy line above; "—": no cell released, nothing to measure.</p>
+{_table(utility.drop(columns=[c for c in ("partition", "epsilon", "delta", "j") if c in utility.columns]), " tall",
+        index=False)}
 </body></html>"""
     path = out_dir / "report.html"
     path.write_text(body, encoding="utf-8")
     return path
 
 
-def _cumulative_chart(tl: pd.DataFrame, unit: str, cap: float | None, path: Path) -> None:
+def _cap_of(cap) -> dict | None:
+    """A cap as the audit's charts draw it: ``{"epsilon", "delta", "measure", "name"}`` (a bare number: a cap by basic
+    composition)."""
+    if cap is None:
+        return None
+    if isinstance(cap, (int, float)):
+        return {"epsilon": float(cap), "delta": None, "measure": "basic", "name": ""}
+    return {"measure": "basic", "name": "", "delta": None, **cap}
+
+
+def _cap_label(cap: dict) -> str:
+    name = f"cap '{cap['name']}': " if cap.get("name") else "cap "
+    if cap["measure"] == "pld":
+        return f"{name}ε ≤ {cap['epsilon']:g} by privacy-loss distributions (δ = {cap['delta']:g})"
+    return f"{name}ε ≤ {cap['epsilon']:g} by basic composition"
+
+
+def _cumulative_chart(tl: pd.DataFrame, unit: str, cap, path: Path, pld: float | None = None) -> None:
     """One panel per mode (lines of equal height would hide one another), each with the cap. The time axis spans
-    the recorded spends (a few days around a single one), with dates labelled concisely."""
+    the recorded spends (a few days around a single one), with dates labelled concisely.
+
+    The line is the audit's own figures (:func:`transit_release.audit.cumulative_loss`'s timeline): the loss by
+    basic composition, whose last point is the total the page states; ``pld``, the unit's stated figure by
+    privacy-loss distributions, is marked at the last release. The cap is drawn in its own measure's words."""
     import matplotlib.dates as mdates
 
     plt = _pyplot()
+    cap = _cap_of(cap)
     modes = sorted(tl["mode"].unique())
     fig, axes = plt.subplots(1, len(modes), figsize=(min(max(4 * len(modes), 7), 16), 3.6), sharey=True,
                              squeeze=False)
-    top = max(float(tl["cumulative_epsilon"].max()), cap or 0.0) * 1.1 or 1.0
+    # room above the data and the cap for the legend (a legend over the points hid a single release's point)
+    top = max(float(tl["cumulative_epsilon"].max()), cap["epsilon"] if cap else 0.0) * 1.45 or 1.0
     first, last = tl["recorded_at"].min(), tl["recorded_at"].max()
     pad = max((last - first) * 0.05, pd.Timedelta(days=3))
     for ax, mode in zip(axes[0], modes):
-        g = tl[tl["mode"] == mode].sort_values("recorded_at")
-        ax.step(g["recorded_at"], g["cumulative_epsilon"].cummax(), where="post", color="tab:blue")
-        ax.plot(g["recorded_at"], g["cumulative_epsilon"].cummax(), "o", ms=3, color="tab:blue")
+        g = tl[tl["mode"] == mode].sort_values("recorded_at", kind="stable")
+        basic = g["cumulative_epsilon"].cummax()
+        ax.step(g["recorded_at"], basic, where="post", color="tab:blue")
+        ax.plot(g["recorded_at"], basic, "o", ms=5, color="tab:blue",
+                label=f"basic composition: ε = {float(basic.iloc[-1]):.4g}")
+        if pld is not None:  # hollow: a basic point at the same height shows through
+            ax.plot([g["recorded_at"].iloc[-1]], [pld], "D", ms=8, mfc="none", mew=1.5, color="tab:green",
+                    label=f"privacy-loss distributions: ε = {pld:.4g}")
         if cap is not None:
-            ax.axhline(cap, color="tab:red", ls="--", lw=1, label=f"cap ε = {cap:g}")
-            ax.legend(loc="lower right", fontsize=8)
+            ax.axhline(cap["epsilon"], color="tab:red", ls="--", lw=1, label=_cap_label(cap))
+        ax.legend(loc="upper left", fontsize=7, framealpha=0.9)
         ax.set_ylim(0, top)
         ax.set_xlim(first - pad, last + pad)
         locator = mdates.AutoDateLocator(minticks=2, maxticks=5)
         ax.xaxis.set_major_locator(locator)
-        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+        # the offset names the year only ("2026", not the last tick's month, "2026-Dec", beside "27, 29, Dec")
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(
+            locator, offset_formats=["", "%Y", "%Y", "%Y", "%Y-%b-%d", "%Y-%b-%d %H:%M"]))
         ax.tick_params(axis="x", labelsize=8)
         ax.set_title(mode, fontsize=10)
         ax.set_xlabel("recorded at (UTC)")
@@ -315,8 +380,9 @@ _NO_PER_MODE_OTHER = ("No per-mode figures: a {unit} record spans every station 
                       "universe, so its loss is stated per period (below), not per mode.")
 
 
-def write_audit_report(out_dir: Path, result: dict, caps: dict[str, float] | None = None) -> Path:
-    """``audit.html``: integrity findings, threat model, cumulative loss per unit, mode and scope, with plots."""
+def write_audit_report(out_dir: Path, result: dict, caps: dict[str, dict | float] | None = None) -> Path:
+    """``audit.html``: integrity findings, threat model, cumulative loss per unit, mode and scope, with plots; ``caps``:
+    the budget policy's cap of each unit (``{"name", "epsilon", "delta", "measure"}``, or ε alone: basic)."""
     from transit_release.audit import PERSON, unit_losses
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -326,11 +392,24 @@ def write_audit_report(out_dir: Path, result: dict, caps: dict[str, float] | Non
         img_time = img_heat = ""
         if not tl.empty:
             tl["recorded_at"] = pd.to_datetime(tl["recorded_at"], format="ISO8601")
-            _cumulative_chart(tl, unit, (caps or {}).get(unit), out_dir / f"cumulative_{unit}.png")
+            _cumulative_chart(tl, unit, (caps or {}).get(unit), out_dir / f"cumulative_{unit}.png",
+                              (loss.get("pld") or {}).get("epsilon") if unit == "card" else None)
+            cap = _cap_of((caps or {}).get(unit))
+            if unit == "card":
+                what = ("the cumulative ε of one card after each card-level release (a card is in every release), "
+                        "by basic composition (blue line, ending at the figure stated above), and the stated figure "
+                        "by privacy-loss distributions for all of them (green diamond)")
+            else:
+                what = (f"the cumulative ε of one {html.escape(unit)} over the time the spends were recorded, for "
+                        "the worst partition or period of each mode (one panel per mode), by basic composition; the "
+                        "highest last point is the figure stated above")
+            measured = ("" if cap is None else
+                        " The budget policy's cap (dashed red line) is measured by privacy-loss distributions at "
+                        f"δ = {cap['delta']:g}: compare it with the green diamond (stated at the audit's δ; "
+                        "<code>transit-release budget</code> states the loss at the cap's δ)." if cap["measure"] == "pld" else
+                        " The budget policy's cap (dashed red line) is measured by basic composition.")
             img_time = _figure(f"cumulative_{unit}.png", "cumulative epsilon over time per mode",
-                               f"What it compares: the cumulative ε of one {html.escape(unit)} over the time the "
-                               "spends were recorded, for the worst partition or period of each mode (one panel per "
-                               "mode), against the budget policy's cap (dashed red line) where one applies.")
+                               f"What it compares: {what}.{measured}")
             heat = pd.DataFrame(loss["per_partition_marginal"]).T.fillna(0.0).sort_index()
             known = [m.name for m in MARGINALS if m.name in heat.columns]
             heat = heat[known + sorted(set(heat.columns) - set(known))]

@@ -26,7 +26,8 @@ from transit_release.accounting.accountant import PrivacyLoss, compose
 from transit_release.accounting.ledger import LedgerEntry
 from transit_release.accounting.units import PERSON, UNITS
 from transit_release.config import KNOWN_MODES, default_file, read_yaml
-from transit_release.errors import BudgetExceededError, ConfigError, UnboundedPersonLossError, UncappedSpendError
+from transit_release.errors import (BudgetError, BudgetExceededError, ConfigError, UnboundedPersonLossError,
+                                     UncappedSpendError)
 from transit_release.noise import exact_fraction
 
 PERIODS = ("all-time", "calendar-year")
@@ -79,6 +80,23 @@ class CapStatus:
     used: PrivacyLoss
     remaining: PrivacyLoss
     note: str = ""  # e.g. a person cap's population whose loss trip-level releases left unbounded
+    #: the measure ``used`` is in, the cap's own: "basic" (ε and δ add up) or "pld" (ε by privacy-loss
+    #: distributions at the cap's δ; ``used.delta`` is then 0 and ``basic`` holds the basic figure beside it)
+    measure: str = "basic"
+    basic: PrivacyLoss | None = None
+    releases: tuple[str, ...] = ()  # the releases counted in this scope, in ledger order
+
+
+@dataclass(frozen=True)
+class NextRelease:
+    """The policy's own verdict (:meth:`BudgetPolicy.check`) on the next release like ``like``, a recorded release:
+    the same spends, in the same scope (its partitions or period; a card or a person is in every release), charged
+    now. ``scopes`` are the (cap name, scope) pairs whose latest release ``like`` is."""
+
+    like: str
+    scopes: tuple[tuple[str, str], ...]
+    allowed: bool
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -140,7 +158,9 @@ class BudgetPolicy:
                                                     if len(over) > 1 else ""))
 
     def status(self, existing: list[LedgerEntry], now: datetime | None = None) -> list[CapStatus]:
-        """Per cap and recorded scope: used and remaining (scopes without spends are not listed)."""
+        """Per cap and recorded scope: used and remaining, in the measure the cap is enforced in (scopes without
+        spends are not listed). A card is in every card-level release, so a card cap has one scope: every
+        card-level release it counts."""
         now = now or datetime.now(timezone.utc)
         spends = [x for x in existing if x.entry_type == "spend"]
         out = []
@@ -149,11 +169,41 @@ class BudgetPolicy:
             if cap.on_person:
                 out += _person_status(cap, evs)
                 continue
+            if cap.unit_of_privacy == "card":
+                out += _card_status(cap, evs)
+                continue
             for report in compose(evs).values():
                 for label, used in report.per_partition.items():
+                    cells = set(report.scopes[label].cells)
+                    touching = tuple(dict.fromkeys(e.release_id for e in evs if _touches(e, cells)))
                     out.append(CapStatus(cap, label, used, PrivacyLoss(
                         max(exact_fraction(cap.epsilon) - used.epsilon_exact, 0),
-                        max(exact_fraction(cap.delta) - used.delta_exact, 0))))
+                        max(exact_fraction(cap.delta) - used.delta_exact, 0)), releases=touching))
+        return out
+
+    def next_releases(self, existing: list[LedgerEntry], now: datetime | None = None,
+                      status: list[CapStatus] | None = None) -> list[NextRelease]:
+        """The policy's verdict on the next release of each scope of :meth:`status`: a release like the latest one
+        recorded in that scope, with the same spends in the same scope, checked now by :meth:`check` (every cap,
+        as its charge would be). One verdict per such release, naming the (cap, scope) pairs it stands for."""
+        from dataclasses import replace
+
+        now = now or datetime.now(timezone.utc)
+        status = self.status(existing, now) if status is None else status
+        by_release: dict[str, list[tuple[str, str]]] = {}
+        for s in status:
+            if s.releases:
+                by_release.setdefault(s.releases[-1], []).append((s.cap.name, s.scope))
+        spends = [x for x in existing if x.entry_type == "spend"]
+        out = []
+        for rid, scopes in by_release.items():
+            events = [replace(x.event(), release_id=f"{rid} (next)") for x in spends if x.release_id == rid]
+            try:
+                self.check(existing, events, now)
+            except (BudgetError, ConfigError) as exc:  # a population refusal is a ConfigError
+                out.append(NextRelease(rid, tuple(scopes), False, str(exc)))
+                continue
+            out.append(NextRelease(rid, tuple(scopes), True))
         return out
 
     def public_summary(self, now: datetime | None = None) -> dict:
@@ -267,6 +317,48 @@ def _check_person(cap: Cap, before: list, requested: list, now: datetime, allow_
                                   detail=detail)
 
 
+def _touches(event, cells: set[str]) -> bool:
+    from transit_release.accounting.accountant import scope_of
+
+    scope = scope_of(event).cells
+    return scope is None or bool(cells & set(scope))
+
+
+def card_pld_epsilon(cap: Cap, events: list) -> float:
+    """A card's loss over ``events`` as a PLD cap measures it (:func:`_check_pld`): ε of the discrete Laplace parts
+    composed by privacy-loss distributions at the cap's δ minus the thresholds' δ; ``inf`` when the thresholds' δ
+    alone uses the cap's δ up."""
+    from transit_release.accounting.pld import pld_epsilon, release_components, threshold_delta
+
+    if not events:
+        return 0.0
+    components = release_components(events)
+    spare = cap.delta - threshold_delta(components)
+    return pld_epsilon(components, spare) if spare > 0 else float("inf")
+
+
+def _card_status(cap: Cap, events: list) -> list[CapStatus]:
+    """One scope: every card-level release ``cap`` counts (a card is in all of them), used in the cap's measure."""
+    from transit_release.accounting.accountant import bounded_release_losses, total
+
+    if not events:
+        return []
+    losses = bounded_release_losses(events)
+    basic = total(loss for _, loss in losses)
+    releases = tuple(rid for rid, _ in losses)
+    scope = f"every card-level release ({len(releases)})"
+    if cap.measure == "pld":
+        eps = card_pld_epsilon(cap, events)
+        used = PrivacyLoss(Fraction(eps) if math.isfinite(eps) else exact_fraction(cap.epsilon), Fraction(0))
+        return [CapStatus(cap, scope, used, PrivacyLoss(max(exact_fraction(cap.epsilon) - used.epsilon_exact, 0),
+                                                        exact_fraction(cap.delta)),
+                          "" if math.isfinite(eps) else "the thresholds' δ alone exceeds the cap's δ", "pld",
+                          basic, releases)]
+    return [CapStatus(cap, scope, basic, PrivacyLoss(max(exact_fraction(cap.epsilon) - basic.epsilon_exact, 0),
+                                                     max(exact_fraction(cap.delta) - basic.delta_exact, 0)),
+                      releases=releases)]
+
+
 def _person_status(cap: Cap, events: list) -> list[CapStatus]:
     """Per population: what a person has used under ``cap`` (basic composition, or ε by privacy-loss distributions
     at the cap's δ) and what remains; a population with trip-level spends is noted as unbounded."""
@@ -276,16 +368,20 @@ def _person_status(cap: Cap, events: list) -> list[CapStatus]:
     for population in sorted({e.population for e in events}):
         mine = [e for e in events if e.population == population]
         s = shares(e for e in mine if bounds_a_person(e))
+        releases = tuple(dict.fromkeys(e.release_id for e in mine))
+        trips = sorted({e.release_id for e in mine if not bounds_a_person(e)})
+        note = f"unbounded: trip-level release(s) {', '.join(trips)}" if trips else ""
         if cap.measure == "pld":
             eps = epsilon_at(s, cap.delta)
             used = PrivacyLoss(Fraction(eps) if math.isfinite(eps) else exact_fraction(cap.epsilon), Fraction(0))
-        else:
-            used = s.basic
-        trips = sorted({e.release_id for e in mine if not bounds_a_person(e)})
-        note = f"unbounded: trip-level release(s) {', '.join(trips)}" if trips else ""
+            out.append(CapStatus(cap, f"population {population}", used, PrivacyLoss(
+                max(exact_fraction(cap.epsilon) - used.epsilon_exact, 0), exact_fraction(cap.delta)), note, "pld",
+                s.basic, releases))
+            continue
+        used = s.basic
         out.append(CapStatus(cap, f"population {population}", used, PrivacyLoss(
             max(exact_fraction(cap.epsilon) - used.epsilon_exact, 0),
-            max(exact_fraction(cap.delta) - used.delta_exact, 0)), note))
+            max(exact_fraction(cap.delta) - used.delta_exact, 0)), note, releases=releases))
     return out
 
 

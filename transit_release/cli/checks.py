@@ -216,3 +216,21 @@ def check_set_args(args, home: Home | None = None) -> None:
 
         check_passenger_budget(args, home, declared, lambda rid, period, pop: sets.plan_spend(
             rid, period, budget, "not-read-yet", "", pop), sets.default_release_id)
+
+
+def warn_if_publisher_unset(home: Home) -> None:
+    """A release names its publisher on its landing page and in the catalogue: say so when ``open-data.yaml`` does
+    not name one (the release goes on under "Unnamed publisher"; a malformed file is refused later, as before)."""
+    import sys
+
+    from transit_release.errors import ConfigError
+    from transit_release.opendata import settings
+
+    try:
+        unset = settings.load(home.root).publisher_unset
+    except ConfigError:
+        return
+    if unset:
+        print(f"transit-release: warning: no publisher is set in {home.root / settings.SETTINGS_FILE}: the release's "
+              "landing page, data package and the catalogue will name \"Unnamed publisher\" (set publisher: name: "
+              "... there before publishing for real)", file=sys.stderr)

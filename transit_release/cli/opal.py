@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from transit_release.cli import checks, server
 from transit_release.cli.options import POPULATION_HELP, add_home, floats
-from transit_release.cli.printing import print_summary, summary_exit
+from transit_release.cli.printing import print_expectation, print_summary, summary_exit
+from transit_release import custodian
 from transit_release.cluster import IN_PROCESS, local_workers
 from transit_release.home import Home
 from transit_release.warmup import RELEASE_MODULES
@@ -59,8 +61,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def release(args, trips: str, stops: str, home: Home) -> int:
-    """Release ``trips`` and ``stops`` (checked while the server starts) with the Opal flow."""
-    with server.prefect_api(home, args.verbose, preload=("flows.opal_release",), warm=RELEASE_MODULES,
+    """Release ``trips`` and ``stops`` (checked while the server starts) with the Opal flow; before the charge, what
+    it can be expected to publish is printed here, on the custodian's terminal (:mod:`transit_release.custodian`)."""
+    with _custodian_listening(), server.prefect_api(home, args.verbose, preload=("flows.opal_release",), warm=RELEASE_MODULES,
                             prewarm_workers=not args.dask_address and local_workers(args.workers) != IN_PROCESS,
                             checks=lambda: checks.check_release_args(args, trips, stops, home)):
         from flows.opal_release import opal_release
@@ -73,7 +76,17 @@ def release(args, trips: str, stops: str, home: Home) -> int:
                                workers=args.workers, dry_run=args.dry_run, unit=args.unit,
                                population=args.population)
     print_summary(summary)
+    checks.warn_if_publisher_unset(home)
     return summary_exit(summary)
+
+
+@contextmanager
+def _custodian_listening():
+    custodian.install(print_expectation)
+    try:
+        yield
+    finally:
+        custodian.install(None)
 
 
 def demo(args, home: Home) -> int:

@@ -102,6 +102,7 @@ def _publish(args, home: Home, flow_module: str, flow_name: str, **own) -> int:
             ledger=args.ledger, quarantine_limit=args.quarantine_limit, queries=args.queries, dry_run=args.dry_run,
             population=args.population, **own)
     print_summary(result)
+    checks.warn_if_publisher_unset(home)
     return summary_exit(result)
 
 

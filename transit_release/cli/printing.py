@@ -32,6 +32,41 @@ def summary_exit(summary: dict) -> int:
     return int(summary.get("exit") or 3)
 
 
+def print_expectation(e) -> None:
+    """Before the charge, what the release can be expected to publish (an
+    :class:`~transit_release.releases.opal_expectation.Expectation`): the public rules, then the internal figures
+    of the true counts, labelled as such. Written with ``sys.stdout.write`` (:mod:`transit_release.custodian`:
+    never through ``print``, which Prefect's ``log_prints`` would send to its API)."""
+    import sys
+
+    from transit_release.config import marginal_numbers
+
+    groups: dict[tuple, list] = {}
+    for r in e.rules:
+        groups.setdefault((r.threshold, r.noise_bound, r.half_width, r.at_threshold), []).append(r)
+    bounded = all(r.noise_bound is not None for r in e.rules)
+    lines = [f"What {e.release_id} can be expected to publish (before the charge):",
+             "  a cell (one mode and day's taps at one time, location or both) is published only if its noisy count "
+             "reaches its threshold T",
+             "  the noise never exceeds A either way: a true count of T + A or more is always published, one below "
+             "T − A never" if bounded else
+             "  the noise is unbounded: a cell below T may be published, one above T left out, rarely far from T"]
+    for (threshold, bound, h, at_t), rules in groups.items():
+        files = ", ".join(dict.fromkeys(r.file for r in rules))
+        lines.append(f"  {files} (j = {marginal_numbers([r.j for r in rules])}): T = {threshold}"
+                     + (f", A = {bound}" if bound is not None else "")
+                     + f"; a true count of T is published {100 * at_t:.0f}% of the time; margin of error ± {h} (95%)")
+    if e.cells is not None:
+        lines.append("  internal figures, from the true counts (this terminal only: never published, logged or "
+                     "recorded):")
+        for c in e.cells:
+            certain = f" ({c.certain:,} at or over T + A)" if c.certain is not None else ""
+            lines.append(f"    {c.file}: {c.at_threshold:,} of {c.cells:,} cells at or over T{certain}; "
+                         f"about {c.expected:,.0f} rows expected")
+    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()
+
+
 def print_summary(summary: dict) -> None:
     """A release's summary (published, already published, or a dry run's spends and verdict)."""
     if "spends" in summary:  # a dry run
@@ -144,18 +179,40 @@ def print_audit(result: dict) -> None:
     print(f"report: {result['report']}")
 
 
+def _used(s) -> str:
+    """What a scope has used under its cap, in the measure the cap is enforced in."""
+    if s.measure == "pld":
+        basic = (f" (basic composition, for reference: ε={s.basic.epsilon:g}, δ={s.basic.delta:.3g})"
+                 if s.basic is not None else "")
+        return (f"used ε={s.used.epsilon:.4g} by privacy-loss distributions at δ={s.cap.delta:g}{basic}; "
+                f"remaining ε={s.remaining.epsilon:.4g}")
+    return (f"used ε={s.used.epsilon:g}, δ={s.used.delta:.3g}; remaining ε={s.remaining.epsilon:g}, "
+            f"δ={s.remaining.delta:.3g}")
+
+
+def _verdict(v) -> str:
+    return "the policy allows it" if v.allowed else f"the policy REFUSES it: {v.reason}"
+
+
 def print_budget(home: Home, policy, entries: list, as_json: bool) -> None:
-    """Spent and remaining under each cap of ``policy`` over the ledger's ``entries``."""
+    """Spent and remaining under each cap of ``policy`` over the ledger's ``entries``, each in the measure the cap is
+    enforced in, and the policy's own verdict on the next release of each scope (one like the latest there)."""
     status = policy.status(entries)
+    verdicts = {v.like: v for v in policy.next_releases(entries, status=status)}
     if as_json:  # one row per cap and scope spent in; a cap with nothing spent: one row, scope null
         rows = []
         for cap in policy.caps:
             mine = [s for s in status if s.cap == cap]
             about = {"cap": cap.name, "unit_of_privacy": cap.unit_of_privacy, "per": cap.per, "period": cap.period,
-                     **({"modes": list(cap.modes)} if cap.modes else {})}
+                     "measure": cap.measure, **({"modes": list(cap.modes)} if cap.modes else {})}
             rows += [{**about, "scope": s.scope, "used_epsilon": s.used.epsilon, "used_delta": s.used.delta,
                       "remaining_epsilon": s.remaining.epsilon, "remaining_delta": s.remaining.delta,
-                      **({"note": s.note} if s.note else {})} for s in mine] or [
+                      **({"basic_epsilon": s.basic.epsilon, "basic_delta": s.basic.delta}
+                         if s.measure == "pld" and s.basic is not None else {}),
+                      **({"note": s.note} if s.note else {}),
+                      **({"next_release": {"like": s.releases[-1], "allowed": verdicts[s.releases[-1]].allowed,
+                                           "reason": verdicts[s.releases[-1]].reason}}
+                         if s.releases and s.releases[-1] in verdicts else {})} for s in mine] or [
                 {**about, "scope": None, "used_epsilon": 0.0, "used_delta": 0.0, "remaining_epsilon": cap.epsilon,
                  "remaining_delta": cap.delta}]
         print(json.dumps(rows, indent=1))
@@ -164,22 +221,28 @@ def print_budget(home: Home, policy, entries: list, as_json: bool) -> None:
     for cap in policy.caps:
         mine = [s for s in status if s.cap == cap]
         where = f", modes {', '.join(cap.modes)}" if cap.modes else ""
+        measure = (f", enforced by privacy-loss distributions at δ={cap.delta:g}" if cap.measure == "pld" else "")
         print(f"cap '{cap.name}': {cap.unit_of_privacy}, ε ≤ {cap.epsilon:g}, δ ≤ {cap.delta:g} per {cap.per}{where}, "
-              f"{'all time' if cap.period == 'all-time' else 'this calendar year'}")
+              f"{'all time' if cap.period == 'all-time' else 'this calendar year'}{measure}")
         if not mine:
             print("  nothing spent: the whole cap remains")
             continue
-        worst = max(mine, key=lambda s: (s.used.epsilon_exact, s.scope))
-        print(f"  most spent: {worst.scope}: used ε={worst.used.epsilon:g}, δ={worst.used.delta:.3g}; remaining "
-              f"ε={worst.remaining.epsilon:g}, δ={worst.remaining.delta:.3g}")
+        if len(mine) > 1:  # one scope: its own line below says it all
+            worst = max(mine, key=lambda s: (s.used.epsilon_exact, s.scope))
+            print(f"  most spent: {worst.scope}: {_used(worst)}")
         modes: dict[str, list] = {}
         for s in mine:
             modes.setdefault(s.scope.split("/", 1)[0] if "/" in s.scope else "", []).append(s)
         for mode, rows in sorted(modes.items()):
-            if mode:
+            if mode and len(mine) > 1:
                 w = max(rows, key=lambda s: s.used.epsilon_exact)
                 print(f"  mode {mode}: {len(rows)} partition(s), most spent ε={w.used.epsilon:g} "
                       f"(remaining ε={w.remaining.epsilon:g})")
         for s in sorted(mine, key=lambda s: s.scope):
-            print(f"  {s.scope}: used ε={s.used.epsilon:g}, δ={s.used.delta:.3g}; remaining ε={s.remaining.epsilon:g}, "
-                  f"δ={s.remaining.delta:.3g}" + (f" ({s.note})" if s.note else ""))
+            print(f"  {s.scope}: {_used(s)}" + (f" ({s.note})" if s.note else ""))
+        likes = list(dict.fromkeys(s.releases[-1] for s in mine if s.releases))
+        for rid in likes:
+            if rid in verdicts:
+                n = sum(1 for s in mine if s.releases and s.releases[-1] == rid)
+                here = f" (the latest in {n} of these scopes)" if len(mine) > 1 else ""
+                print(f"  next release like {rid}{here}: {_verdict(verdicts[rid])}")

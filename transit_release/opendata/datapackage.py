@@ -28,6 +28,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from transit_release.opendata.titles import release_title
 from transit_release.opendata.uncertainty import COLUMNS as UNCERTAINTY_COLUMNS, UNCERTAINTY
 
 DATAPACKAGE = "datapackage.json"
@@ -189,7 +190,7 @@ def build_datapackage(manifest: dict, staging: Path) -> dict:
         "$schema": PROFILE,
         "name": manifest["release_id"].lower(),
         "id": manifest["release_id"],
-        "title": f"{manifest['release_id']}: {manifest.get('product', 'differentially private release')}",
+        "title": release_title(manifest),
         "description": (f"{manifest.get('product', 'A release')}, released under differential privacy "
                         "by transit-release. See DATACARD.md (also rendered in index.html)."),
         "licenses": [licence],

@@ -23,6 +23,7 @@ import html
 import re
 
 from transit_release.opendata.datapackage import DATAPACKAGE
+from transit_release.opendata.titles import release_title
 from transit_release.opendata.uncertainty import UNCERTAINTY
 
 LANDING = "index.html"
@@ -186,6 +187,31 @@ def _file_rows(files: dict[str, dict], datapackage: dict | None) -> str:
     return "\n".join(rows)
 
 
+def _method_words(p: dict) -> str:
+    """How the counts were made, in plain words (the manifest's ``mechanism`` names it for specialists; the
+    data card below details it). Opal releases: the noise, the threshold and what one card or trip changes;
+    other kinds: the mechanism's name and paper."""
+    marginals = p.get("marginals")
+    if not marginals:
+        return str(p.get("mechanism", ""))
+    paper = "stability-based histogram, Asghar, Tyler &amp; Kaafar 2018"
+    bounds: dict[int, list[str]] = {}
+    for m in marginals.values():
+        if m.get("noise_bound") is not None:
+            bounds.setdefault(int(m["noise_bound"]), [])
+            if f"{m['file']}.csv" not in bounds[int(m["noise_bound"])]:
+                bounds[int(m["noise_bound"])].append(f"{m['file']}.csv")
+    if bounds and p.get("bounds"):
+        at_most = ", ".join(f"± {a}{' taps' if i == 0 else ''} in {' and '.join(files)}"
+                            for i, (a, files) in enumerate(bounds.items()))
+        k, n = p["bounds"]["max_trips_per_partition"], p["bounds"]["max_partitions"]
+        return (f"Each count got random noise of at most {at_most}, and was published only if it reached its "
+                f"threshold ({paper}). One card adds at most {k} to any count, in at most {n} of the (mode, day) "
+                "partitions.")
+    return (f"Each count got random noise, and was published only if it reached its threshold ({paper}). "
+            "Replacing one trip by another changes at most two counts, by 1 each.")
+
+
 def _summary(manifest: dict) -> str:
     e = html.escape
     p = manifest.get("privacy") or {}
@@ -194,7 +220,7 @@ def _summary(manifest: dict) -> str:
     licence = publication.get("licence") or {"title": manifest.get("licence", "CC BY 4.0"),
                                              "path": "https://creativecommons.org/licenses/by/4.0/"}
     publisher = publication.get("publisher") or {}
-    items = []
+    items = [("Release", f"<code>{e(manifest['release_id'])}</code>")]
     if period:
         items.append(("Period", f"{e(period['start'])} to {e(period['end'])}"))
     if p:
@@ -202,7 +228,7 @@ def _summary(manifest: dict) -> str:
                                  f"<strong>{e(str(p.get('unit_of_privacy', '—')))}</strong> "
                                  f"({e(str(p.get('neighbouring_relation', '')))})"))
         if p.get("mechanism"):
-            items.append(("Mechanism", e(p["mechanism"])))
+            items.append(("How", _method_words(p) if p.get("marginals") else e(p["mechanism"])))
         if p.get("population"):
             items.append(("Population", f"<code>{e(p['population'])}</code>"))
     items.append(("Licence", f'<a href="{e(licence["path"])}" rel="license">{e(licence["title"])}</a>'))
@@ -218,7 +244,7 @@ def _summary(manifest: dict) -> str:
 def render_landing(manifest: dict, datacard: str, datapackage: dict | None = None) -> str:
     """The page of the release whose manifest (with the files listed so far) and data card are given."""
     e = html.escape
-    rid = manifest["release_id"]
+    title = release_title(manifest)
     files = manifest.get("files", {})
     card_html = markdown_to_html(datacard, heading_offset=2)
     toc = ['<a href="#files">Files</a>']
@@ -233,14 +259,14 @@ def render_landing(manifest: dict, datacard: str, datapackage: dict | None = Non
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{e(rid)}: {e(manifest.get('product', 'release'))}</title>
+<title>{e(title)}</title>
 <link rel="describedby" type="application/json" href="{DATAPACKAGE}">
 <style>{_CSS}</style>
 </head>
 <body>
 <main>
 <header>
-<h1>{e(rid)}</h1>
+<h1>{e(title)}</h1>
 <p class="product">{e(manifest.get('product', ''))}</p>
 {test_banner}
 <dl class="summary">
@@ -257,8 +283,8 @@ def render_landing(manifest: dict, datacard: str, datapackage: dict | None = Non
 </tbody>
 </table></div>
 <p>Check a download with <code>sha256sum FILE</code> against the table above or <code>{MANIFEST}</code>.
-Tools that read Frictionless Data Packages open <a href="{DATAPACKAGE}">{DATAPACKAGE}</a> directly; portals
-harvest every release from the catalogue <a href="../catalog.jsonld">catalog.jsonld</a> (DCAT).</p>
+Tools that read Frictionless Data Packages open <a href="{DATAPACKAGE}">{DATAPACKAGE}</a> directly.
+Portals harvest every release from the catalogue <a href="../catalog.jsonld">catalog.jsonld</a> (DCAT).</p>
 </section>
 <section id="data-card" class="card">
 <h2>Data card</h2>

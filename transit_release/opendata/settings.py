@@ -14,11 +14,15 @@ catalogue::
       email: opendata@transit.example.org    # optional
     base_url: https://data.example.org/transit/releases/   # default: none (links relative to releases/)
     keywords: [Sydney, Opal]                 # optional, added to every release's keywords
+    spatial:                                 # optional: the area the releases cover (the catalogue's dct:spatial)
+      uri: https://sws.geonames.org/2147714/ # an http(s) URI of the place, e.g. its GeoNames page
+      name: Sydney                           # optional
 
 The licence and the publisher are written into each release's manifest when it
 is staged (``licence``, ``publication``), so a release keeps the terms it was
 published under; ``base_url`` is only used by ``releases/catalog.jsonld``, which
-is regenerated after every publication, so changing it needs no new release.
+is regenerated after every publication, so changing it needs no new release; so is ``spatial``, which only the
+catalogue states. The catalogue's contact point is the publisher (its name, e-mail address and web page).
 Unknown keys, wrong types and a base URL that is not http(s) are refused with
 one line naming the file and the key, before anything is charged.
 """
@@ -35,7 +39,8 @@ from transit_release.errors import ConfigError
 SETTINGS_FILE = "open-data.yaml"
 DEFAULT_LICENCE = {"name": "CC-BY-4.0", "title": "CC BY 4.0", "path": "https://creativecommons.org/licenses/by/4.0/"}
 DEFAULT_PUBLISHER = {"name": "Unnamed publisher"}
-_KEYS = {"licence", "publisher", "base_url", "keywords"}
+_KEYS = {"licence", "publisher", "base_url", "keywords", "spatial"}
+_SPATIAL_KEYS = {"uri", "name"}
 _LICENCE_KEYS = {"name", "title", "path"}
 _PUBLISHER_KEYS = {"name", "url", "email"}
 
@@ -46,10 +51,18 @@ class OpenDataSettings:
     publisher: dict
     base_url: str = ""
     keywords: tuple[str, ...] = ()
+    spatial: dict | None = None  # {"uri", "name"?}: the area the releases cover
+
+    @property
+    def publisher_unset(self) -> bool:
+        """No publisher is configured: releases name the placeholder publisher (a release warns)."""
+        return self.publisher == DEFAULT_PUBLISHER
 
     def manifest_view(self) -> dict:
-        """What a release's manifest records of them (``publication``): the licence and the publisher."""
-        return {"licence": dict(self.licence), "publisher": dict(self.publisher), "keywords": list(self.keywords)}
+        """What a release's manifest records of them (``publication``): the licence, the publisher, the keywords and,
+        when set, the place (its name is part of the release's title: :mod:`transit_release.opendata.titles`)."""
+        return {"licence": dict(self.licence), "publisher": dict(self.publisher), "keywords": list(self.keywords),
+                **({"spatial": dict(self.spatial)} if self.spatial else {})}
 
 
 #: The settings file is a few lines: a larger one is refused unread.
@@ -126,4 +139,8 @@ def load(home_root: str | Path) -> OpenDataSettings:
     if len(keywords) > MAX_KEYWORDS:
         raise ConfigError(f"{where}: {len(keywords)} keywords; at most {MAX_KEYWORDS}")
     keywords = [_text(k, f"{where}: keywords[{i}]") for i, k in enumerate(keywords)]
-    return OpenDataSettings(licence, publisher, base_url, tuple(keywords))
+    spatial = None
+    if data.get("spatial") is not None:
+        spatial = _mapping(data["spatial"], _SPATIAL_KEYS, {"uri"}, f"{where}: spatial")
+        _http(spatial["uri"], f"{where}: spatial.uri")
+    return OpenDataSettings(licence, publisher, base_url, tuple(keywords), spatial)

@@ -30,6 +30,7 @@ from fractions import Fraction
 import pandas as pd
 
 from transit_release import analysis
+from transit_release.config import marginal_numbers
 
 UNCERTAINTY = "uncertainty.csv"
 COLUMNS = ["file", "rows", "count_of", "epsilon", "noise_scale", "noise_bound", "threshold", "half_width_95",
@@ -141,10 +142,10 @@ def uncertainty_table(manifest: dict) -> pd.DataFrame | None:
 
 # ---- the data card's section ------------------------------------------------------------------------------
 
+
 def _opal_section(manifest: dict) -> str:
     p = manifest["privacy"]
     rows = _opal_rows(p)
-    laws = analysis.marginal_laws(manifest)
     lines = "\n".join(f"| {r['count_of'].split('(j = ')[1][:-1]} | `{r['file']}` | {r['rows']} | {r['noise_scale']} | "
                       f"{r['noise_bound'] if r['noise_bound'] != '' else '—'} | ± {r['half_width_95']} | "
                       f"{100 * r['coverage']:.1f}% | {r['sd']:g} |" for r in rows)
@@ -156,7 +157,7 @@ def _opal_section(manifest: dict) -> str:
         law = analysis.NoiseLaw.of(scale, bound)
         h, _, _ = analysis.half_width([law])
         cells = " | ".join(f"± {analysis.half_width([law] * k)[0]}" for k, _ in OPAL_SUMS)
-        sums.append(f"| {', '.join(map(str, js))} | ± {h} | {cells} |")
+        sums.append(f"| {marginal_numbers(js)} | ± {h} | {cells} |")
         points = [(threshold - h, "T − h"), (threshold - h // 2, "T − h/2"), (threshold, "T"),
                   (threshold + h, "T + h")]
         points = [(c, label) for c, label in points if c >= 1]
@@ -164,66 +165,58 @@ def _opal_section(manifest: dict) -> str:
             points.append((threshold + int(bound), "T + A"))
         for c, label in points:
             e = analysis.near_threshold(law, threshold, c, h)
-            effects.append(f"| {', '.join(map(str, js))} | {label} = {c} | {100 * e.published:.1f}% | "
+            effects.append(f"| {marginal_numbers(js)} | {label} = {c} | {100 * e.published:.1f}% | "
                            f"+{e.mean_error:.1f} | {100 * e.coverage:.1f}% |")
     sum_head = " | ".join(label for _, label in OPAL_SUMS)
     card_level = any(m.get("noise_bound") is not None for m in p["marginals"].values())
-    dropped = ("At this release's card level the noise never exceeds A, so a cell left out had a true count below "
-               "T + A (a cell of true count T + A or more is always published): a sum over published cells can "
-               "miss up to T + A − 1 per cell left out." if card_level else
+    dropped = ("At this release's card level the noise never exceeds A.\n"
+               "So a cell left out had a true count below T + A, and a cell of true count T + A or more is always "
+               "published.\nA sum over published cells can miss up to T + A − 1 per cell left out." if card_level else
                "A cell's true count can be far above T and still be left out (rarely: see the table of the "
                "threshold's effects above).")
-    example = next(iter(laws))
     return f"""
 ## Margins of error
 
-Every published count is its true count plus integer noise drawn from a public
-distribution (the scale and, at the card level, the bound A below), so its margin
-of error follows from that distribution alone, not from the data: with probability
-at least 95%, the true count lies within **± h** of the published one (the exact
-probability is in the last-but-one column: the noise is integer-valued, so it is
-a little above 95%). `uncertainty.csv` holds this table, one row per marginal.
+Every published count is its true count plus integer noise from a public distribution: the noise
+scale and, at the card level, the bound A below.
+Its margin of error therefore follows from that distribution alone, not from the data.
+With probability at least 95%, the true count lies within **± h** of the published one.
+The coverage column gives the exact probability: the noise is integer-valued, so it is a little above 95%.
+`uncertainty.csv` holds this table, one row per marginal.
 
 | j | file | rows | noise scale | noise bound A | ± h (95%) | coverage | standard deviation |
 | --- | --- | --- | --- | --- | --- | --- | --- |
 {lines}
 
-**Combining counts.** Each published cell got its own noise, so the error of a
-sum grows like the square root of the number of cells, not in proportion: the
-95% half-width of a sum of published cells of one marginal (computed exactly
-from the noise distribution) is
+**Combining counts.** Each published cell got its own noise.
+So the error of a sum grows like the square root of the number of cells, not in proportion.
+The 95% half-width of a sum of published cells of one marginal, computed exactly from the noise
+distribution, is:
 
 | j | one cell | {sum_head} |
 | --- | --- | {' | '.join('---' for _ in OPAL_SUMS)} |
 {chr(10).join(sums)}
 
-A difference of two counts has the half-width of a sum of two. Cells of
-different files (e.g. `time.csv` and `location.csv`) got independent noise too;
-cells left out by the threshold are not in a sum of published cells, which
-estimates the total of the published cells only. {dropped}
+A difference of two counts has the half-width of a sum of two.
+Cells of different files (e.g. `time.csv` and `location.csv`) got independent noise too.
+A sum of published cells estimates the total of those cells only: cells left out by the threshold are not in it.
+{dropped}
 
-**Near the threshold T.** Only noisy counts that reach T are published, so a
-published count near T is biased upward: its cell may have a true count below T
-that got lucky noise. The interval ± h then holds the truth less often (never for
-a true count below T − h, whose noise had to exceed h to be published). Exactly,
-for this release's parameters:
+**Near the threshold T.** Only noisy counts that reach T are published.
+So a published count near T is biased upward: its cell may have a true count below T that got lucky noise.
+The interval ± h then holds the truth less often.
+It never holds it for a true count below T − h, whose noise had to exceed h to be published.
+Exactly, for this release's parameters:
 
 | j | true count | P(published) | mean published − true, when published | ± h holds the truth, when published |
 | --- | --- | --- | --- | --- |
 {chr(10).join(effects)}
 
-Read a published count below about T + h as "at most this many, likely fewer"; far
-above T the threshold changes nothing.
+Read a published count below about T + h as "at most this many, likely fewer".
+Far above T the threshold changes nothing.
 
-The helper `transit_release.analysis` computes these intervals for any sum or
-difference, from this release's `manifest.json`:
-
-```
-laws = analysis.row_laws(manifest, "location", table)   # each row's noise distribution
-analysis.sum_interval(table["count"][rows], [laws[i] for i in rows])
-laws = analysis.marginal_laws(manifest)                  # or each marginal's
-analysis.difference_interval(a, laws["{example}"], b, laws["{example}"])
-```
+For a sum of another number of cells, `uncertainty.csv` and `manifest.json` state each marginal's noise
+scale and bound: the sum's exact distribution, and so its margin, follows from them.
 """
 
 

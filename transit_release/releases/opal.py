@@ -15,12 +15,13 @@ import pandas as pd
 
 from transit_release.accounting.events import (DEFAULT_POPULATION, CardStabilityHistogramEvent,
                                                StabilityHistogramEvent, TruncatedCardStabilityHistogramEvent)
-from transit_release.config import MARGINAL_BY_NAME, MARGINALS, ReleaseConfig
+from transit_release.config import MARGINAL_BY_NAME, MARGINALS, ReleaseConfig, marginal_numbers
 from transit_release.errors import NoiseSourceMismatchError
 from transit_release.mechanisms.stability_histogram import (TruncatedCardLevelBudget, card_level_stability_histogram,
                                                             drop_probability, mean_released,
                                                             truncated_card_level_stability_histogram)
 from transit_release.noise import NoiseSource
+from transit_release.opendata.titles import card_heading
 from transit_release.publish import CSV_NEUTRALISATION
 from transit_release.releases.loss_statement import person_text, unit_text
 from transit_release.preprocessing import (Histogram, KeySpace, PartitionHistograms, location_label,
@@ -356,8 +357,13 @@ def _threshold_effects(m: dict) -> str:
     t, scale, bound = m["threshold"], m["noise_scale"], m.get("noise_bound")
     drop = {c: drop_probability(c, scale, t, bound) for c in (t - 5, t, t + 5, t + 10)}
     bias = mean_released(t, scale, t, bound) - t
-    return (f"| {m['j']} | {t} | {100 * drop[t - 5]:.0f}% | {100 * drop[t]:.0f}% | {100 * drop[t + 5]:.1f}% | "
-            f"{100 * drop[t + 10]:.2f}% | +{bias:.1f} |")
+    return (f"| {m['j']} | {t} | {_percent(drop[t - 5])} | {_percent(drop[t])} | {_percent(drop[t + 5])} | "
+            f"{_percent(drop[t + 10])} | +{bias:.1f} |")
+
+
+def _percent(p: float) -> str:
+    """A probability as a percentage, one decimal (two significant digits below 1%)."""
+    return f"{100 * p:.1f}%" if p >= 0.01 else f"{100 * p:.2g}%"
 
 
 def _group_privacy(epsilon: float, delta: float) -> str:
@@ -368,36 +374,46 @@ def _group_privacy(epsilon: float, delta: float) -> str:
     return "\n".join(rows)
 
 
+
 def _bounds_text(p: dict) -> str:
-    """"A = 402 for j = 1–4, A = 208 for j = 5–6": the noise bounds of a card-level release's marginals."""
+    """"A = 402 for j = 1–4 and A = 208 for j = 5–6": the noise bounds of a card-level release's marginals."""
     by_bound: dict[int, list[int]] = {}
     for m in p["marginals"].values():
         by_bound.setdefault(m["noise_bound"], []).append(m["j"])
-    return ", ".join(f"A = {a} for j = {', '.join(map(str, js))}" for a, js in by_bound.items())
+    parts = [f"A = {a} for j = {marginal_numbers(js)}" for a, js in by_bound.items()]
+    return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
 
 
 def _guarantee_text(p: dict) -> str:
     """The privacy guarantee in plain words: per trip (with what that means for a rider) or per card."""
     if p["unit_of_privacy"] == "card":
         b = p["bounds"]
+        k, n = b["max_trips_per_partition"], b["max_partitions"]
         return f"""The release is ({p['epsilon']:g}, {p['delta']:.3g})-differentially private for one
-**card**: all of one passenger's trips in the period (neighbouring data sets: {p['neighbouring_relation']}).
-What that protects: whether a given card travelled at all in the period, and which partitions
-(mode and day), times and locations its trips were at, can be told from these files only to the extent
-ε = {p['epsilon']:g} allows, however many trips the card made.
+**card**: all of one passenger's trips in the period.
+Neighbouring data sets: {p['neighbouring_relation']}.
 
-How: before the card id was dropped, each card kept at most **{b['max_trips_per_partition']} trips per
-(mode, day)** and at most **{b['max_partitions']} (mode, day) partitions** in the period, chosen at random;
-the other trips of very frequent travellers were left out of the counts (a small share, stated in the
-internal report). Each of the {b['max_partitions']} partitions a card can be in costs it at most
-ε = {p['partition_epsilon']:g} (the six marginals), so the release costs a card at most
-{b['max_partitions']} × {p['partition_epsilon']:g} = {p['epsilon']:g} by basic composition; composed by
-privacy-loss distributions it is lower (the audit reports both). Composition: {p['composition']}.
+What that protects: whether a card travelled in the period, on which modes and days, when and where, can be
+learnt from these files only to the extent ε = {p['epsilon']:g} allows.
+This holds however many trips the card made.
 
-The noise of each count is bounded: it never exceeds A taps either way (A = T − {b['max_trips_per_partition']} − 1;
-{_bounds_text(p)}), so a combination that only one card's trips make up
-(at most {b['max_trips_per_partition']} taps) can never reach the threshold; δ is the small chance that the
-noise lands on its outermost values.
+How one card's part was bounded, before the card id was dropped:
+
+- Each card kept at most **{k} trips per mode and day**, chosen at random.
+- Each card kept at most **{n} (mode, day) partitions** of the period, chosen at random.
+- The trips left out are a small share: those of very frequent travellers.
+
+What one card costs:
+
+- In one (mode, day) partition, the six counts cost a card at most ε = {p['partition_epsilon']:g}.
+- Over the {n} partitions a card can be in, that adds up to at most {n} × {p['partition_epsilon']:g} = {p['epsilon']:g}
+  (basic composition).
+- Composed by privacy-loss distributions it is lower; the audit states both.
+
+The noise is bounded.
+Each count's noise never exceeds A taps either way: {_bounds_text(p)} (A = T − {k} − 1).
+So a combination that one card alone makes up (at most {k} taps) can never reach the threshold.
+δ is the small chance that the noise lands on its outermost values.
 """
     return f"""The release is ({p['epsilon']:g}, {p['delta']:.3g})-differentially private for one
 **{p['unit_of_privacy']}** (neighbouring data sets: {p['neighbouring_relation']};
@@ -430,7 +446,7 @@ def render_datacard(manifest: dict) -> str:
                   else "one trip, in the most-spent (mode, day) partition of this period")
     unit = unit_text(p, unit_words)
     cumulative_text = person_text(p) + ("\n" + unit if unit else "")
-    return f"""# {manifest['release_id']}: differentially private tap counts
+    return f"""{card_heading(manifest)}
 
 Public-transport tap-on/tap-off counts for {period['start']} to {period['end']},
 per mode ({', '.join(manifest['modes'])}) and day, released under differential privacy.

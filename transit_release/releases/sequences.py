@@ -33,6 +33,7 @@ from transit_release.mechanisms.ngram import NGramBudget
 from transit_release.mechanisms.prefix_tree import (Sequences, Taxonomy, TreeBudget, check_tree_size, delta_slack,
                                                     sanitize_sequences)
 from transit_release.noise import NoiseSource
+from transit_release.opendata.titles import card_heading
 from transit_release.publish import CSV_NEUTRALISATION
 from transit_release.releases.passengers import PERIOD_COMPOSITION, counted_table, cumulative_text, provenance_text
 from transit_release.utility.ngrams import QUERIES_PER_SUBSET, TOP_K
@@ -321,13 +322,12 @@ def render_datacard(manifest: dict) -> str:
     period = manifest["period"]
     u = manifest["universe"]
     ngrams = p.get("mechanism_id") == "ngram"
-    title = "differentially private passenger journeys" + (" (n-grams)" if ngrams else "")
     intro = (f"Passenger journeys of {period['start']} to {period['end']}, released under differential privacy\n"
              "as a table of noisy counts of runs of consecutive stations (n-grams) and a synthetic set of\n"
              "journeys generated from that table." if ngrams else
              f"Passenger journeys of {period['start']} to {period['end']} as sequences of stations,\n"
              "released under differential privacy.")
-    return f"""# {manifest['release_id']}: {title}
+    return f"""{card_heading(manifest)}
 
 {intro}
 

@@ -31,6 +31,7 @@ from transit_release.inputs.universe import LocationUniverse
 from transit_release.mechanisms.diffpart import (DiffPartBudget, ItemSets, check_partition_size, delta_slack,
                                                  fanout_for, sanitize_sets)
 from transit_release.noise import NoiseSource
+from transit_release.opendata.titles import card_heading
 from transit_release.publish import CSV_NEUTRALISATION
 from transit_release.releases.passengers import (PERIOD_COMPOSITION, counted_table, cumulative_text,
                                                  provenance_text)
@@ -204,7 +205,7 @@ def render_datacard(manifest: dict) -> str:
     p = manifest["privacy"]
     period = manifest["period"]
     u = manifest["universe"]
-    return f"""# {manifest['release_id']}: differentially private station sets
+    return f"""{card_heading(manifest)}
 
 The stations each passenger used between {period['start']} and {period['end']}, as sets
 (without order or repeats), released under differential privacy.

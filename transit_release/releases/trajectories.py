@@ -50,6 +50,7 @@ from transit_release.mechanisms.safepath import (HOURS_PER_WEEK, Hierarchy, Join
                                                  expand_release, joint_delta_slack, thresholds_for)
 from transit_release.mechanisms.trajectory_markov import MarkovBudget
 from transit_release.noise import NoiseSource
+from transit_release.opendata.titles import card_heading
 from transit_release.publish import CSV_NEUTRALISATION
 from transit_release.releases.sequences import cumulative_text
 from transit_release.utility import trajectories as utility
@@ -470,7 +471,7 @@ def render_datacard(manifest: dict) -> str:
     period = manifest["period"]
     u = manifest["universe"]
     head = manifest.get("ledger_head", {})
-    return f"""# {manifest['release_id']}: differentially private passenger trajectories
+    return f"""{card_heading(manifest)}
 
 The trajectories of the week of {period['start']} (Monday) to {period['end']} (Sunday):
 for each passenger, the stations they tapped at and the hour of each tap, in time order,
