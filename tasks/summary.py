@@ -64,31 +64,44 @@ def summarize_dry_run(release_id: str, period, period_declared: bool, events: li
 def _report(flow, flow_run, state) -> None:
     """Say a run's outcome (see :mod:`transit_release.outcome`): one line at INFO in the run's log, and a Markdown
     artifact on the run. Only the outermost run says it: a scheduled run's release flow is its subflow, and its
-    outcome is the scheduled run's."""
+    outcome is the scheduled run's. On a Prefect server other than the command's own, a refusal is said as its
+    class and exit code only, and the full line goes to the home's private run log
+    (:mod:`transit_release.disclosure`)."""
     if flow_run.parent_task_run_id is not None:
         return
     from prefect.artifacts import MarkdownArtifact
     from prefect.logging.loggers import flow_run_logger
 
-    from transit_release import outcome
+    from transit_release import disclosure, outcome
 
+    shared = disclosure.shared_api()
     summary = None
     if state.is_completed():
         result = state.result(raise_on_failure=False)
         if isinstance(result, dict):
             summary = result
-            line = outcome.summary_line(result)
+            line, public = outcome.summary_line(result), outcome.summary_line(result, shared=shared)
         else:
-            line = "completed (exit 0)"
+            line = public = "completed (exit 0)"
     else:
         try:
             result = state.result(raise_on_failure=False)
         except Exception as exc:  # a crashed run's result may be unreadable
             result = exc
-        line = outcome.failure_line(result if isinstance(result, BaseException) else (state.message or state.name))
-    flow_run_logger(flow_run, flow).info("transit-release outcome: %s", line)
-    MarkdownArtifact(markdown=outcome.markdown(f"{flow.name}: {flow_run.name}", line, summary),
-                     key=OUTCOME_KEY_PREFIX + flow.name, description=line, flow_run_id=flow_run.id).create()
+        failure = result if isinstance(result, BaseException) else (state.message or state.name)
+        line = outcome.failure_line(failure)
+        public = outcome.shared_failure_line(failure) if shared else line
+    logger = flow_run_logger(flow_run, flow)
+    if shared:
+        params = flow_run.parameters or {}
+        where = Home.at(params.get("home") or ".", params.get("ledger"))
+        kept = disclosure.write_run_log(where.root, str(flow_run.id), flow.name, flow_run.name, line)
+        if public != line:  # the full line on this process's terminal only
+            logger.info("transit-release outcome: %s", line, extra={"send_to_api": False})
+            public += f" (the full line: {kept})" if kept else ""
+    logger.info("transit-release outcome: %s", public)
+    MarkdownArtifact(markdown=outcome.markdown(f"{flow.name}: {flow_run.name}", public, summary),
+                     key=OUTCOME_KEY_PREFIX + flow.name, description=public, flow_run_id=flow_run.id).create()
 
 
 #: the key of a flow's outcome artifacts is this prefix and the flow's name (its history in Prefect's UI)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 
 from transit_release.cli.aftermath import forgettable
+from transit_release.disclosure import PRIVATE_API_ENV
 from transit_release.home import Home
 from transit_release.telemetry import telemetry_off
 
@@ -155,6 +156,7 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
         checked = True
         home.prepare()  # only once the invocation has passed its checks
         os.environ["PREFECT_API_URL"] = url  # before Prefect is imported, and for the flows' own processes
+        os.environ[PRIVATE_API_ENV] = url  # this command's own: its runs may say everything there
         start_forkserver()
         for module in preload:
             importlib.import_module(module)
@@ -192,6 +194,7 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
                         APILogHandler().flush()  # the run's last logs (a refusal's too) before the server stops
             finally:
                 os.environ.pop("PREFECT_API_URL", None)
+                os.environ.pop(PRIVATE_API_ENV, None)
     except BaseException:
         if not checked and not server_home_existed:  # refused by its checks: the server it started only started
             shutil.rmtree(home.prefect_home, ignore_errors=True)
