@@ -181,10 +181,11 @@ def run_log_path(home_root: Path) -> Path:
 def write_run_log(home_root: Path, flow_run_id: str, flow: str, run: str, line: str,
                   now: float | None = None) -> Path | None:
     """Add a run's full line to the home's private run log (dropping lines older than the retention); None if
-    the home has no ``private/`` folder to hold it (a home that does not exist yet)."""
+    the home does not exist (a run refused before it made it)."""
     private = Path(home_root) / RUN_LOG.parent
-    if not private.is_dir():
+    if not Path(home_root).is_dir():
         return None
+    private.mkdir(mode=0o700, exist_ok=True)
     path = private / RUN_LOG.name
     now = time.time() if now is None else now
     entry = {"at": datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds"),

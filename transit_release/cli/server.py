@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 
-from transit_release.cli.aftermath import forgettable
+from transit_release.cli.aftermath import forgettable, uninterruptible
 from transit_release.disclosure import PRIVATE_API_ENV
 from transit_release.home import Home
 from transit_release.telemetry import telemetry_off
@@ -186,9 +186,10 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
                         with tags(mark):
                             yield
                     except BaseException as exc:
-                        APILogHandler().flush()
-                        if forgettable(exc):
-                            forgot = forget_refused_runs(mark, home)
+                        with uninterruptible():  # a Ctrl-C meanwhile does not leave the run half forgotten
+                            APILogHandler().flush()
+                            if forgettable(exc):
+                                forgot = forget_refused_runs(mark, home)
                         raise
                     finally:
                         APILogHandler().flush()  # the run's last logs (a refusal's too) before the server stops
@@ -199,5 +200,6 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
         if not checked and not server_home_existed:  # refused by its checks: the server it started only started
             shutil.rmtree(home.prefect_home, ignore_errors=True)
         elif forgot:  # the server has stopped: what the deleted rows held goes from the file too
-            scrub_database(home)
+            with uninterruptible():
+                scrub_database(home)
         raise
