@@ -32,7 +32,8 @@ HOME_SERVER_SETTINGS = {"PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "fals
 
 
 def scrub_database(home: Home) -> None:
-    """After :func:`forget_refused_runs`, once the server has stopped: the database file rewritten without the
+    """After :func:`forget_refused_runs`, once the server has stopped: logs whose run is gone (late ones, such as a
+    Dask worker's last batch, sent after the run was deleted) deleted, then the database file rewritten without the
     pages the deleted rows were in (``VACUUM``) and its write-ahead log emptied, so that no byte of them stays
     under ``<home>/.prefect``. Another command's server on the same home holds the file: then one warning."""
     import sqlite3
@@ -42,6 +43,8 @@ def scrub_database(home: Home) -> None:
     try:
         with closing(sqlite3.connect(db, timeout=5, isolation_level=None)) as con:
             con.execute("PRAGMA secure_delete = ON")
+            # a log that reached the server after its run was deleted (a Dask worker's last batch) has no run left
+            con.execute("DELETE FROM log WHERE flow_run_id IS NOT NULL AND flow_run_id NOT IN (SELECT id FROM flow_run)")
             con.execute("VACUUM")
             busy, _, _ = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
             if busy:
