@@ -255,7 +255,7 @@ def test_an_option_is_taken_only_by_its_exact_name(capsys):
         parse(["release", "--trip", "t.csv", "--stops", "s.csv"])
     err = capsys.readouterr().err
     assert refused.value.code == 2 and err.startswith("usage: transit-release release ")
-    assert err.strip().endswith("transit-release release: error: unrecognized arguments: --trip")
+    assert err.strip().endswith("transit-release release: error: unrecognized arguments: --trip t.csv")
     with pytest.raises(SystemExit):
         parse(["--verb", "budget"])
     assert "transit-release: error: unrecognized arguments: --verb" in capsys.readouterr().err

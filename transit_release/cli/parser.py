@@ -95,15 +95,19 @@ def unknown_options(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[a
     """The option names in ``argv`` that the parser they are given to does not define exactly (the top level's
     before the command, the command's after it), and that parser."""
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    where, unknown = parser, []
+    where, unknown, after_unknown = parser, [], False
     for token in argv:
         if token == "--":
             break
-        if where is parser and token in sub.choices:
+        if where is parser and token in sub.choices and not after_unknown:
             if unknown:
                 break
             where = sub.choices[token]
             continue
-        if _looks_like_an_option(token) and token.split("=", 1)[0] not in where._option_string_actions:
+        if _looks_like_an_option(token):
+            after_unknown = token.split("=", 1)[0] not in where._option_string_actions
+            if after_unknown:
+                unknown.append(token)
+        elif after_unknown:  # the unknown option's value, unrecognized with it (as argparse says)
             unknown.append(token)
     return where, unknown
