@@ -72,7 +72,7 @@ def test_a_run_of_a_release_waits_for_the_live_run_that_holds_it_and_not_for_a_d
     proc.wait()
     thread.join(timeout=10)
     assert not thread.is_alive() and got["held"].waited
-    assert not lock_path(tmp_path, "r1").exists() and not is_held(tmp_path, "r1")  # removed by the last holder
+    assert not lock_path(tmp_path, "r1").parent.exists() and not is_held(tmp_path, "r1")  # removed by the last one
 
 
 def test_runs_of_one_release_take_its_lock_one_after_the_other_even_when_the_file_is_removed_meanwhile(tmp_path):

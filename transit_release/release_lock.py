@@ -8,7 +8,7 @@ when its holder exits or is killed, so a run that finds the release charged but 
 lock* knows that the run that charged it is dead (:func:`charged_by_a_dead_run`) — no timeout is guessed.
 
 The lock file is removed by its holder when it ends (a waiter that opened the removed file tries again on the
-new one); a killed run leaves an empty file the next run reuses. Prefect-free.
+new one), and the folder with the last one; a killed run leaves an empty file the next run reuses. Prefect-free.
 """
 
 from __future__ import annotations
@@ -49,10 +49,13 @@ def release_lock(home_root: Path, release_id: str,
     """Hold the lock of ``release_id`` for the duration. If another run holds it, wait for it inside
     ``waiting(holder)`` (e.g. a progress stage saying so); a signal, such as Ctrl-C, ends the wait."""
     path = lock_path(home_root, release_id)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     waited = False
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except FileNotFoundError:  # no locks/ folder (yet, or again: the last run to end removes it)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            continue
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -79,6 +82,10 @@ def release_lock(home_root: Path, release_id: str,
             path.unlink(missing_ok=True)  # still ours: nobody else can hold it while we do
         finally:
             os.close(fd)
+        try:
+            path.parent.rmdir()  # the last run to end leaves no folder behind (a refused run leaves nothing)
+        except OSError:
+            pass  # another run's lock is there
 
 
 def is_held(home_root: Path, release_id: str) -> bool:
