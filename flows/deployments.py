@@ -7,7 +7,11 @@ the environment exactly as ``prefect deploy`` does) and runs them with Prefect's
 ``serve``: one process that both holds the schedules and executes the runs. Prefect's
 scheduler service creates the scheduled runs, so ``serve`` needs a server: the one
 ``PREFECT_API_URL`` names, or else a local one it starts on loopback for as long as
-it runs (its database and its log, ``server.log``, under ``<home>/.prefect``).
+it runs (its database and its log, ``server.log``, under ``<home>/.prefect``), which
+serves Prefect's UI too. Each deployment needs only the environment variables of its
+own parameters, and ``only`` serves some of them; once the scheduler works, the command
+that starts a run of each deployment from another terminal is printed, with the API's
+address in it.
 
 A scheduler that creates no runs leaves a served process looking healthy while nothing
 ever runs, so ``serve`` checks it: at start-up, every served deployment with an active

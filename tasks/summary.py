@@ -68,6 +68,7 @@ def _report(flow, flow_run, state) -> None:
     class and exit code only, and the full line goes to the home's private run log
     (:mod:`transit_release.disclosure`)."""
     if flow_run.parent_task_run_id is not None:
+        _discard_pickled_exception(state)
         return
     from prefect.artifacts import MarkdownArtifact
     from prefect.logging.loggers import flow_run_logger
@@ -88,6 +89,7 @@ def _report(flow, flow_run, state) -> None:
             result = state.result(raise_on_failure=False)
         except Exception as exc:  # a crashed run's result may be unreadable
             result = exc
+        _discard_pickled_exception(state)
         failure = result if isinstance(result, BaseException) else (state.message or state.name)
         line = outcome.failure_line(failure)
         public = outcome.shared_failure_line(failure) if shared else line
@@ -102,6 +104,22 @@ def _report(flow, flow_run, state) -> None:
     logger.info("transit-release outcome: %s", public)
     MarkdownArtifact(markdown=outcome.markdown(f"{flow.name}: {flow_run.name}", public, summary),
                      key=OUTCOME_KEY_PREFIX + flow.name, description=public, flow_run_id=flow_run.id).create()
+
+
+def _discard_pickled_exception(state) -> None:
+    """Prefect's engine pickles a failed run's exception (its full message: counts, row numbers) into the local
+    result storage whatever the flow's ``persist_result``; the tool keeps no result, so the file goes (a served or
+    a worker's run; a command also removes what its run left, :mod:`transit_release.cli.aftermath`)."""
+    from pathlib import Path
+
+    from prefect.settings import get_current_settings
+
+    data = getattr(state, "data", None)
+    meta = getattr(data, "metadata", data)
+    key, block = getattr(meta, "storage_key", None), getattr(meta, "storage_block_id", None)
+    storage = get_current_settings().results.local_storage_path
+    if key and block is None and storage and Path(key).parent == Path(storage).expanduser():
+        Path(key).unlink(missing_ok=True)
 
 
 #: the key of a flow's outcome artifacts is this prefix and the flow's name (its history in Prefect's UI)

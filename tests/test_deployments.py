@@ -558,6 +558,8 @@ def test_two_served_runs_of_one_release_race_and_the_later_ends_published_by_ano
         assert not [m for m in stored if "does not exist" in m or "2016-08-15.csv" in m], stored
         full = [json.loads(line) for line in run_log.read_text(encoding="utf-8").splitlines()]
         assert {(e["flow_run_id"], e["line"]) for e in full} >= {(run["id"], missing)}
+        # nor is the refusal kept pickled in the home's result storage (Prefect's engine writes a failed run's there)
+        assert not [p for p in (home / ".prefect" / "storage").glob("*") if p.is_file()]
 
 
 def test_serve_of_the_audit_alone_from_prefect_yaml_outside_the_project_serves_the_ui_and_its_hints_run(tmp_path):
