@@ -11,9 +11,11 @@ from tasks.report import update_index
 from tasks.track import read_anchors, read_mirror, read_mirrored_spends, track_audit
 from tasks.summary import REPORTS_OUTCOME
 from transit_release.audit import DEFAULT_DELTA_PRIME
+from transit_release.disclosure import refusals_kept_private
 
 
 @flow(name="privacy-audit", persist_result=False, **REPORTS_OUTCOME)
+@refusals_kept_private
 def privacy_audit(home: str = ".", ledger: str | None = None, delta_prime: float = DEFAULT_DELTA_PRIME,
                   policy: str | None = None, report_folder: str | None = None) -> dict:
     """Check the ledger, the published releases, the MLflow mirror and the ledger's anchors against one another.

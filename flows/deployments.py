@@ -7,7 +7,11 @@ the environment exactly as ``prefect deploy`` does) and runs them with Prefect's
 ``serve``: one process that both holds the schedules and executes the runs. Prefect's
 scheduler service creates the scheduled runs, so ``serve`` needs a server: the one
 ``PREFECT_API_URL`` names, or else a local one it starts on loopback for as long as
-it runs (its database and its log, ``server.log``, under ``<home>/.prefect``).
+it runs (its database and its log, ``server.log``, under ``<home>/.prefect``), which
+serves Prefect's UI too. Each deployment needs only the environment variables of its
+own parameters, and ``only`` serves some of them; once the scheduler works, the command
+that starts a run of each deployment from another terminal is printed, with the API's
+address in it.
 
 A scheduler that creates no runs leaves a served process looking healthy while nothing
 ever runs, so ``serve`` checks it: at start-up, every served deployment with an active
@@ -35,7 +39,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -59,8 +63,10 @@ class SchedulerError(TransitReleaseError):
     """Prefect's scheduler does not create the served deployments' runs."""
 
 
-def read_deployments(path: str | Path = DEFAULT_FILE) -> list[dict]:
-    """The deployments of a ``prefect.yaml``, with ``{{ $NAME }}`` taken from the environment."""
+def read_deployments(path: str | Path = DEFAULT_FILE, only: Sequence[str] = ()) -> list[dict]:
+    """The deployments of a ``prefect.yaml`` (those named in ``only``, if any), with ``{{ $NAME }}`` taken from the
+    environment. Each deployment needs only the variables of its own parameters: one that lacks any is refused
+    with the variables and the parameters they set, and ``only`` serves the others without them."""
     from prefect.utilities.templating import apply_values
 
     path = Path(path)
@@ -68,24 +74,40 @@ def read_deployments(path: str | Path = DEFAULT_FILE) -> list[dict]:
         spec = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read deployments from {path}: {exc}") from None
-    deployments = apply_values((spec or {}).get("deployments") or [], os.environ, remove_notset=False)
-    if not deployments:
+    raw = (spec or {}).get("deployments") or []
+    if not raw:
         raise ConfigError(f"{path} defines no deployments")
-    missing = sorted({m for d in deployments for m in _UNRESOLVED.findall(repr(d.get("parameters", {})))})
-    if missing:
-        raise ConfigError(f"{path}: set the environment variable(s) {', '.join(missing)} "
-                          "(the deployments' parameters read them)")
+    names = [str(d.get("name")) for d in raw]
+    unknown = [n for n in only if n not in names]
+    if unknown:
+        raise ConfigError(f"--only {unknown[0]}: no such deployment (the file's are: {', '.join(sorted(names))})")
+    if only:
+        raw = [d for d in raw if d.get("name") in only]
+    deployments = apply_values(raw, os.environ, remove_notset=False)
+    lacking = []
+    for d in deployments:
+        unset = {var: name for name, value in (d.get("parameters") or {}).items()
+                 for var in _UNRESOLVED.findall(repr(value))}
+        if unset:
+            lacking.append(f"deployment '{d.get('name')}' reads " + ", ".join(
+                f"{var} (its parameter {name})" for var, name in sorted(unset.items())))
+    if lacking:
+        served = [d.get("name") for d in deployments if not any(
+            _UNRESOLVED.search(repr(v)) for v in (d.get("parameters") or {}).values())]
+        hint = (f", or serve only the deployments you need, e.g. --only {served[0]}" if served and not only
+                else "")
+        raise ConfigError(f"{path}: {'; '.join(lacking)}: set the environment variable(s){hint}")
     return deployments
 
 
-def runner_deployments(path: str | Path = DEFAULT_FILE) -> list:
+def runner_deployments(path: str | Path = DEFAULT_FILE, only: Sequence[str] = ()) -> list:
     """``RunnerDeployment`` objects for ``prefect.serve``, one per deployment of the file; entrypoints are the
     project's (``flows/…``), as ``prefect deploy`` records them, wherever the file is."""
     from prefect.flows import load_flow_from_entrypoint
     from prefect.schedules import Cron
 
     out = []
-    for d in read_deployments(path):
+    for d in read_deployments(path, only):
         file, _, func = d["entrypoint"].partition(":")
         flow = load_flow_from_entrypoint(f"{PROJECT / file}:{func}")  # relative to the project, wherever the file is
         schedules = [Cron(s["cron"], timezone=s.get("timezone")) for s in d.get("schedules") or []]
@@ -204,8 +226,10 @@ def _save_server_db_template(db: Path) -> None:
 
 @contextlib.contextmanager
 def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error: Callable[[str], None] | None = None,
-                 while_starting: Callable[[str], None] | None = None, settings: dict[str, str] | None = None):
-    """A Prefect server (with its scheduler) on loopback for the duration; yields its API URL.
+                 while_starting: Callable[[str], None] | None = None, settings: dict[str, str] | None = None,
+                 ui: bool = False):
+    """A Prefect server (with its scheduler) on loopback for the duration; yields its API URL. With ``ui``, it
+    serves Prefect's UI too, at the URL without ``/api`` (:func:`ui_url`), talking to this server's API.
 
     ``while_starting(url)`` is called once the server process is launched, before it answers (e.g. to import
     a flow's modules meanwhile: the server takes seconds to start). ``settings``: Prefect settings (environment
@@ -222,14 +246,15 @@ def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error:
     seeded = new_db and _seed_server_db(db)
     port = free_port()
     url = f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, **TELEMETRY_OFF, "PREFECT_HOME": str(prefect_home), "PREFECT_UI_ENABLED": "false",
-           **(settings or {})}
+    ui_settings = ({"PREFECT_UI_ENABLED": "true", "PREFECT_UI_API_URL": url, "PREFECT_UI_URL": ui_url(url)} if ui
+                   else {"PREFECT_UI_ENABLED": "false"})
+    env = {**os.environ, **TELEMETRY_OFF, "PREFECT_HOME": str(prefect_home), **ui_settings, **(settings or {})}
     env.pop("PREFECT_API_URL", None)
     env.pop("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", None)  # the server logs in full to its own log file
     # a session of its own: a terminal's Ctrl-C reaches the command, which stops the server last, once the run's
     # final state is recorded (a server that took the Ctrl-C itself left the command retrying a dead API)
     proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                             "--port", str(port), "--no-ui"], env=env, stdout=subprocess.PIPE,
+                             "--port", str(port), *(() if ui else ("--no-ui",))], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, encoding="utf-8", errors="replace",
                             preexec_fn=die_with_parent, start_new_session=True)
     tail: collections.deque[str] = collections.deque(maxlen=40)
@@ -270,6 +295,26 @@ def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error:
         except subprocess.TimeoutExpired:
             proc.kill()
         reader.join(timeout=5)
+
+
+def ui_url(api_url: str) -> str:
+    """The address of the UI a server with ``ui`` serves beside its API at ``api_url``."""
+    return api_url.removesuffix("/api").rstrip("/") + "/"
+
+
+def prefect_command() -> str:
+    """Prefect's command as it runs from any terminal: the one installed beside this interpreter."""
+    import shlex
+
+    exe = Path(sys.executable).with_name("prefect")
+    return shlex.quote(str(exe)) if exe.exists() else f"{shlex.quote(sys.executable)} -m prefect"
+
+
+def run_hints(deployments: list, api_url: str) -> list[str]:
+    """For each served deployment, the command that starts a run of it now, from any terminal (it needs the API's
+    address, which only this process knows when it started its own server)."""
+    return [f"transit-release serve: to start a run of {d.name} now: PREFECT_API_URL={api_url} "
+            f"{prefect_command()} deployment run '{d.flow_name}/{d.name}'" for d in deployments]
 
 
 def server_answers(url: str, timeout: float = 1.0) -> bool:
@@ -335,7 +380,7 @@ def check_run_now(deployments: list, names) -> None:
     known = sorted(d["name"] if isinstance(d, dict) else d.name for d in deployments)
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise ConfigError(f"--run-now {unknown[0]}: no such deployment (the file's are: {', '.join(known)})")
+        raise ConfigError(f"--run-now {unknown[0]}: no such deployment served (they are: {', '.join(known)})")
 
 
 def _run_now(deployments: list, names) -> None:
@@ -352,8 +397,9 @@ def _run_now(deployments: list, names) -> None:
 
 
 class OutcomeWatch:
-    """Prints one line for each run of the served deployments that finishes while serving: the outcome the run
-    reported (its ``outcome-…`` artifact), else its final state and message."""
+    """Prints one line for each run of the served deployments that finishes while serving: the full line the run
+    kept in its home's private run log (the server has its short form, :mod:`transit_release.disclosure`), else the
+    outcome the run reported (its ``outcome-…`` artifact), else its final state and message."""
 
     def __init__(self, deployments: list, out=None, interval: float = 2.0):
         self.names = {d.name for d in deployments}
@@ -376,6 +422,14 @@ class OutcomeWatch:
                         print(line, file=self.out or sys.stdout, flush=True)
                 time.sleep(self.interval)
 
+    @staticmethod
+    def full_line(run) -> str | None:
+        """The line the run kept in its home's private run log, if any."""
+        from transit_release.disclosure import read_run_log
+
+        home = (run.parameters or {}).get("home")
+        return read_run_log(Path(home).resolve()).get(str(run.id)) if home else None
+
     def finished_lines(self, client, ids: dict) -> list[str]:
         """The lines of runs of the deployments ``ids`` (id → name) finished since serving began, not yet said."""
         from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter,
@@ -397,18 +451,21 @@ class OutcomeWatch:
             if not artifacts and datetime.now(timezone.utc) - run.end_time < timedelta(seconds=10):
                 continue  # the run says its outcome just after its final state: it may be on its way
             self.seen.add(run.id)
-            what = artifacts[-1].description if artifacts else f"{run.state.name}: {' '.join((run.state.message or '').split())}"
+            what = self.full_line(run) or (artifacts[-1].description if artifacts else
+                                           f"{run.state.name}: {' '.join((run.state.message or '').split())}")
             lines.append(f"transit-release serve: {ids.get(run.deployment_id, '?')} run {run.name}: {what}")
         return lines
 
 
 def serve(path: str | Path = DEFAULT_FILE, api_url: str | None = None, health: SchedulerHealth | None = None,
-          startup_timeout: float = 120.0, run_now: tuple[str, ...] = (), out=None) -> None:
-    """Serve every deployment of ``path`` until interrupted, against ``api_url`` or the configured API.
+          startup_timeout: float = 120.0, run_now: tuple[str, ...] = (), out=None, only: Sequence[str] = ()) -> None:
+    """Serve every deployment of ``path`` (those named in ``only``, if any) until interrupted, against ``api_url``
+    or the configured API.
 
-    Once the scheduler is seen working, a run of each deployment named in ``run_now`` is created (executed here
-    at once, as a scheduled one), and each finished run of a served deployment is printed as one line: its outcome
-    (:mod:`transit_release.outcome`), or its final state.
+    Once the scheduler is seen working, the command that starts a run of each deployment from another terminal is
+    printed, a run of each deployment named in ``run_now`` is created (executed here at once, as a scheduled one),
+    and each finished run of a served deployment is printed as one line: its outcome (:mod:`transit_release.outcome`),
+    or its final state.
 
     Raises ``SchedulerError`` if, at start-up, the scheduler does not create the upcoming runs of every
     scheduled deployment within ``startup_timeout`` seconds, or fails (as ``health`` reports) before then.
@@ -422,7 +479,7 @@ def serve(path: str | Path = DEFAULT_FILE, api_url: str | None = None, health: S
     # resolve them (and their relative paths: config, policy) from the project's, as for a worker: work from the
     # project directory before they are made (made from elsewhere, "../../flows/…" only worked from deep enough)
     os.chdir(PROJECT)
-    deployments = runner_deployments(path)
+    deployments = runner_deployments(path, only)
     check_run_now(deployments, run_now)
     failure: list[str] = []
 
@@ -432,6 +489,10 @@ def serve(path: str | Path = DEFAULT_FILE, api_url: str | None = None, health: S
             failure.append(reason)
             os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C (a real signal wakes the event loop at once)
             return
+        from prefect.settings import get_current_settings
+
+        for line in run_hints(deployments, str(api_url or get_current_settings().api.url)):
+            print(line, file=out or sys.stdout, flush=True)
         _run_now(deployments, run_now)
         OutcomeWatch(deployments, out=out).follow()
 
@@ -442,7 +503,9 @@ def serve(path: str | Path = DEFAULT_FILE, api_url: str | None = None, health: S
         context = contextvars.copy_context()  # the watchdog's client sees these settings
         threading.Thread(target=context.run, args=(watchdog,), name="scheduler-check", daemon=True).start()
         try:
-            prefect_serve(*deployments, print_starting_message=True)
+            # not Prefect's own starting message: its `prefect deployment run` hint needs an API address the user's
+            # terminal does not have, and its UI link is the configured one's (the hints above run as printed)
+            prefect_serve(*deployments, print_starting_message=False)
         except KeyboardInterrupt:
             if not failure:  # the user's Ctrl-C before Prefect's serve took over
                 raise

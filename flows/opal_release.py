@@ -35,6 +35,7 @@ from transit_release.recovery import WorkDir, work_dir
 from transit_release.releases import opal
 from transit_release.releases.opal_expectation import Expectation, public_rules
 from transit_release.version import code_version
+from transit_release.disclosure import refusals_kept_private
 
 
 def _mapped(task, label: str, chunks: list[list[tuple[str, str]]], before: tuple, after: tuple) -> list:
@@ -51,6 +52,7 @@ def _mapped(task, label: str, chunks: list[list[tuple[str, str]]], before: tuple
 
 
 @flow(name="prepare-partitions", persist_result=False)
+@refusals_kept_private
 def prepare_partitions(work, staging: str, chunks: list[list[tuple[str, str]]], config, index_path: str,
                        shards: int) -> list:
     """Map the partition step over chunks of the public partitions (on the task runner the caller gives: Dask, or
@@ -60,6 +62,7 @@ def prepare_partitions(work, staging: str, chunks: list[list[tuple[str, str]]], 
 
 
 @flow(name="sanitize-partitions", persist_result=False)
+@refusals_kept_private
 def sanitize_partitions(dataset_root: str, chunks: list[list[tuple[str, str]]], config, ledger_path: str,
                         release_id: str) -> list:
     """Map the sanitizer over chunks of the stored partitions (on the task runner the caller gives). Only
@@ -204,6 +207,7 @@ class OpalKind(ReleaseKind):
 
 
 @flow(name="opal-release", persist_result=False, **REPORTS_OUTCOME)
+@refusals_kept_private
 def opal_release(trips: str, stops: str, period_start: str | None = None, period_end: str | None = None,
                  home: str = ".", config: str | None = None, epsilons: list[float] | None = None,
                  delta: float | None = None, release_id: str | None = None, policy: str | None = None,

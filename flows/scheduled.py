@@ -14,9 +14,11 @@ from flows.sets_release import set_release
 from flows.trajectory_release import trajectory_release
 from tasks.schedule import locate_input, period_to_publish
 from tasks.summary import REPORTS_OUTCOME
+from transit_release.disclosure import refusals_kept_private
 
 
 @flow(name="weekly-opal-release", persist_result=False, **REPORTS_OUTCOME)
+@refusals_kept_private
 def weekly_opal_release(trips_pattern: str, stops: str, home: str = ".", config: str | None = None,
                         policy: str | None = None, timezone: str = "Australia/Sydney",
                         week_of: str | None = None, dask_address: str | None = None,
@@ -35,6 +37,7 @@ def weekly_opal_release(trips_pattern: str, stops: str, home: str = ".", config:
 
 
 @flow(name="monthly-sequence-release", persist_result=False, **REPORTS_OUTCOME)
+@refusals_kept_private
 def monthly_sequence_release(input_pattern: str, epsilon: float, height: int | None = None,
                              variant: str | None = "hybrid", taxonomy: str | None = None,
                              locations: str | None = None, fanout: int | None = None, home: str = ".",
@@ -57,6 +60,7 @@ def monthly_sequence_release(input_pattern: str, epsilon: float, height: int | N
 
 
 @flow(name="weekly-trajectory-release", persist_result=False, **REPORTS_OUTCOME)
+@refusals_kept_private
 def weekly_trajectory_release(input_pattern: str, epsilon: float, height: int, location_taxonomy: str | None = None,
                               locations: str | None = None, location_fanout: int | None = None,
                               time_fanout: int | None = None, thresholds: str = "paper", home: str = ".",
@@ -74,6 +78,7 @@ def weekly_trajectory_release(input_pattern: str, epsilon: float, height: int, l
 
 
 @flow(name="monthly-set-release", persist_result=False, **REPORTS_OUTCOME)
+@refusals_kept_private
 def monthly_set_release(input_pattern: str, epsilon: float, locations: str, fanout: int | None = None,
                         home: str = ".", policy: str | None = None, timezone: str = "America/Montreal",
                         month_of: str | None = None, population: str | None = None) -> dict:

@@ -21,6 +21,7 @@ from transit_release.config import population_named
 from transit_release.mechanisms.prefix_tree import Taxonomy
 from transit_release.releases import sequences
 from transit_release.version import code_version
+from transit_release.disclosure import refusals_kept_private
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ class SequenceKind(PassengerKind):
 
 
 @flow(name="sequence-release", persist_result=False, **REPORTS_OUTCOME)
+@refusals_kept_private
 def sequence_release(epsilon: float, height: int | None = None, input: str | None = None,
                      period_start: str | None = None, period_end: str | None = None, variant: str | None = None,
                      locations: str | None = None, taxonomy: str | None = None, fanout: int | None = None,

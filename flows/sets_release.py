@@ -20,6 +20,7 @@ from transit_release.config import population_named
 from transit_release.mechanisms.diffpart import DiffPartBudget
 from transit_release.releases import sets
 from transit_release.version import code_version
+from transit_release.disclosure import refusals_kept_private
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class SetKind(PassengerKind):
 
 
 @flow(name="set-release", persist_result=False, **REPORTS_OUTCOME)
+@refusals_kept_private
 def set_release(epsilon: float, input: str | None = None, locations: str | None = None,
                 period_start: str | None = None, period_end: str | None = None, fanout: int | None = sets.DEFAULT_FANOUT,
                 trips: str | None = None, stops: str | None = None, mode: str | None = None, home: str = ".",

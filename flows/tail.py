@@ -4,9 +4,11 @@ A kind of release (Opal marginals, passenger sequences, trajectories, station se
 :class:`ReleaseKind` its flow builds from public inputs alone (the declared period, the public universe, the
 budget or setup), offering the few steps that differ. :func:`publish_release` runs any kind through the one tail:
 
-    fingerprint the inputs → resolve the id (published before from the same input: nothing drawn or spent)
-    → read the records → plan the spends → (a dry run: what to expect, the policy's verdict, and stop)
-    → pre-check the budget → check the MLflow store and the free space → what to expect → charge → anchor the ledger → sanitize → evaluate
+    fingerprint the inputs → hold the release's lock (another run of it is waited for) → resolve the id
+    (published before, or by the run waited for, from the same input: nothing drawn or spent; charged by a run
+    that is dead: refused, see :mod:`transit_release.release_lock`) → read the records → plan the spends
+    → (a dry run: what to expect, the policy's verdict, and stop) → pre-check the budget → check the MLflow
+    store and the free space → what to expect → charge → anchor the ledger → sanitize → evaluate
     → the public outputs → stage → the report → track, commit, anchor, index, DCAT catalogue
     (:func:`publish_staged`)
 
@@ -18,14 +20,14 @@ flow's run, so the Prefect UI shows each kind's own named tasks and subflows.
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 from prefect.utilities.annotations import quote
 
-from tasks.budget import charge_budget, check_budget, precheck_budget, resolve_release
+from tasks.budget import charge_budget, check_budget, precheck_budget, refuse_a_dead_runs_charge, resolve_release
 from tasks.home import check_free_space, discard_run, records_space_needed
 from tasks.inputs import fingerprint_inputs
 from tasks.publish import commit_release, load_manifest, stage_release, update_catalog
@@ -35,10 +37,12 @@ from tasks.track import anchor_ledger, check_store, mark_published, track_releas
 from transit_release import custodian, progress
 from transit_release.accounting.policy import BudgetPolicy
 from transit_release.faults import crash_point
-from transit_release.home import Home
+from transit_release.home import Home, check_release_id
+from transit_release.outcome import PUBLISHED_BY_ANOTHER_RUN
 from transit_release.inputs.screening import Period
 from transit_release.publish import StagedRelease
 from transit_release.recovery import work_dir
+from transit_release.release_lock import release_lock
 
 
 @dataclass(frozen=True)
@@ -178,21 +182,49 @@ def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, popula
     ``release_id``: the id asked for (default: the kind's). Nothing is charged before every check has passed;
     nothing is visible under ``releases/`` before the commit; a run refused at its charge removes nothing of the
     report folder of its id (it is another run's)."""
-    wanted = release_id or kind.default_release_id
+    wanted = check_release_id(release_id or kind.default_release_id)
     fingerprint = kind.fingerprint(where)
-    # quoted: Prefect would wait for a future given as a task's parameter; it is waited for only when there are
-    # earlier spends to compare with
-    target = resolve_release(where, wanted, kind.same_release(fingerprint), quote(fingerprint), kind.inputs,
-                             [] if release_id else list(kind.earlier_release_ids))
-    if target.already_published:
-        return summarize(where, load_manifest(where, target.release_id), "already published: nothing drawn or spent")
-    run = ReleaseRun(where, target.release_id, dry_run)
+    with nullcontext() if dry_run else _one_run_of(where, wanted) as held:
+        # quoted: Prefect would wait for a future given as a task's parameter; it is waited for only when there are
+        # earlier spends to compare with
+        target = resolve_release(where, wanted, kind.same_release(fingerprint), quote(fingerprint), kind.inputs,
+                                 [] if release_id else list(kind.earlier_release_ids))
+        if target.already_published:
+            status = (f"{PUBLISHED_BY_ANOTHER_RUN} while this one waited: nothing drawn or spent" if held and held.waited
+                      else "already published: nothing drawn or spent")
+            return summarize(where, load_manifest(where, target.release_id), status)
+        if not dry_run:
+            refuse_a_dead_runs_charge(where, target.release_id)
+        return _publish(kind, where, policy, population, fingerprint, ReleaseRun(where, target.release_id, dry_run))
+
+
+@contextmanager
+def _one_run_of(where: Home, release_id: str):
+    """This run alone of ``release_id`` in the home, from its resolution to its end
+    (:mod:`transit_release.release_lock`); another run of it is waited for, and said so."""
+    from prefect import get_run_logger
+
+    @contextmanager
+    def waiting(holder: str):
+        get_run_logger().info("release %s: waiting for another run of it to end (%s holds its lock)", release_id,
+                              holder or "a run")
+        with progress.stage(f"waiting for another run of {release_id} to end ({holder or 'a run'})"):
+            yield
+
+    with release_lock(where.root, release_id, waiting) as held:
+        yield held
+
+
+def _publish(kind: ReleaseKind, where: Home, policy: BudgetPolicy, population: str, fingerprint,
+             run: ReleaseRun) -> dict:
+    """The tail from reading the records to the summary (or a dry run's verdict), for a release id not yet published
+    (see :func:`publish_release`)."""
     rid = run.release_id
     with kind.workspace(run) as workspace:
         with _stage(kind.reading):
             records = kind.read(run, workspace)
         events = kind.plan(run, records, _value(fingerprint), population)
-        if dry_run:
+        if run.dry_run:
             _tell_expectation(kind, run, records)
             return summarize_dry_run(rid, kind.period, kind.period_declared, events,
                                      check_budget(where, events, policy), records.quarantine)

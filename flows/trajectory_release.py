@@ -20,6 +20,7 @@ from tasks.summary import REPORTS_OUTCOME
 from transit_release.config import population_named
 from transit_release.releases import trajectories
 from transit_release.version import code_version
+from transit_release.disclosure import refusals_kept_private
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class TrajectoryKind(PassengerKind):
 
 
 @flow(name="trajectory-release", persist_result=False, **REPORTS_OUTCOME)
+@refusals_kept_private
 def trajectory_release(epsilon: float, height: int, input: str | None = None, period_start: str | None = None,
                        period_end: str | None = None, locations: str | None = None,
                        location_taxonomy: str | None = None, location_fanout: int | None = None,

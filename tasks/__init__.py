@@ -6,8 +6,6 @@ cannot land in Prefect's result storage. Tasks that draw noise or charge the
 ledger have ``retries=0``: a retry could otherwise redraw noise.
 """
 
-from functools import partial
-
 from transit_release.telemetry import telemetry_off
 
 telemetry_off()  # before Prefect and MLflow are imported (see transit_release.telemetry)
@@ -15,5 +13,15 @@ telemetry_off()  # before Prefect and MLflow are imported (see transit_release.t
 from prefect import task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 
-#: The decorator every task here uses.
-data_task = partial(task, cache_policy=NO_CACHE, persist_result=False, retries=0)
+from transit_release.disclosure import install_log_filter, refusals_kept_private  # noqa: E402
+
+install_log_filter()  # Prefect's logging is configured once imported (again: at each flow's start)
+
+
+def data_task(fn=None, **options):
+    """The decorator every task here uses: no cache, no stored result, no retry, and a refusal leaving it kept off a
+    shared Prefect server (:mod:`transit_release.disclosure`). ``@data_task(name=...)`` or ``@data_task``."""
+    if fn is None:
+        return lambda f: data_task(f, **options)
+    return task(refusals_kept_private(fn), **{"cache_policy": NO_CACHE, "persist_result": False, "retries": 0,
+                                                **options})

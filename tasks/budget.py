@@ -16,7 +16,7 @@ from transit_release.outcome import exit_code
 from transit_release.recovery import live_release_ids
 from transit_release.home import Home, check_release_id
 from transit_release.inputs import tables as io
-from transit_release.errors import ConfigError, LedgerIntegrityError
+from transit_release.errors import ConfigError, LedgerIntegrityError, ReleaseExistsError
 from transit_release.publish import already_published
 
 
@@ -71,6 +71,24 @@ def same_spend(component: str, epsilon: float, fingerprint: str) -> Callable[[li
     input fingerprint."""
     wanted = (component, float(epsilon), fingerprint)
     return lambda earlier: wanted in {(e.component, e.epsilon, e.input_fingerprint) for e in earlier}
+
+
+@data_task(name="check-earlier-charge")
+def refuse_a_dead_runs_charge(home: Home, release_id: str) -> None:
+    """With the release's lock held (:mod:`transit_release.release_lock`): a release already charged and not
+    published was charged by a run that is dead; refused with what became of it and what ``repair`` does."""
+    from transit_release.recovery import pending_intents
+    from transit_release.release_lock import charged_by_a_dead_run
+
+    if not home.ledger.exists():
+        return
+    ledger = Ledger(home.ledger, key=b"", read_only=True)
+    charged = ledger.charged_release_ids()
+    if release_id in charged:
+        reason = charged_by_a_dead_run(release_id, charged, set(ledger.published()),
+                                       {i.release_id for i in pending_intents(ledger)})
+        if reason:
+            raise ReleaseExistsError(reason)
 
 
 @data_task(name="check-budget")

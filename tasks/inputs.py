@@ -7,11 +7,13 @@ fingerprint of the input files, and the quarantine check of a record file (too m
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from prefect import get_run_logger
 
 from tasks import data_task
+from transit_release.disclosure import log_internal
 from transit_release.errors import InputDataError
 from transit_release.home import Home
 from transit_release.inputs import tables as io
@@ -58,4 +60,5 @@ def check_quarantine(what: str, name: str, counts: dict[str, int], lines: int, l
             f"{what} {name}: {bad:,} of {lines:,} records ({bad / lines:.2%}) would be quarantined, more than the "
             f"limit of {limit:.2%}: {parts}"))
     if bad:
-        get_run_logger().warning("quarantined %d of %d records, by reason %s", bad, lines, counts)
+        log_internal(get_run_logger(), logging.WARNING, "records quarantined",
+                     "quarantined %d of %d records, by reason %s", bad, lines, counts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from datetime import datetime, timezone
 from pathlib import Path
@@ -11,6 +12,7 @@ from prefect import get_run_logger
 
 from schemas import TripsFile, validate
 from tasks import data_task
+from transit_release.disclosure import log_internal
 from transit_release.inputs import screening
 from transit_release.config import ReleaseConfig
 from transit_release.errors import InputDataError
@@ -43,10 +45,11 @@ def screen_trips(home: Home, release_id: str, trips: pd.DataFrame, stops: pd.Dat
     result = screening.screen_trips(trips, stops, period, config.quality, config.modes)
     where = None if dry_run else _write_quarantine(home, release_id, result.quarantined)
     if where:
-        logger.warning("quarantined %d of %d rows (%.3f%%), by reason %s; raw rows kept privately in %s",
-                       result.quarantined_rows, result.total_rows, 100 * result.share, result.counts, where)
+        log_internal(logger, logging.WARNING, "rows quarantined",
+                     "quarantined %d of %d rows (%.3f%%), by reason %s; raw rows kept privately in %s",
+                     result.quarantined_rows, result.total_rows, 100 * result.share, result.counts, where)
     else:
-        logger.info("screened %d rows: none quarantined", result.total_rows)
+        log_internal(logger, logging.INFO, "rows screened", "screened %d rows: none quarantined", result.total_rows)
     try:
         screening.check_gate(result, config.quality)
     except InputDataError as exc:

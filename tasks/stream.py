@@ -4,6 +4,7 @@ parameter or a result."""
 
 from __future__ import annotations
 
+import logging
 import dataclasses
 import os
 import socket
@@ -19,6 +20,7 @@ from schemas import EncodedPartition, PartitionTrips, TripsFile
 from schemas import expectations
 from schemas.validation import check, validate
 from tasks import data_task
+from transit_release.disclosure import log_internal
 from transit_release import partition_store
 from transit_release.config import ReleaseConfig
 from transit_release.errors import InputDataError
@@ -152,10 +154,12 @@ def _gate(home: Home, release_id: str, work: WorkDir, path: str, figures: screen
     where = None
     if figures.quarantined_rows and not dry_run and (refused or gather_if_passed):
         where = _gather_quarantine(home, release_id, work)
-        logger.warning("quarantined %d of %d rows (%.3f%%), by reason %s; raw rows kept privately in %s",
-                       figures.quarantined_rows, figures.total_rows, 100 * figures.share, figures.counts, where)
+        log_internal(logger, logging.WARNING, "rows quarantined",
+                     "quarantined %d of %d rows (%.3f%%), by reason %s; raw rows kept privately in %s",
+                     figures.quarantined_rows, figures.total_rows, 100 * figures.share, figures.counts, where)
     elif gather_if_passed:
-        logger.info("screened %d rows: %d quarantined", figures.total_rows, figures.quarantined_rows)
+        log_internal(logger, logging.INFO, "rows screened", "screened %d rows: %d quarantined", figures.total_rows,
+                     figures.quarantined_rows)
     if refused is not None:
         raise type(refused)(f"trips file {Path(path).name}: {refused}" +
                             (f" (quarantined rows: {where})" if where else "")) from None

@@ -65,31 +65,62 @@ def summarize_dry_run(release_id: str, period, period_declared: bool, events: li
 def _report(flow, flow_run, state) -> None:
     """Say a run's outcome (see :mod:`transit_release.outcome`): one line at INFO in the run's log, and a Markdown
     artifact on the run. Only the outermost run says it: a scheduled run's release flow is its subflow, and its
-    outcome is the scheduled run's."""
+    outcome is the scheduled run's. On a Prefect server other than the command's own, a refusal is said as its
+    class and exit code only, and the full line goes to the home's private run log
+    (:mod:`transit_release.disclosure`)."""
     if flow_run.parent_task_run_id is not None:
+        _discard_pickled_exception(state)
         return
     from prefect.artifacts import MarkdownArtifact
     from prefect.logging.loggers import flow_run_logger
 
-    from transit_release import outcome
+    from transit_release import disclosure, outcome
 
+    shared = disclosure.shared_api()
     summary = None
     if state.is_completed():
         result = state.result(raise_on_failure=False)
         if isinstance(result, dict):
             summary = result
-            line = outcome.summary_line(result)
+            line, public = outcome.summary_line(result), outcome.summary_line(result, shared=shared)
         else:
-            line = "completed (exit 0)"
+            line = public = "completed (exit 0)"
     else:
         try:
             result = state.result(raise_on_failure=False)
         except Exception as exc:  # a crashed run's result may be unreadable
             result = exc
-        line = outcome.failure_line(result if isinstance(result, BaseException) else (state.message or state.name))
-    flow_run_logger(flow_run, flow).info("transit-release outcome: %s", line)
-    MarkdownArtifact(markdown=outcome.markdown(f"{flow.name}: {flow_run.name}", line, summary),
-                     key=OUTCOME_KEY_PREFIX + flow.name, description=line, flow_run_id=flow_run.id).create()
+        _discard_pickled_exception(state)
+        failure = result if isinstance(result, BaseException) else (state.message or state.name)
+        line = outcome.failure_line(failure)
+        public = outcome.shared_failure_line(failure) if shared else line
+    logger = flow_run_logger(flow_run, flow)
+    if shared:
+        params = flow_run.parameters or {}
+        where = Home.at(params.get("home") or ".", params.get("ledger"))
+        kept = disclosure.write_run_log(where.root, str(flow_run.id), flow.name, flow_run.name, line)
+        if public != line:  # the full line on this process's terminal only
+            logger.info("transit-release outcome: %s", line, extra={"send_to_api": False})
+            public += f" (the full line: {kept})" if kept else ""
+    logger.info("transit-release outcome: %s", public)
+    MarkdownArtifact(markdown=outcome.markdown(f"{flow.name}: {flow_run.name}", public, summary),
+                     key=OUTCOME_KEY_PREFIX + flow.name, description=public, flow_run_id=flow_run.id).create()
+
+
+def _discard_pickled_exception(state) -> None:
+    """Prefect's engine pickles a failed run's exception (its full message: counts, row numbers) into the local
+    result storage whatever the flow's ``persist_result``; the tool keeps no result, so the file goes (a served or
+    a worker's run; a command also removes what its run left, :mod:`transit_release.cli.aftermath`)."""
+    from pathlib import Path
+
+    from prefect.settings import get_current_settings
+
+    data = getattr(state, "data", None)
+    meta = getattr(data, "metadata", data)
+    key, block = getattr(meta, "storage_key", None), getattr(meta, "storage_block_id", None)
+    storage = get_current_settings().results.local_storage_path
+    if key and block is None and storage and Path(key).parent == Path(storage).expanduser():
+        Path(key).unlink(missing_ok=True)
 
 
 #: the key of a flow's outcome artifacts is this prefix and the flow's name (its history in Prefect's UI)

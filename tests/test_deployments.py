@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import pytest
 import yaml
 
 from flows.deployments import PROJECT, SchedulerHealth, SchedulerLogWatch, local_server, read_deployments
+from transit_release.accounting.ledger import Ledger
 from transit_release.errors import ConfigError
 
 EXPECTED = {  # deployment name -> (flow name, cron, time zone)
@@ -90,8 +92,33 @@ def test_a_deployment_parameter_without_its_environment_variable_is_named(monkey
     for var in _variables():
         if var != "TRANSIT_RELEASE_STOPS":
             monkeypatch.setenv(var, "/x")
-    with pytest.raises(ConfigError, match="set the environment variable\\(s\\) TRANSIT_RELEASE_STOPS"):
+    with pytest.raises(ConfigError) as refused:
         read_deployments()
+    assert str(refused.value) == (f"{PROJECT / 'prefect.yaml'}: deployment 'weekly' reads TRANSIT_RELEASE_STOPS (its "
+                                  "parameter stops): set the environment variable(s), or serve only the deployments "
+                                  "you need, e.g. --only monthly")
+
+
+def test_each_deployment_asks_only_for_the_variables_of_its_own_parameters(monkeypatch):
+    """The monthly audit alone needs only the home; the others are named with the variables their parameters read."""
+    for var in _variables():
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TRANSIT_RELEASE_HOME", "/srv/transit-release")
+    (audit,) = read_deployments(only=["monthly-audit"])
+    assert audit["parameters"] == {"home": "/srv/transit-release", "report_folder": "audit-scheduled"}
+    with pytest.raises(ConfigError) as refused:
+        read_deployments(only=["monthly-audit", "monthly-sets"])
+    assert str(refused.value).endswith(": deployment 'monthly-sets' reads TRANSIT_RELEASE_LOCATIONS (its parameter "
+                                       "locations), TRANSIT_RELEASE_SETS_PATTERN (its parameter input_pattern): set the "
+                                       "environment variable(s)")
+    with pytest.raises(ConfigError) as refused:
+        read_deployments()
+    message = str(refused.value)
+    assert "deployment 'weekly' reads TRANSIT_RELEASE_STOPS (its parameter stops), TRANSIT_RELEASE_TRIPS_PATTERN " \
+           "(its parameter trips_pattern); " in message and "deployment 'monthly-audit' reads" not in message
+    assert message.endswith("or serve only the deployments you need, e.g. --only monthly-audit")
+    with pytest.raises(ConfigError, match=r"^--only nope: no such deployment \(the file's are: monthly, monthly-audit, "):
+        read_deployments(only=["nope"])
 
 
 @pytest.fixture(scope="module")
@@ -389,51 +416,183 @@ def test_a_new_homes_server_starts_from_the_empty_database_template(tmp_path, mo
         assert not db.execute("SELECT EXISTS (SELECT 1 FROM flow)").fetchone()[0]
 
 
-def test_serve_runs_a_deployments_file_from_anywhere_fires_run_now_and_prints_each_runs_outcome(tmp_path):
-    """A deployments YAML outside the project (entrypoints are the project's), ``--run-now`` started by serve's own
-    runner (the test creates no run), and the finished run's outcome printed by serve as one line."""
-    home = tmp_path / "home"
-    elsewhere = tmp_path / "ops"
+class Served:
+    """A ``transit-release serve`` process; its output read as it comes (a full pipe would block it)."""
+
+    def __init__(self, args: list[str], cwd: Path, env: dict):
+        self.proc = subprocess.Popen([sys.executable, "-m", "transit_release.cli", "serve", *args], cwd=cwd, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
+        self.reader.start()
+
+    def wait_for(self, what, timeout: float = 240) -> list[str]:
+        """The output's lines once ``what(lines)`` holds."""
+        deadline = time.monotonic() + timeout
+        while not what([line.rstrip("\n") for line in list(self.lines)]):
+            assert self.proc.poll() is None, self.output()[-3000:]
+            assert time.monotonic() < deadline, self.output()[-3000:]
+            time.sleep(0.5)
+        return [line.rstrip("\n") for line in list(self.lines)]
+
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # Ctrl-C, as a custodian stops it
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        self.reader.join(timeout=10)
+
+
+def _outcomes(lines: list[str], deployment: str) -> list[str]:
+    prefix = f"transit-release serve: {deployment} run "
+    return [line.split(": ", 2)[2] for line in lines if line.startswith(prefix)]
+
+
+def _run_hint(lines: list[str], deployment: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    """Run serve's printed hint for ``deployment`` exactly as printed, in a shell, in a terminal that knows nothing
+    of the server (no PREFECT_API_URL)."""
+    (hint,) = [line for line in lines if line.startswith(f"transit-release serve: to start a run of {deployment} now: ")]
+    command = hint.split(" now: ", 1)[1]
+    env = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
+    done = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
+    return done
+
+
+def _logs(url: str, run_id: str) -> list[str]:
+    return [entry["message"] for entry in httpx.post(f"{url}/logs/filter", json={
+        "logs": {"flow_run_id": {"any_": [run_id]}}, "limit": 200}, timeout=30).json()]
+
+
+def test_two_served_runs_of_one_release_race_and_the_later_ends_published_by_another_run(tmp_path, tiny_week):
+    """A deployments file from anywhere (its entrypoints are the project's) served on a configured Prefect server:
+    ``--run-now`` fires two runs of the same week at once (a cron run and a run-now, two workers, a retry: the same
+    race) and a run of a week without input; serve's runner executes them (the test creates no run). The first run
+    pauses after its charge until the test has seen the second one wait for it; the second then ends as
+    "published by another run" (exit 0, nothing spent). The refused run's state, logs and outcome artifact on the
+    server say its class and exit code only; serve prints its full line, which the home's private run log keeps.
+    The audit is then started with serve's printed `prefect deployment run` hint, as printed."""
+    from transit_release.faults import PAUSE_ENV, PAUSE_FILE_ENV
+
+    home, inbox, elsewhere, cue = tmp_path / "home", tmp_path / "inbox", tmp_path / "ops", tmp_path / "cue"
+    inbox.mkdir()
     elsewhere.mkdir()
+    shutil.copy(tiny_week["trips"], inbox / "trips-2016-08-08.csv")
+    weekly = {"entrypoint": "flows/scheduled.py:weekly_opal_release",
+              "parameters": {"trips_pattern": str(inbox / "trips-{start}.csv"), "stops": str(tiny_week["stops"]),
+                             "home": str(home), "week_of": "2016-08-08", "workers": 0},
+              "schedules": [{"cron": "0 3 * * 1", "timezone": "UTC"}]}
     (elsewhere / "try.yaml").write_text(yaml.safe_dump({"deployments": [
+        {"name": "try-weekly", **weekly},
+        {"name": "try-missing-week", **weekly, "parameters": {**weekly["parameters"], "week_of": "2016-08-15"}},
         {"name": "try-audit", "entrypoint": "flows/audit.py:privacy_audit", "parameters": {"home": str(home)},
          "schedules": [{"cron": "0 6 1 * *", "timezone": "UTC"}]}]}), encoding="utf-8")
     with local_server(tmp_path / "server") as url:
         env = _env(tmp_path, home, str(tmp_path / "trips-{start}.csv"), str(tmp_path / "stops.csv"),
-                   PREFECT_API_URL=url)
+                   PREFECT_API_URL=url, PREFECT_LOGGING_LEVEL="INFO",  # the runs' INFO lines reach the server
+                   **{PAUSE_ENV: "after-charge", PAUSE_FILE_ENV: str(cue)})
         bad = subprocess.run([sys.executable, "-m", "transit_release.cli", "serve", "--home", str(home),
                               "--deployments", str(elsewhere / "try.yaml"), "--run-now", "nope"], cwd=tmp_path,
                              env=env, capture_output=True, text=True, timeout=120)
         assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == (
-            "transit-release: error: --run-now nope: no such deployment (the file's are: try-audit)")
-        proc = subprocess.Popen([sys.executable, "-m", "transit_release.cli", "serve", "--home", str(home),
-                                 "--deployments", str(elsewhere / "try.yaml"), "--run-now", "try-audit"],
-                                cwd=elsewhere, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        lines: list[str] = []
-        reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-        reader.start()
+            "transit-release: error: --run-now nope: no such deployment served (they are: try-audit, "
+            "try-missing-week, try-weekly)")
+        served = Served(["--home", str(home), "--deployments", str(elsewhere / "try.yaml"), "--run-now", "try-weekly",
+                         "--run-now", "try-weekly", "--run-now", "try-missing-week"], elsewhere, env)
         try:
-            deadline = time.monotonic() + 240
-            while time.monotonic() < deadline and not any(" run " in l and ": audit " in l for l in list(lines)):
-                assert proc.poll() is None, "".join(lines)[-3000:]
-                time.sleep(1)
+            deadline = time.monotonic() + 300
+            while not cue.exists():  # the first run of the week has charged, and waits there
+                assert served.proc.poll() is None and time.monotonic() < deadline, served.output()[-3000:]
+                time.sleep(0.5)
+            # the second run says so in its release's log (the scheduled run's subflow)
+            while not any("waiting for another run of it to end" in entry["message"] for entry in httpx.post(
+                    f"{url}/logs/filter", json={"limit": 200, "sort": "TIMESTAMP_DESC"}, timeout=30).json()):
+                assert served.proc.poll() is None and time.monotonic() < deadline, served.output()[-3000:]
+                time.sleep(0.5)
+            cue.unlink()  # the first run goes on and publishes
+            lines = served.wait_for(lambda ls: len(_outcomes(ls, "try-weekly")) == 2
+                                    and _outcomes(ls, "try-missing-week"))
+            hinted = _run_hint(lines, "try-audit", tmp_path, env)
+            lines = served.wait_for(lambda ls: _outcomes(ls, "try-audit"))
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
-            reader.join(timeout=10)
-        output = "".join(lines)
-        assert "FileNotFoundError" not in output and "Traceback" not in output, output[-3000:]
-        assert any(l.startswith("transit-release serve: try-audit: run ") and l.endswith("created, to start now")
-                   for l in output.splitlines()), output[-3000:]
-        (outcome,) = [l for l in output.splitlines() if l.startswith("transit-release serve: try-audit run ")]
-        assert re.search(r": audit PASSED: 0 ledger entries, 0 published release\(s\), 0 discrepancy\(ies\); "
-                         r"report .*audit\.html \(exit 0\)$", outcome), outcome
-        deployment = _deployments(url)["try-audit"]
-        runs = httpx.post(f"{url}/flow_runs/filter", json={"flow_runs": {"deployment_id": {"any_": [deployment["id"]]},
-                          "state": {"type": {"any_": ["COMPLETED"]}}}}, timeout=30).json()
-        (run,) = runs
-        assert "run-now" in run["tags"]
+            served.stop()
+        output = served.output()
+        assert "Traceback" not in output and "FileNotFoundError" not in output, output[-3000:]
+        print("\n".join(line for line in lines if line.startswith("transit-release serve: try-")))
+        first, second = sorted(_outcomes(lines, "try-weekly"), key=lambda line: not line.startswith("published opal"))
+        assert re.fullmatch(r"published opal-card-20160808-20160814: \S+ rows in 3 file\(s\), ε=8, δ=6e-09 per card; "
+                            rf"{re.escape(str(home))}/releases/opal-card-20160808-20160814 \(exit 0\)", first), first
+        assert second == ("published by another run: opal-card-20160808-20160814 (ε=8, δ=6e-09 per card), while this "
+                          "run waited for it; nothing drawn or spent (exit 0)")
+        (missing,) = _outcomes(lines, "try-missing-week")  # the full line on serve's terminal
+        assert missing == (f"refused: no input for the period 2016-08-15..2016-08-21: {inbox}/trips-2016-08-15.csv "
+                           "does not exist (exit 2)")
+        (audit,) = _outcomes(lines, "try-audit")
+        assert re.fullmatch(r"audit PASSED: 169 ledger entries, 1 published release\(s\), 0 discrepancy\(ies\); "
+                            r"report .*audit\.html \(exit 0\)", audit), audit
+        assert "Created flow run" in hinted.stdout
+        ledger = Ledger(home / "ledger.sqlite", key=b"", read_only=True)
+        assert len(ledger.spends()) == 168 and list(ledger.published()) == ["opal-card-20160808-20160814"]
+        # what the configured server holds of the refused run: its class and exit code, nothing of the message
+        deployment = _deployments(url)["try-missing-week"]
+        (run,) = httpx.post(f"{url}/flow_runs/filter", json={"flow_runs": {"deployment_id": {
+            "any_": [deployment["id"]]}, "state": {"type": {"any_": ["FAILED"]}}}}, timeout=30).json()
+        assert run["state"]["message"] == ("Flow run encountered an exception: InputDataError: refused: "
+                                           "InputDataError, exit 2")
         artifacts = httpx.post(f"{url}/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run["id"]]}}},
                                timeout=30).json()
-        (artifact,) = [a for a in artifacts if a["key"] == "outcome-privacy-audit"]
-        assert artifact["type"] == "markdown" and outcome.endswith(artifact["description"])
+        (artifact,) = [a for a in artifacts if a["key"] == "outcome-weekly-opal-release"]
+        run_log = home / "private" / "run-log.jsonl"
+        assert artifact["description"] == f"refused: InputDataError, exit 2 (the full line: {run_log})"
+        task_runs = httpx.post(f"{url}/task_runs/filter", json={"flow_runs": {"id": {"any_": [run["id"]]}}},
+                               timeout=30).json()
+        stored = [run["state"]["message"], artifact["description"], artifact["data"], *_logs(url, run["id"]),
+                  *(t["state"]["message"] or "" for t in task_runs)]
+        assert any("refused: InputDataError, exit 2" in m for m in _logs(url, run["id"]))
+        assert not [m for m in stored if "does not exist" in m or "2016-08-15.csv" in m], stored
+        full = [json.loads(line) for line in run_log.read_text(encoding="utf-8").splitlines()]
+        assert {(e["flow_run_id"], e["line"]) for e in full} >= {(run["id"], missing)}
+        # nor is the refusal kept pickled in the home's result storage (Prefect's engine writes a failed run's there)
+        assert not [p for p in (home / ".prefect" / "storage").glob("*") if p.is_file()]
+
+
+def test_serve_of_the_audit_alone_from_prefect_yaml_outside_the_project_serves_the_ui_and_its_hints_run(tmp_path):
+    """As a custodian would, from outside the repository, with none of the deployments' variables set and a home
+    that does not exist yet: `serve --only monthly-audit` asks for nothing else, starts its own server, which serves
+    Prefect's UI at the printed link, prints no warning about Prefect's home, and its printed `prefect deployment
+    run` hint, run as printed in a terminal without PREFECT_API_URL, starts a run that serve executes."""
+    from transit_release.home import CACHE_ENV
+
+    home, elsewhere = tmp_path / "new-home", tmp_path / "ops"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TRANSIT_RELEASE_", "PREFECT_API", "PREFECT_HOME"))}
+    env = {**env, CACHE_ENV: os.environ[CACHE_ENV], "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    served = Served(["--home", str(home), "--deployments", str(PROJECT / "prefect.yaml"), "--only", "monthly-audit"],
+                    elsewhere, env)
+    try:
+        lines = served.wait_for(lambda ls: any(" to start a run of monthly-audit now: " in line for line in ls))
+        (address,) = [line for line in lines if line.startswith("transit-release serve: Prefect API ")]
+        api, ui = re.fullmatch(r"transit-release serve: Prefect API (\S+) \(its log: .*\); Prefect UI (\S+)",
+                               address).groups()
+        page = httpx.get(ui, headers={"Accept": "text/html"}, follow_redirects=True, timeout=30)  # as a browser asks
+        assert page.status_code == 200 and "<html" in page.text.lower()
+        assert httpx.get(f"{ui}ui-settings", timeout=30).json()["api_url"] == api  # the UI talks to this server
+        hinted = _run_hint(lines, "monthly-audit", elsewhere, {**env, "PREFECT_HOME": str(tmp_path / "terminal")})
+        lines = served.wait_for(lambda ls: _outcomes(ls, "monthly-audit"))
+        running = served.output()
+    finally:
+        served.stop()
+    output = served.output()
+    assert "Failed to create the Prefect home directory" not in output and "Warning" not in running, output[-3000:]
+    assert "Traceback" not in output and "[DEPLOYMENT_NAME]" not in output, output[-3000:]
+    assert "Created flow run" in hinted.stdout and ui.rstrip("/") in hinted.stdout  # Prefect's own link, this UI
+    (audit,) = _outcomes(lines, "monthly-audit")
+    assert re.fullmatch(r"audit PASSED: 0 ledger entries, 0 published release\(s\), 0 discrepancy\(ies\); report "
+                        rf"{re.escape(str(home))}/release_reports/audit-scheduled/audit\.html \(exit 0\)", audit), audit

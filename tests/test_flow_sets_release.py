@@ -222,6 +222,12 @@ def test_a_run_refused_at_its_charge_leaves_another_runs_report_alone(prefect_ha
     theirs = home.reports / RID / "report.html"
     theirs.parent.mkdir(parents=True)
     theirs.write_text("the other run's report")
+    # holding the release's lock, the run knows the run that charged is not alive: refused before it reads
+    assert main(_args(metro, home.root, "--epsilon", "1")) != 0
+    assert f"release '{RID}' was charged by a run that ended without publishing it" in capsys.readouterr().err
+    assert theirs.read_text() == "the other run's report"
+    # a run that holds no lock (another machine's, an older version's) charging meanwhile: refused at the charge
+    monkeypatch.setattr(flow_module, "refuse_a_dead_runs_charge", lambda *a, **k: None)
     assert main(_args(metro, home.root, "--epsilon", "1")) != 0
     assert "was already charged by another run" in capsys.readouterr().err
     assert theirs.read_text() == "the other run's report"

@@ -108,7 +108,8 @@ def test_a_kill_at_every_step_is_repaired_and_the_audit_passes(step, api_env, ti
         if published:
             assert again.returncode == 0 and "already published: nothing drawn or spent" in again.stdout
         else:  # the id cannot be reused: its spends count and nothing of it was published
-            assert again.returncode == 2 and "was already charged by another run" in again.stderr
+            assert again.returncode == 2 and "release 'killed' was charged by a run that ended without publishing " \
+                "it, and no run of it is alive now" in again.stderr  # the killed run holds no lock: it is dead
 
 
 def test_one_release_id_never_serves_two_runs(api_env, tiny_week, tmp_path):
@@ -126,7 +127,8 @@ def test_one_release_id_never_serves_two_runs(api_env, tiny_week, tmp_path):
         h.close()
     outcomes = sorted((p.wait(timeout=600), log.read_text()) for p, log in zip(procs, logs))
     assert [c for c, _ in outcomes] == [0, 2], outcomes
-    assert "release 'same' was already charged by another run" in outcomes[1][1]
+    # the later run waited for the first (the release's lock), then found the id published from other input
+    assert "release 'same' already exists and was made from other input or parameters" in outcomes[1][1]
     ledger = Ledger(home / "ledger.sqlite")
     fingerprints = {e.event().input_fingerprint for e in ledger.spends("same")}
     assert len(fingerprints) == 1 and len(ledger.spends("same")) == 168

@@ -3,6 +3,8 @@ command's exit code) in its log and as a Markdown artifact on the outermost flow
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from transit_release import outcome
@@ -88,13 +90,24 @@ def test_a_scheduled_run_reports_published_already_published_and_refused_on_its_
     assert published[1].endswith("(exit 0)") and "ε=1, δ=1.01e-14 per passenger-set" in published[1]
     assert again[0] == "COMPLETED" and again[1].startswith("already published sets-diffpart-20260101-20260131 (ε=1")
     assert again[1].endswith("): nothing drawn or spent (exit 0)")
-    assert missing[0] == "FAILED" and missing[1].startswith("refused: ") and "sets-2026-02.txt" in missing[1]
-    assert missing[1].endswith("(exit 2)")
-    assert over_cap[0] == "FAILED" and over_cap[1].startswith("refused: Cannot release ") and over_cap[1].endswith("(exit 3)")
-    assert "Requested: ε=3.000; remaining: ε=2.000" in over_cap[1]
+    # the session's server is not the command's own: a refusal is its class and exit code there, the full line is
+    # in the home's private run log
+    run_log = tmp_path / "home" / "private" / "run-log.jsonl"
+    assert missing[0] == "FAILED" and missing[1] == f"refused: InputDataError, exit 2 (the full line: {run_log})"
+    assert over_cap[0] == "FAILED" and over_cap[1] == ("refused: BudgetExceededError, exit 3 (the full line: "
+                                                       f"{tmp_path / 'other-home' / 'private' / 'run-log.jsonl'})")
+    full = {line["run"]: line["line"] for path in (run_log, tmp_path / "other-home" / "private" / "run-log.jsonl")
+            for line in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
+    assert len(full) == 4 and oct(run_log.stat().st_mode & 0o777) == "0o600"
+    (missing_line,) = [line for line in full.values() if "sets-2026-02.txt" in line]
+    assert missing_line.startswith("refused: no input for the period 2026-02-01..2026-02-28: ") and \
+        missing_line.endswith("sets-2026-02.txt does not exist (exit 2)")
+    (over_cap_line,) = [line for line in full.values() if line.startswith("refused: Cannot release ")]
+    assert "Requested: ε=3.000; remaining: ε=2.000" in over_cap_line and over_cap_line.endswith("(exit 3)")
     # the same line in the run's log (INFO)
     logged = [(level, line) for level, line in logged if line.startswith("transit-release outcome: ")]
-    assert [line.split("outcome: ", 1)[1] for _, line in logged] == [d for _, d in descriptions]
+    assert [line.split("outcome: ", 1)[1] for _, line in logged if line.split("outcome: ", 1)[1] in
+            [d for _, d in descriptions]] == [d for _, d in descriptions]
     assert {level for level, _ in logged} == {"INFO"}
 
 

@@ -4,7 +4,22 @@ from __future__ import annotations
 
 
 class TransitReleaseError(Exception):
-    """Base class of every error the tool raises on purpose."""
+    """Base class of every error the tool raises on purpose.
+
+    Once marked as leaving a task or flow that reports to a Prefect server other than the command's own
+    (:func:`transit_release.disclosure.keep_private`), its text inside a Prefect run is its class and exit code
+    only (what Prefect's states, logs and events then hold); elsewhere, and always through
+    :func:`transit_release.disclosure.full_message`, the full message."""
+
+    def __str__(self) -> str:
+        from transit_release import disclosure
+
+        return disclosure.short_form(self) if disclosure.redacted(self) else super().__str__()
+
+    def __repr__(self) -> str:
+        from transit_release import disclosure
+
+        return f"{type(self).__name__}({str(self)!r})" if disclosure.redacted(self) else super().__repr__()
 
 
 class ConfigError(TransitReleaseError):

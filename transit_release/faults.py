@@ -7,8 +7,10 @@ do) and check that ``transit-release repair`` and the audit recover.
 
 ``TRANSIT_RELEASE_PAUSE_AT=<step>`` makes the run wait at that step instead (after
 writing the step's name to the file ``TRANSIT_RELEASE_PAUSE_FILE`` names, the
-test's cue), until a signal ends the wait: a test sends a terminal's Ctrl-C to the
-whole process group there and times the exit. Unset, both do nothing.
+test's cue), until a signal ends the wait (a test sends a terminal's Ctrl-C to the
+whole process group there and times the exit) or the test removes the cue (the run
+goes on: another run of the same release was seen waiting meanwhile). Unset, both
+do nothing.
 """
 
 from __future__ import annotations
@@ -34,5 +36,7 @@ def crash_point(step: str) -> None:
         cue = os.environ.get(PAUSE_FILE_ENV)
         if cue:
             Path(cue).write_text(step, encoding="utf-8")
-        while True:  # a signal's handler (Ctrl-C: KeyboardInterrupt) ends the wait
+        while True:  # a signal's handler (Ctrl-C: KeyboardInterrupt) ends the wait, or the test removing its cue
             time.sleep(0.05)
+            if cue and not Path(cue).exists():
+                return

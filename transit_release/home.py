@@ -9,6 +9,8 @@ Layout and who may read it::
         work/<id>-<run>/      one run's working files (its partition dataset), removed when it ends
         staging/.tmp-<id>-*/  a release being written, renamed into releases/ in one step when published
         test-releases/<id>/   releases made with the test-only noise seed (never under releases/)
+        locks/<id>.lock       held by the one live run of a release (transit_release.release_lock)
+        run-log.jsonl         the full outcome line of each run on a shared Prefect server (transit_release.disclosure)
     ledger.sqlite             the privacy ledger (0600)
     mlflow.db, mlartifacts/   the MLflow store (not world-readable)
     .prefect/                 Prefect's local database

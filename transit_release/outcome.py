@@ -7,6 +7,8 @@ from __future__ import annotations
 from transit_release.errors import (BudgetError, LedgerBusyError, LedgerIntegrityError, LedgerStorageError,
                                    TransitReleaseError)
 
+#: the status of a run that waited for another run of the same release, which published it
+PUBLISHED_BY_ANOTHER_RUN = "published by another run"
 #: the exit codes of the ``transit-release`` command (:mod:`transit_release.cli.exits`)
 EXIT_UNEXPECTED = 1
 EXIT_INPUT = 2
@@ -36,18 +38,32 @@ def _one_line(text: str) -> str:
 
 def failure_line(exc: BaseException | str) -> str:
     """A refused run (a :class:`TransitReleaseError`: the command's one-line refusal) or a failed one."""
+    from transit_release.disclosure import full_message
+
     if isinstance(exc, str):
         return f"failed: {_one_line(exc)} (exit {EXIT_UNEXPECTED})"
     verb = "refused" if isinstance(exc, TransitReleaseError) else "failed"
-    reason = _one_line(exc) if isinstance(exc, TransitReleaseError) else f"{type(exc).__name__}: {_one_line(exc)}"
+    reason = (_one_line(full_message(exc)) if isinstance(exc, TransitReleaseError)
+              else f"{type(exc).__name__}: {_one_line(exc)}")
     return f"{verb}: {reason or type(exc).__name__} (exit {exit_code(exc)})"
 
 
-def summary_line(summary: dict) -> str:
-    """The line of a run that returned ``summary`` (a release's, a dry run's or an audit's)."""
+def shared_failure_line(exc: BaseException | str) -> str:
+    """What a Prefect server other than the command's own is told of a refused or failed run: the error's class
+    and the exit code (the full line stays on the terminal and in the home's private run log)."""
+    if isinstance(exc, str):
+        return f"failed, exit {EXIT_UNEXPECTED}"
+    verb = "refused" if isinstance(exc, TransitReleaseError) else "failed"
+    return f"{verb}: {type(exc).__name__}, exit {exit_code(exc)}"
+
+
+def summary_line(summary: dict, shared: bool = False) -> str:
+    """The line of a run that returned ``summary`` (a release's, a dry run's or an audit's); ``shared``: as a Prefect
+    server other than the command's own is told (a dry run's refusal without its reason)."""
     if "spends" in summary:  # a dry run
         eps = sum(s["epsilon"] for s in summary["spends"])
-        verdict = "the policy allows it" if summary["allowed"] else f"the policy refuses it: {summary['reason']}"
+        verdict = ("the policy allows it" if summary["allowed"] else "the policy refuses it (the reason is in the "
+                   "home's private run log)" if shared else f"the policy refuses it: {summary['reason']}")
         return (f"dry run of {summary['release_id']}: {summary['events']} spend(s), ε={eps:g} in all; {verdict}; "
                 "nothing charged, drawn or written (exit 0)")
     if "entries" in summary and "ok" in summary:  # an audit
@@ -61,6 +77,9 @@ def summary_line(summary: dict) -> str:
     privacy = f"ε={summary['epsilon']:g}, δ={summary['delta']:.3g} per {summary['unit_of_privacy']}"
     if str(summary.get("status", "")).startswith("already published"):
         return f"already published {summary['release_id']} ({privacy}): nothing drawn or spent (exit 0)"
+    if str(summary.get("status", "")).startswith(PUBLISHED_BY_ANOTHER_RUN):
+        return (f"{PUBLISHED_BY_ANOTHER_RUN}: {summary['release_id']} ({privacy}), while this run waited for it; "
+                "nothing drawn or spent (exit 0)")
     return (f"published {summary['release_id']}: {rows:,} rows in {len(summary.get('rows') or {})} file(s), "
             f"{privacy}; {summary['release_dir']} (exit 0)")
 

@@ -85,6 +85,24 @@ def interruptible():
         signal.signal(signal.SIGINT, previous)
 
 
+@contextmanager
+def uninterruptible():
+    """While a command cleans up after a refusal, a failure or a first Ctrl-C (what a refused run left in the home
+    and in its Prefect server), further Ctrl-Cs are ignored: the clean-up is finished, never left half done, and
+    the command then exits as it would have. The previous disposition is restored after."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def ledger_head(home: Home) -> int:
     """The ledger's head before the command (0 if there is none yet)."""
     from transit_release.accounting.ledger import Ledger

@@ -52,9 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         except BaseException as exc:
             if not isinstance(exc, (TransitReleaseError, KeyboardInterrupt)) and aftermath.storage_failure(exc) is None:
                 raise  # a bug: its traceback
-            aftermath.remove_failure_records(home, results)
-            aftermath.remove_what_a_refusal_created(home, before)
-            state = aftermath.state_since(home, head)
+            with aftermath.uninterruptible():  # a second Ctrl-C does not leave the clean-up half done
+                aftermath.remove_failure_records(home, results)
+                aftermath.remove_what_a_refusal_created(home, before)
+                state = aftermath.state_since(home, head)
             raise
     except TransitReleaseError as exc:
         if args.verbose:  # the traceback too; the line and the exit code as without --verbose

@@ -14,6 +14,9 @@ def add_synth(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--scale", type=float, default=1.0, help="1.0 ≈ 13.5 million trips (default 1.0)")
     s.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (not of any privacy noise)")
     s.add_argument("--format", choices=("csv", "parquet"), default="csv", help="file format of the week (default csv)")
+    s.add_argument("--week-start", type=monday, metavar="DATE",
+                   help="the Monday the week starts on (default 2016-08-08, the calibration week): e.g. 2016-08-15 "
+                        "for the next week, whose period is then 2016-08-15..2016-08-21")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -27,14 +30,33 @@ def add_synth_metro(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (not of any privacy noise)")
 
 
+def monday(text: str):
+    """An ISO date that is a Monday (an argparse type)."""
+    from datetime import date
+
+    try:
+        day = date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a date YYYY-MM-DD; got {text!r}") from None
+    if day.weekday() != 0:
+        raise argparse.ArgumentTypeError(f"{day.isoformat()} is a {day:%A}: a week starts on a Monday")
+    return day
+
+
 def synth(args) -> int:
     """A synthetic Opal-like week."""
-    from transit_release.synth.opal_week import write_synthetic_week
+    from datetime import date, timedelta
+
+    from transit_release.synth.opal_week import week_period, write_synthetic_week
 
     paths = write_synthetic_week(args.out, scale=args.scale, seed=args.seed, fmt=args.format,
-                                 show_progress=not args.quiet)
+                                 show_progress=not args.quiet, week_start=args.week_start)
     for name, path in paths.items():
         print(f"{name}: {path}")
+    start = args.week_start or date.fromisoformat(week_period()[0])
+    end = start + timedelta(days=6)
+    print(f"period: {start.isoformat()} .. {end.isoformat()} (release it with --period-start {start.isoformat()} "
+          f"--period-end {end.isoformat()})")
     return 0
 
 

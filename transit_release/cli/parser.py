@@ -49,7 +49,7 @@ class _Version(argparse.Action):
 
 def build_parser() -> argparse.ArgumentParser:
     """``transit-release [--verbose] COMMAND ...``, the commands in the order ``--help`` lists them."""
-    p = argparse.ArgumentParser(prog="transit-release", description=DESCRIPTION, epilog=EPILOG)
+    p = argparse.ArgumentParser(prog="transit-release", description=DESCRIPTION, epilog=EPILOG, allow_abbrev=False)
     p.add_argument("--version", action=_Version, help="print the version (and commit) and exit")
     p.add_argument("--verbose", action="store_true",
                    help="show Prefect's logs and the traceback of any error (the exit code is the same)")
@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     ledger.add_parsers(sub)
     serve.add_parser(sub)
     for name, command in sub.choices.items():  # each command: what it does (its help line) and an example
+        command.allow_abbrev = False  # exact option names only: `--trip` is not `--trips`
         command.description = command.description or next(a.help for a in sub._choices_actions if a.dest == name)
         command.epilog = f"example: {EXAMPLES[name]}"
     return p
@@ -68,10 +69,45 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """Parse ``argv``; an option the command does not know is answered with that command's usage, not the top
-    level's."""
+    level's, and before anything else is checked (a required option the user misspelt is named as unknown, not as
+    missing). Option names are exact: argparse's prefix matching is off, so `--trip` is refused, not taken for
+    `--trips`."""
+    import sys
+
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    where, unknown = unknown_options(parser, argv)
+    if unknown:
+        where.error(f"unrecognized arguments: {' '.join(unknown)}")
     args, extra = parser.parse_known_args(argv)
     if extra:
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     return args
+
+
+def _looks_like_an_option(token: str) -> bool:
+    """An option, not a value (a negative number such as ``-1`` or ``-0.5`` is a value)."""
+    return token.startswith("-") and len(token) > 1 and not (token[1].isdigit() or token[1] == ".")
+
+
+def unknown_options(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:
+    """The option names in ``argv`` that the parser they are given to does not define exactly (the top level's
+    before the command, the command's after it), and that parser."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    where, unknown, after_unknown = parser, [], False
+    for token in argv:
+        if token == "--":
+            break
+        if where is parser and token in sub.choices and not after_unknown:
+            if unknown:
+                break
+            where = sub.choices[token]
+            continue
+        if _looks_like_an_option(token):
+            after_unknown = token.split("=", 1)[0] not in where._option_string_actions
+            if after_unknown:
+                unknown.append(token)
+        elif after_unknown:  # the unknown option's value, unrecognized with it (as argparse says)
+            unknown.append(token)
+    return where, unknown

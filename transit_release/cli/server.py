@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 
-from transit_release.cli.aftermath import forgettable
+from transit_release.cli.aftermath import forgettable, uninterruptible
+from transit_release.disclosure import PRIVATE_API_ENV
 from transit_release.home import Home
 from transit_release.telemetry import telemetry_off
 
@@ -31,7 +32,8 @@ HOME_SERVER_SETTINGS = {"PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "fals
 
 
 def scrub_database(home: Home) -> None:
-    """After :func:`forget_refused_runs`, once the server has stopped: the database file rewritten without the
+    """After :func:`forget_refused_runs`, once the server has stopped: logs whose run is gone (late ones, such as a
+    Dask worker's last batch, sent after the run was deleted) deleted, then the database file rewritten without the
     pages the deleted rows were in (``VACUUM``) and its write-ahead log emptied, so that no byte of them stays
     under ``<home>/.prefect``. Another command's server on the same home holds the file: then one warning."""
     import sqlite3
@@ -41,6 +43,8 @@ def scrub_database(home: Home) -> None:
     try:
         with closing(sqlite3.connect(db, timeout=5, isolation_level=None)) as con:
             con.execute("PRAGMA secure_delete = ON")
+            # a log that reached the server after its run was deleted (a Dask worker's last batch) has no run left
+            con.execute("DELETE FROM log WHERE flow_run_id IS NOT NULL AND flow_run_id NOT IN (SELECT id FROM flow_run)")
             con.execute("VACUUM")
             busy, _, _ = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
             if busy:
@@ -155,6 +159,7 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
         checked = True
         home.prepare()  # only once the invocation has passed its checks
         os.environ["PREFECT_API_URL"] = url  # before Prefect is imported, and for the flows' own processes
+        os.environ[PRIVATE_API_ENV] = url  # this command's own: its runs may say everything there
         start_forkserver()
         for module in preload:
             importlib.import_module(module)
@@ -184,17 +189,20 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
                         with tags(mark):
                             yield
                     except BaseException as exc:
-                        APILogHandler().flush()
-                        if forgettable(exc):
-                            forgot = forget_refused_runs(mark, home)
+                        with uninterruptible():  # a Ctrl-C meanwhile does not leave the run half forgotten
+                            APILogHandler().flush()
+                            if forgettable(exc):
+                                forgot = forget_refused_runs(mark, home)
                         raise
                     finally:
                         APILogHandler().flush()  # the run's last logs (a refusal's too) before the server stops
             finally:
                 os.environ.pop("PREFECT_API_URL", None)
+                os.environ.pop(PRIVATE_API_ENV, None)
     except BaseException:
         if not checked and not server_home_existed:  # refused by its checks: the server it started only started
             shutil.rmtree(home.prefect_home, ignore_errors=True)
         elif forgot:  # the server has stopped: what the deleted rows held goes from the file too
-            scrub_database(home)
+            with uninterruptible():
+                scrub_database(home)
         raise

@@ -47,6 +47,7 @@ privacy mechanism, so it need not (and must not) use the noise source.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
 from importlib import resources
 from pathlib import Path
 
@@ -141,10 +142,13 @@ def _build_stops(rng: np.random.Generator, locations: dict[str, list[str]], volu
     return stops, stops_of
 
 
-def synthesize_week(scale: float = 1.0, seed: int = 0, progress=None) -> SyntheticWeek:
-    """Generate the week; ``progress(advance)`` is called once per (mode, date)."""
+def synthesize_week(scale: float = 1.0, seed: int = 0, progress=None, week_start: date | None = None) -> SyntheticWeek:
+    """Generate the week; ``progress(advance)`` is called once per (mode, date). ``week_start`` (a Monday) moves it
+    to that week: the calibration week's days, Monday to Sunday, fall on that week's (default: the calibration
+    week, 2016-08-08)."""
     if not scale > 0:
         raise ValueError(f"scale must be positive. Found {scale}.")
+    shift = np.timedelta64(week_offset_days(week_start), "D")
     rng = np.random.default_rng(seed)
     cal = load_calibration()
     dates = sorted(cal["date"].unique())
@@ -168,7 +172,7 @@ def synthesize_week(scale: float = 1.0, seed: int = 0, progress=None) -> Synthet
     parts = []
     for date in dates:
         weekend = pd.Timestamp(date).dayofweek >= 5
-        day0 = np.datetime64(pd.Timestamp(date).strftime("%Y-%m-%d"), "m")
+        day0 = np.datetime64(pd.Timestamp(date).strftime("%Y-%m-%d"), "m") + shift
         for mode in MODES:
             labels = list(locations[mode]) + (["-1"] if mode == "bus" else [])
             counts = {}
@@ -286,9 +290,20 @@ def _card_ids(rng: np.random.Generator, day: np.ndarray, mode: np.ndarray) -> np
     return out
 
 
+def week_offset_days(week_start: date | None) -> int:
+    """Days from the calibration week's Monday to ``week_start`` (a Monday; None: the calibration week)."""
+    if week_start is None:
+        return 0
+    if week_start.weekday() != 0:
+        raise ValueError(f"the week must start on a Monday: {week_start.isoformat()} is a {week_start:%A}")
+    first = date.fromisoformat(week_period()[0])
+    return (week_start - first).days
+
+
 def write_synthetic_week(out: str | Path, scale: float = 1.0, seed: int = 0, fmt: str = "csv",
-                         show_progress: bool = True) -> dict[str, Path]:
-    """Write ``trips.<fmt>`` and ``stops.<fmt>`` into ``out``."""
+                         show_progress: bool = True, week_start: date | None = None) -> dict[str, Path]:
+    """Write ``trips.<fmt>`` and ``stops.<fmt>`` into ``out``: the week of ``week_start`` (a Monday; default
+    the calibration week, 2016-08-08)."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
@@ -298,7 +313,7 @@ def write_synthetic_week(out: str | Path, scale: float = 1.0, seed: int = 0, fmt
     out.mkdir(parents=True, exist_ok=True)
     with Progress(disable=not show_progress, transient=False) as bar:
         task = bar.add_task(f"synthesising week (scale {scale:g})", total=7 * len(MODES) + 1)
-        week = synthesize_week(scale=scale, seed=seed, progress=lambda k: bar.advance(task, k))
+        week = synthesize_week(scale=scale, seed=seed, progress=lambda k: bar.advance(task, k), week_start=week_start)
         paths = {}
         for name, df in (("trips", week.trips), ("stops", week.stops)):
             table = pa.Table.from_pandas(df, preserve_index=False)
