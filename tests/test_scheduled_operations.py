@@ -196,13 +196,12 @@ def test_internal_figures_stay_off_a_shared_server(monkeypatch):
 
     monkeypatch.setattr(disclosure, "shared_api", lambda: True)
     disclosure.log_internal(Logger(), logging.INFO, "rows screened", "screened %d rows: %d quarantined", 26958, 3)
-    assert records == [("rows screened: internal figures, kept off this Prefect server (the release's internal "
-                        "report has them)", {}),
-                       ("internal figures: screened 26958 rows: 3 quarantined", {"send_to_api": False})]
+    assert records == [("rows screened: true counts kept off this Prefect server (the release's internal report has them)", {}),
+                       ("internal, true counts: screened 26958 rows: 3 quarantined", {"send_to_api": False})]
     records.clear()
     monkeypatch.setattr(disclosure, "shared_api", lambda: False)
     disclosure.log_internal(Logger(), logging.INFO, "rows screened", "screened %d rows", 26958)
-    assert records == [("internal figures: screened 26958 rows", {})]
+    assert records == [("internal, true counts: screened 26958 rows", {})]
 
 
 def test_the_private_run_log_keeps_each_runs_full_line_for_its_retention(tmp_path):

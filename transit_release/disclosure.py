@@ -167,11 +167,10 @@ def log_internal(logger, level: int, what: str, msg: str, *args) -> None:
     server; on a shared one only that they exist (the release's internal report and MLflow have them), the
     figures themselves only on this process's terminal."""
     if shared_api():
-        logger.log(level, "%s: internal figures, kept off this Prefect server (the release's internal report has "
-                          "them)", what)
-        logger.log(level, "internal figures: " + msg, *args, extra={"send_to_api": False})
+        logger.log(level, "%s: true counts kept off this Prefect server (the release's internal report has them)", what)
+        logger.log(level, "internal, true counts: " + msg, *args, extra={"send_to_api": False})
     else:
-        logger.log(level, "internal figures: " + msg, *args)
+        logger.log(level, "internal, true counts: " + msg, *args)
 
 
 def run_log_path(home_root: Path) -> Path:
