@@ -37,17 +37,19 @@ aggregate:
    between its two halves in proportion to their noisy sums (negative sums
    count 0; both non-positive: halves), down to the cells. Sparse regions keep
    their total; where inside them it lies is estimated from noisy sums.
-3. **Raking to the containment counts.** For an itemset ``Q``, the noisy
-   number of records containing it is ``f̃(Q) = Σ_{c ⊇ Q} x̃_c`` (unbiased;
-   all ``Q`` at once by the superset-sum transform, ``|I|·2^|I|`` additions).
-   Iterative proportional fitting over every ``Q`` of 1 to :data:`RAKE_ORDER`
-   items, :data:`RAKE_SWEEPS` sweeps: the cells containing ``Q`` are scaled to
-   ``max(f̃(Q), 0)`` and the others so that the total stays, wherever the
-   estimate and ``f̃(Q)`` differ by more than :data:`RAKE_Z` standard
-   deviations of ``f̃(Q)`` (``√(2·2^{|I|−|Q|})/ε``). This undoes the trie's
-   drift (its halves' noise spreads mass from populated cells into empty
-   neighbours) where the data say so, and leaves the estimate alone where
-   ``f̃(Q)`` is too noisy to tell.
+3. **Raking to noisy sums.** The noisy number of sets of each size ``s`` is
+   ``Σ_{|c| = s} x̃_c``, and the noisy number of records containing an itemset
+   ``Q`` is ``f̃(Q) = Σ_{c ⊇ Q} x̃_c`` (both unbiased; all ``Q`` at once by the
+   superset-sum transform, ``|I|·2^|I|`` additions). Iterative proportional
+   fitting, :data:`RAKE_SWEEPS` sweeps, each over the sizes and then every
+   ``Q`` of 1 to :data:`RAKE_ORDER` items: the cells of the constraint are
+   scaled to its noisy sum (at least 0) and the others so that the total
+   stays, wherever the estimate and the noisy sum differ by more than
+   :data:`RAKE_Z` of its standard deviations (``√(2·C(|I|, s))/ε`` and
+   ``√(2·2^{|I|−|Q|})/ε``). This undoes the trie's drift (its halves' noise
+   spreads mass from populated cells into empty neighbours, and into the many
+   large sets nobody has) where the data say so, and leaves the estimate alone
+   where the sum is too noisy to tell.
 4. **Rounding.** Each cell's estimate ``m`` becomes ``⌊m + U⌋`` copies, ``U``
    uniform from the release's generator (unbiased), in cell order.
 
@@ -193,27 +195,45 @@ def trie_allocation(rest: np.ndarray, universe_size: int) -> np.ndarray:
     return mass
 
 
-def rake(estimate: np.ndarray, targets: np.ndarray, budget: SetHistogramBudget) -> tuple[np.ndarray, int]:
-    """Step 3: iterative proportional fitting of ``estimate`` (indexed by cell, ``≥ 0``) to the noisy containment
-    counts ``targets`` (superset sums of ``x̃``) of every itemset of 1..``rake_order`` items; the number of
-    adjustments made."""
+def size_sums(x: np.ndarray, universe_size: int) -> np.ndarray:
+    """``Σ x_c`` over the cells of each set size ``0..|I|`` (the cell's number of items), as floats."""
+    return np.bincount(np.bitwise_count(np.arange(1 << universe_size, dtype=np.uint64)).astype(np.int64),
+                       weights=x.astype(float), minlength=universe_size + 1)
+
+
+def rake(estimate: np.ndarray, targets: np.ndarray, budget: SetHistogramBudget,
+         size_targets: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+    """Step 3: iterative proportional fitting of ``estimate`` (indexed by cell, ``≥ 0``) to noisy sums of ``x̃``:
+    in each sweep the number of sets of each size (``size_targets``, if given: :func:`size_sums` of ``x̃``), then
+    the containment counts ``targets`` (superset sums of ``x̃``) of every itemset of 1..``rake_order`` items. A
+    target is raked to only where it and the estimate differ by more than :data:`RAKE_Z` of its standard
+    deviations. Returns the estimate and the number of adjustments made."""
     U = budget.universe_size
     cells = np.arange(1 << U, dtype=np.int64)
+    size = np.bitwise_count(cells.astype(np.uint64)).astype(np.int64)
     out = estimate.astype(float).copy()
     out[0] = 0.0
     total = float(out.sum())
     scale = 1.0  # the cells' values are out·scale (the complement's scaling, applied lazily)
-    queries = [sum(1 << i for i in q) for k in range(1, budget.rake_order + 1) for q in itertools.combinations(range(U), k)]
-    sd = {k: math.sqrt(2 * (1 << (U - k))) / float(budget.epsilon) for k in range(1, budget.rake_order + 1)}
+    eps = float(budget.epsilon)
+    # every constraint: (is it a size, its key: the size or the itemset's mask, target, standard deviation)
+    constraints = []
+    if size_targets is not None:
+        constraints += [(True, s, float(size_targets[s]), math.sqrt(2 * math.comb(U, s)) / eps)
+                        for s in range(1, U + 1)]
+    for k in range(1, budget.rake_order + 1):
+        sd = math.sqrt(2 * (1 << (U - k))) / eps
+        constraints += [(False, m, float(targets[m]), sd)
+                        for m in (sum(1 << i for i in q) for q in itertools.combinations(range(U), k))]
     adjusted = 0
     if total <= 0:
         return out, adjusted
     for _ in range(RAKE_SWEEPS):
-        for q in queries:
-            inside = np.flatnonzero((cells & q) == q)
+        for is_size, key, target, sd in constraints:
+            want = min(max(target, 0.0), total)
+            inside = np.flatnonzero(size == key) if is_size else np.flatnonzero((cells & key) == key)
             have = float(out[inside].sum()) * scale
-            want = min(max(float(targets[q]), 0.0), total)
-            if abs(want - have) <= RAKE_Z * sd[bin(q).count("1")] or have <= 0 or have >= total:
+            if abs(want - have) <= RAKE_Z * sd or have <= 0 or have >= total:
                 continue
             outside = (total - want) / (total - have)
             scale *= outside
@@ -230,7 +250,7 @@ def estimate_sets(noisy: np.ndarray, budget: SetHistogramBudget, generator: np.r
     estimate = np.where(head, noisy, 0).astype(float)
     estimate += trie_allocation(np.where(head, 0, noisy), U)
     estimate[0] = 0.0
-    estimate, adjusted = rake(estimate, superset_sums(noisy, U), budget)
+    estimate, adjusted = rake(estimate, superset_sums(noisy, U), budget, size_sums(noisy, U))
     copies = np.floor(estimate + generator.random(estimate.size)).astype(np.int64)
     copies[0] = 0
     cells = np.flatnonzero(copies > 0)

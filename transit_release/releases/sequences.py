@@ -45,7 +45,7 @@ MECHANISMS = ("prefix-tree", "ngram")
 #: the recommended mechanism (docs/sequences.md): what a release without --mechanism (and without the prefix
 #: tree's own parameters) uses
 DEFAULT_MECHANISM = "ngram"
-#: the prefix tree's own parameters: given without --mechanism, they keep the prefix tree (the default before 0.x)
+#: the prefix tree's own parameters: given without --mechanism, they keep the prefix tree (the former default)
 PREFIX_TREE_FLAGS = ("--height", "--variant", "--fanout")
 #: the n-gram sanitizer's defaults (the thesis's): ℓmax locations kept per sequence, grams of at most nmax symbols
 DEFAULT_LMAX = 20

@@ -59,7 +59,7 @@ UNIT = "passenger-trajectory"
 NEIGHBOURING = "add-remove-one"
 MECHANISMS = ("safepath", "markov")
 #: the recommended mechanism (docs/trajectories.md): what a release without --mechanism (and without SafePath's own
-#: parameters) uses; SafePath was the default before 0.x
+#: parameters) uses; SafePath was the former default
 DEFAULT_MECHANISM = "markov"
 #: the longest released trajectory (taps) when --height is not given: the height the docs measured both at
 DEFAULT_HEIGHT = 6
@@ -165,7 +165,7 @@ def safepath_setup(universe: LocationUniverse, epsilon: float, height: int, *, l
                          time_fanout)
 
 
-#: SafePath's own parameters: given without --mechanism, they keep SafePath (the default before 0.x)
+#: SafePath's own parameters: given without --mechanism, they keep SafePath (the former default)
 SAFEPATH_FLAGS = ("--budget", "--location-fanout", "--location-taxonomy-height", "--time-fanout",
                   "--time-taxonomy-height", "--thresholds")
 
