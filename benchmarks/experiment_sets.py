@@ -222,8 +222,8 @@ def compare_defaults(args) -> None:
             Scored("synthetic metro, 68 stations", metro_sets(200_000, seed=0)[0])]
     rows = []
     for ds in data:
-        new = choose_mechanism(ds.sets.universe_size, 1.0)
         for eps in (1.0, 0.5, 2.0) if ds is data[0] else (1.0,):
+            new = choose_mechanism(ds.sets.universe_size, eps)
             for label, mech in (("former default: diffpart, f = " + str(fanout_for(ds.sets.universe_size)),
                                  "diffpart"), (f"new default: {new}", new)):
                 runs = []

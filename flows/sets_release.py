@@ -95,7 +95,7 @@ def set_release(epsilon: float, input: str | None = None, locations: str | None 
     or DiffPart).
 
     ``mechanism``: ``histogram`` or ``diffpart``; without it, DiffPart if its ``fanout`` is given, else the
-    mechanism the public universe size picks (the histogram up to 20 items). Input: a one-set-a-line file over the
+    mechanism the public universe size and ε pick (the histogram where 2^|I| ≤ 2^20·ε²). Input: a one-set-a-line file over the
     public universe of a ``locations`` file, or tap data (``trips`` and ``stops``: one set per card over the period,
     the stop table's ``mode:location`` ids of ``mode``, or of every mode, as universe). Everything computed from the
     universe before the data is read is public: the mechanism, the taxonomy (its fan-out given, or from the

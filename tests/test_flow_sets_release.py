@@ -261,7 +261,7 @@ def test_the_set_histogram_is_the_default_on_a_small_universe_and_the_former_def
     p = json.loads((rel / "manifest.json").read_text())["privacy"]
     assert p["mechanism_id"] == "set-histogram" and (p["cells"], p["head_threshold"], p["rake_order"]) == \
         (131_071, 12, 3)
-    assert p["mechanism_rule"].startswith("the set histogram for a public universe of at most")
+    assert p["mechanism_rule"].startswith("the set histogram where 2^|I| ≤ 2^20·ε²")
     assert "fanout" not in p and "c1" not in p
     (spend,) = [s for s in Ledger(home / "ledger.sqlite").spends() if s.release_id == rid]
     assert spend.event().kind == "set_histogram" and spend.event().unit_of_privacy == "passenger-set"

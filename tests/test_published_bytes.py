@@ -1,7 +1,8 @@
 """The published bytes of every kind of release, under the test seed, are the ones recorded here.
 
 One small release per kind and mechanism (Opal at card and trip level, sequences by prefix tree and by n-grams,
-trajectories by SafePath and by the Markov model, station sets from a set file and from tap data) is made with the
+trajectories by SafePath and by the Markov model, station sets by DiffPart from a set file and from tap data and by
+the set histogram) is made with the
 test-only noise seed, and every public file is compared with a recorded SHA-256:
 
 - the data files (CSV and text) byte for byte; Parquet files by their content (schema and rows, read back), so
@@ -38,14 +39,17 @@ TRAJECTORY_WEEK = {"period_start": "2026-01-05", "period_end": "2026-01-11"}
 OPAL_WEEK = {"period_start": "2016-08-08", "period_end": "2016-08-14"}
 
 #: What each kind published, as recorded from the code at b5c6ffa (main with the open-data files, before the
-#: release kinds shared one tail), re-recorded once for two changes meant to alter published bytes: the Data
-#: Package's description of the threshold column (every kind) and the Markov trajectory release's margins of error
-#: (its uncertainty.csv and data card section): {release: {file: sha256}}. Re-recorded only by a change meant to
+#: release kinds shared one tail), re-recorded for changes meant to alter published bytes: the Data Package's
+#: description of the threshold column (every kind; twice: the second time for the set histogram's threshold),
+#: the Markov trajectory release's margins of error (its uncertainty.csv and data card section), and the set
+#: releases' statement of how their mechanism was chosen (manifest ``privacy.mechanism_rule``), with the set
+#: histogram's release added: {release: {file: sha256}}. Every other file, the Markov release's drawn trajectories
+#: included (its generation was vectorised since), kept its recorded digest. Re-recorded only by a change meant to
 #: alter published bytes.
 RECORDED: dict[str, dict[str, str]] = {
     "opal-card": {
         "DATACARD.md": "ba5eb0d97fff1edfe3a4094ef998beef2c04800466fc64b16029793964e7e10d",
-        "datapackage.json": "012f9a389fabd4d2e9a51578780cfaf8298eab99cf7cde42cf49043b6a559093",
+        "datapackage.json": "7cf53687ec55cac86e4022958c4ce936d220da91b38d6f6e83003cb900d75e3e",
         "index.html": "7d646a2d4e73c2e4c574904a968f4715b4349a15b25e6c92b2f7aa073d4fb519",
         "location.csv": "3c9c83914a2674480a7aac6493b6edec358f9d21f9d143343ca872d997ae1c46",
         "location.parquet": "cb17fff7b55bc521450c6befae509bc10f66082d138586093976729b78cf7a20",
@@ -58,7 +62,7 @@ RECORDED: dict[str, dict[str, str]] = {
     },
     "opal-trip": {
         "DATACARD.md": "93699faa2d9524d155deda609475ef87cf5cfddb50ddff93b323c7ed084a5aae",
-        "datapackage.json": "a84cb6218feeb971bfd042fc44570f5e3881f267fc5e3ed0a99a9ab69fc0f023",
+        "datapackage.json": "9c18b3b35b32b6886e5d7a2c1238f441c557a1f78d4dd5e13efbfb5c691862c4",
         "index.html": "854b3dd81377d4fa45e7d936400b4b06b2fdbf2f8fdf3abfb62b1b2b355f2655",
         "location.csv": "955fc8cb1160029d0a8b79e9f151f88301bc3afb37fcab03f5f8f67b27fc1610",
         "location.parquet": "f27a941f7a8c11379cb0f9012c509953434f823f17ccf9657745b4d88c40d11f",
@@ -71,7 +75,7 @@ RECORDED: dict[str, dict[str, str]] = {
     },
     "sequences-from-taps": {
         "DATACARD.md": "14f0406e8eb73c154489c4d29ef5fbc5395e1086f2273ef0a77c1fc8e2d09f79",
-        "datapackage.json": "13e63375b6e0aeb242e4ef696e49de688bba69af537c0e2a80e2fe4c04b3e347",
+        "datapackage.json": "eeb48f3f08f0d3964239f016559b6835f188a6711de91bdf81ebf94c6d1cbdc2",
         "index.html": "634f3fa988fb64bc2f1213bb8113e926117592c79885992d7dd910a679b68f42",
         "manifest.json": "5c4e2f41875f93396999fc6b6d28b3df65db40157f74f9101a0598386125b704",
         "sequences.csv": "20c2fa3379155b5ae93c9bafc7f22f466c867e324594767c42d37d8ffb96bf11",
@@ -81,7 +85,7 @@ RECORDED: dict[str, dict[str, str]] = {
     },
     "sequences-ngram": {
         "DATACARD.md": "8a7d0cbd1faf20ac7894538262f81039deffaf75fd022cfeabd830d5d3e342be",
-        "datapackage.json": "998cef72b45952c422e51caab228b9ef8bfb426bf22d422926aaf7308eb4747a",
+        "datapackage.json": "f83880a7deeb66690634fc67cc34a5f9f00f8705aeeda66837850d1504d7f1a4",
         "index.html": "d0a60d199ad555c90bb0375a2d114796ea74369f8a943b52c91ddbd578435503",
         "manifest.json": "024fba5be7c641ab1445f23e724b1d0603f70a1166dd89d171cc55a0eb8cacae",
         "ngrams.csv": "d3b88996bee5da4000cb523113e00756a3f4fcdd263d26ff02afcec62353b026",
@@ -93,7 +97,7 @@ RECORDED: dict[str, dict[str, str]] = {
     },
     "sequences-prefix-tree": {
         "DATACARD.md": "6f0f5e8c61541eb690918a273569a92e545cc2c2aa1a3be246a604c0b0ba599a",
-        "datapackage.json": "492074b3bcfbc0d855f7b57412639540bae972de0859564e261789f0a84c21f7",
+        "datapackage.json": "c9780fc244c84b9e7016082942a7e0aeb581d4b6c5050b1aa89b2c4f9886e6b5",
         "index.html": "553938604184bdad96213326eea4639384bdbd8f9aa8ee48d204e47b252f7b35",
         "manifest.json": "bbaf35d48bc49a4e44440a7fab7c3dbac80edcbccc45846ed840104d87f09956",
         "sequences.csv": "717ff6473255bb08f1120ddb96e566647f74a492823ea6f244aa18cb5db4cc68",
@@ -103,9 +107,9 @@ RECORDED: dict[str, dict[str, str]] = {
     },
     "sets": {
         "DATACARD.md": "d434ec8fe287a52ccdb4fabc1d51c558edd78c30dc9cdf7924c40c241a5a095e",
-        "datapackage.json": "8a8bc4651427e167cdaa265204defc8a9be465208ef36a6042d4da14d2799e70",
+        "datapackage.json": "c69a6187748ac3094ca4c30fa64c787f2a753c8ca3ab9098a9efb61eab9ffc70",
         "index.html": "2455ee27b94a3892ec05394681e616ca1d3f3e3fa0a8aac9ffe28688ca7affba",
-        "manifest.json": "51b5a97fef684b79a1d402da68ece13524958e365acdfeb7fcff1ef1a0ba0449",
+        "manifest.json": "45da853a5bb1dd0770069e7ff7a93dd48503dd2615da03b0b409a699c537d3d1",
         "sets.csv": "2e8f56973b2adc3b33caca5854fa985e6dbaa4a1cd02c970dab2edd94597e00a",
         "sets.parquet": "67f243c509e521502206de7b3db79eea3d6707e77a2e6b2a4a6aca3ae4a5ee19",
         "sets.txt": "d2229a3cf8beb5cc3b6f534136e07c44224f359d5bdb24048a7fe09abdc507b6",
@@ -113,17 +117,27 @@ RECORDED: dict[str, dict[str, str]] = {
     },
     "sets-from-taps": {
         "DATACARD.md": "6df4537d7f3b591ae62c8a465751ee291bb76f97d935f3e9e3c3c7f1dbaa902c",
-        "datapackage.json": "43288ed86248d0dcae9624fed399581baff24ea7e36de7f1aa74640cf3602417",
+        "datapackage.json": "9d2dd86332dde5565fdf2be997b32c3ec252ec51ab0457591f3746cf0dc28ff9",
         "index.html": "12decdf50d85263e14477a5c917e7ad2e3d7c809f7c8cd91c22163ba6bb3455b",
-        "manifest.json": "62d00ae37c4797bcf6d008923a3036708b132b50e67412ed326dc34615ae98e8",
+        "manifest.json": "19d0f54f25d41b246e9b8b419a4f7f1094ef722e29735540628d1ddecb40d2e5",
         "sets.csv": "abf1c589d6ddbb30b025c1c1806aa81d1c8957cd0701a6c5f5af2cde7f3729f2",
         "sets.parquet": "ab56f7965f1b08dfaaceb8e251d7dd2da09c33a876c51927e4ef0fb8e167a044",
         "sets.txt": "cbb533c274d1355f56b8d6bff944e2f178be77c4226c4440365d148809e384c7",
         "uncertainty.csv": "a0bbfedea66ef454493a5876eabafb180065f9b9d39434651af0963c775fbdd2",
     },
+    "sets-histogram": {
+        "DATACARD.md": "5fc8f5bad379ad7950cd03ae8d08abc1d6cf35f82e3bd1b2e18eb08d06685b0a",
+        "datapackage.json": "d2ce96683fb7f27cda83bbed047334a551dc429664b105b650e1c277964891b7",
+        "index.html": "891a48d64c173ce9a93dd6093bb69d4a6fc70b1cd6ce9cb2bcf125ce769d6afe",
+        "manifest.json": "654dd95f080aa14723f8b2099424b70b7ae1b55151e61d50e5f2e0153140f212",
+        "sets.csv": "d5bb5d9dc276e75cbac0626aeb67ccbcd89ad13839b40ea55f89fbc33fefcced",
+        "sets.parquet": "a9cca55200d0e92d230e7535b33716e46a589e8e5b5b41aa02309b1dd6e7892b",
+        "sets.txt": "1f829c2a7d80dc182640561524217d3615677868c7e603fcb76a4acb4c48de68",
+        "uncertainty.csv": "bd1c3c8a4dcb75eb21df98e3ba9d24e75147f9123630cbe8de058c0e0f7c34b3",
+    },
     "trajectories-markov": {
         "DATACARD.md": "cfc64567dbc6b6385e23fd237b86add9526ddb31e827e58b6b1b92975b2235cb",
-        "datapackage.json": "7a73aea0ebd727c517a31e7c8e4a3ded7a49f9fccb16d93b5362a000038de485",
+        "datapackage.json": "eaa19b9a645095d38cfb105bf51dc9d178d932f242ee14d2be51d1eb335d474a",
         "index.html": "7dcb1acde9b360bd0c721cc467681281f5bb324d312ac3cde145ee01357ac493",
         "manifest.json": "a089f17b6273528c3b4462239fc679c55b7e0c67fb1bc7ba074671232ec51f3e",
         "trajectories.csv": "4bd2fdc47b606f047161fe99ef90a09d6f2ad6241056dcd69c6f721f6596243a",
@@ -133,7 +147,7 @@ RECORDED: dict[str, dict[str, str]] = {
     },
     "trajectories-safepath": {
         "DATACARD.md": "42f471cf7ca093eaf05000ade117597f42761feec01c02ff8309d238a2b9c861",
-        "datapackage.json": "c01fc1b0286f9ddeee166c380231eb73e8316d0cbbd08494e2868193896c65f3",
+        "datapackage.json": "f83c7de904428f4fc61e0b7c0c8fac3f054ca9d3fba522065800905e072d61b6",
         "index.html": "8be7fe8cb90d6f363b4a270bdb5eb2b7b7bc85bc2c214cd7d069c9984ac5c828",
         "manifest.json": "5283e3ae71434d308bda5b85e959491daf336dfed5539c23ed3e45caf57463ce",
         "trajectories.csv": "5face800fa27cc4972bb76cb08e4622866f2b5cc4bf2c394eef1624c7163755e",
@@ -146,12 +160,20 @@ RECORDED: dict[str, dict[str, str]] = {
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
-    """A small synthetic metro (sequences, sets, a week of trajectories, the universe files) and a tiny Opal week."""
+    """A small synthetic metro (sequences, sets, a week of trajectories, the universe files), heavy-tailed sets over
+    a 12-station universe, and a tiny Opal week."""
     from transit_release.cli import main
     from transit_release.synth.opal_week import write_synthetic_week
 
+    from transit_release.synth.sets import heavy_tailed_sets
+
     metro = tmp_path_factory.mktemp("bytes-metro")
     assert main(["synth-metro", "--out", str(metro), "--passengers", "4000", "--seed", "5"]) == 0
+    ids = [f"c{i:02d}" for i in range(12)]  # a universe small enough for the set histogram
+    (metro / "small-universe.txt").write_text("\n".join(ids) + "\n", encoding="utf-8")
+    (metro / "small-universe-sets.txt").write_text(
+        "".join(" ".join(ids[i] for i in s) + "\n" for s in heavy_tailed_sets(4000, 12, seed=5).to_lists()),
+        encoding="utf-8")
     week = write_synthetic_week(tmp_path_factory.mktemp("bytes-week"), scale=0.001, seed=13, show_progress=False)
     return metro, {k: str(v) for k, v in week.items()}
 
@@ -186,7 +208,8 @@ def _releases(metro: Path, week: dict, root: Path, trip_policy: str) -> dict[str
         epsilon=1.0, height=3, fanout=4, trips=week["trips"], stops=week["stops"], home=home("sequences-from-taps"),
         queries=200, **OPAL_WEEK))
     folder("trajectories-safepath", trajectory_release(
-        epsilon=1.0, height=3, input=str(metro / "trajectories.txt"), location_taxonomy=str(metro / "taxonomy.csv"),
+        epsilon=1.0, height=3, mechanism="safepath", input=str(metro / "trajectories.txt"),
+        location_taxonomy=str(metro / "taxonomy.csv"),
         home=home("trajectories-safepath"), queries=200, **TRAJECTORY_WEEK))
     folder("trajectories-markov", trajectory_release(
         epsilon=1.0, height=3, mechanism="markov", input=str(metro / "trajectories.txt"),
@@ -195,6 +218,9 @@ def _releases(metro: Path, week: dict, root: Path, trip_policy: str) -> dict[str
                                home=home("sets"), queries=200, **SEQUENCE_PERIOD))
     folder("sets-from-taps", set_release(epsilon=1.0, trips=week["trips"], stops=week["stops"], mode="train",
                                          home=home("sets-from-taps"), queries=200, **OPAL_WEEK))
+    folder("sets-histogram", set_release(epsilon=1.0, input=str(metro / "small-universe-sets.txt"),
+                                         locations=str(metro / "small-universe.txt"), home=home("sets-histogram"),
+                                         queries=200, **SEQUENCE_PERIOD))
     return made
 
 

@@ -34,9 +34,12 @@ def test_refusals_before_any_noise():
         sh.SetHistogramBudget.of(20, 5)
 
 
-def test_the_rule_reads_the_universe_size_only():
-    assert sh.choose_mechanism(17, 1) == sh.choose_mechanism(20, 0.1) == "set-histogram"
-    assert sh.choose_mechanism(21, 1) == sh.choose_mechanism(68, 2) == "diffpart"
+def test_the_rule_reads_the_universe_size_and_epsilon_only():
+    """The histogram where 2^|I| ≤ 2^20·ε²: 20 items at ε ≥ 1, 18 at ε = 0.5, 16 at ε = 0.25."""
+    histogram = {(17, 1), (20, 1), (20, 2), (18, 0.5), (16, 0.25), (12, 0.25), (6, 0.01), (1, 1)}
+    diffpart = {(21, 16), (68, 2), (19, 0.5), (17, 0.25), (20, 0.99), (8, 0.01)}
+    assert all(sh.choose_mechanism(u, e) == "set-histogram" for u, e in histogram)
+    assert all(sh.choose_mechanism(u, e) == "diffpart" for u, e in diffpart)
     with pytest.raises(sh.SetHistogramParameterError):
         sh.choose_mechanism(0, 1)
 

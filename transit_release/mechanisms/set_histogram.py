@@ -83,8 +83,8 @@ RAKE_ORDER = 3
 RAKE_SWEEPS = 3
 #: a containment count is raked to only where the estimate is this many standard deviations of f̃(Q) away
 RAKE_Z = 2.0
-#: :func:`choose_mechanism`: the set histogram up to this universe size, DiffPart above (docs/sets.md)
-HISTOGRAM_UP_TO = 20
+#: :func:`choose_mechanism`: the set histogram where ``2^|I| ≤ HISTOGRAM_CELLS·ε²`` (docs/sets.md)
+HISTOGRAM_CELLS = 1 << 20
 
 
 class SetHistogramParameterError(ValueError):
@@ -92,12 +92,19 @@ class SetHistogramParameterError(ValueError):
 
 
 def choose_mechanism(universe_size: int, epsilon: float | Fraction) -> str:
-    """The set mechanism for a public universe of ``universe_size`` items at ``epsilon``: ``set-histogram`` when
-    every subset can be a cell (``|I| ≤`` :data:`HISTOGRAM_UP_TO`), else ``diffpart``. Public inputs only (never the
-    data); the measurements behind it are in ``docs/sets.md`` (``benchmarks/experiment_sets.py --rule``)."""
+    """The set mechanism for a public universe of ``universe_size`` items at ``epsilon``: ``set-histogram`` where
+    ``2^|I| ≤ 2^20·ε²`` (and ``|I| ≤`` :data:`MAX_ITEMS`), else ``diffpart``: 20 items at ε ≥ 1, 18 at ε = 0.5, 16 at
+    ε = 0.25.
+
+    Why ``2^|I|/ε²``: the histogram's noisy containment count of an itemset sums ``2^{|I|−k}`` noisy cells, so its
+    noise variance is ``2·2^{|I|−k}/ε²``; where that outgrows what the data can carry, DiffPart, which counts a few
+    large partitions, keeps the frequent itemsets better. Public inputs only (never the data, nor the number of
+    records); measured in ``docs/sets.md`` (``benchmarks/experiment_sets.py --rule``)."""
     if universe_size < 1:
         raise SetHistogramParameterError(f"the universe must hold at least one item. Found {universe_size}.")
-    return MECHANISM_NAME if universe_size <= HISTOGRAM_UP_TO else "diffpart"
+    eps = exact_fraction(epsilon)
+    fits = universe_size <= MAX_ITEMS and (1 << universe_size) <= HISTOGRAM_CELLS * eps * eps
+    return MECHANISM_NAME if fits else "diffpart"
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,10 @@ charged before any noise is drawn:
 * ``diffpart``: DiffPart (:mod:`transit_release.mechanisms.diffpart`, a
   :class:`DiffPartEvent`), probabilistic top-down partitioning.
 
-Without ``--mechanism`` the mechanism follows the public universe size
+Without ``--mechanism`` the mechanism follows the public universe size and ε
 (:func:`~transit_release.mechanisms.set_histogram.choose_mechanism`: the set
-histogram up to 20 items, DiffPart above; measured in ``docs/sets.md``); a
+histogram where ``2^|I| ≤ 2^20·ε²``, DiffPart otherwise; measured in
+``docs/sets.md``); a
 ``--fanout`` (DiffPart's own parameter) without ``--mechanism`` keeps DiffPart,
 as before the histogram existed. Everything public — the mechanism, the
 taxonomy (from the universe's size and the fan-out), C1 and C2, the head
@@ -64,8 +65,8 @@ EVENT_KINDS = {"histogram": SetHistogramEvent.kind, "diffpart": DiffPartEvent.ki
 #: without ``--fanout`` the fan-out follows the public universe size (:func:`~transit_release.mechanisms.diffpart.fanout_for`)
 DEFAULT_FANOUT = None
 FANOUT_RULE = "round(log2 |I|) within 4..6, from the public universe size |I|"
-MECHANISM_RULE = (f"the set histogram for a public universe of at most {set_histogram.HISTOGRAM_UP_TO} items, DiffPart "
-                  "above (from the public universe size |I|)")
+MECHANISM_RULE = ("the set histogram where 2^|I| ≤ 2^20·ε² (|I| ≤ 20 at ε ≥ 1, 18 at ε = 0.5, 16 at ε = 0.25), "
+                  "DiffPart otherwise (from the public universe size |I| and ε)")
 DEFAULT_QUERIES = 50_000  # the thesis's workload: 5 subsets of 10,000
 TOP_K = (10, 50, 100)
 #: The query length every evaluation reports (``count_query.relative_error.max_q3``), beside the thesis's subsets.
