@@ -32,9 +32,11 @@ import pytest
 import transit_release.inputs.sets as set_inputs
 import transit_release.mechanisms.set_histogram as sh
 from tests.privacy.audit import OneStream, check, per_run, run_case
+# the set release's readers and the broken universe, as DiffPart's audit uses them
+from tests.privacy.test_diffpart_audit import read_public, universe_from_the_data, write_sets
 from tests.privacy.test_manifest_audit import CREATED, assert_same_public_manifest
 from transit_release.inputs.screening import Period
-from transit_release.inputs.universe import LocationUniverse, read_locations_file
+from transit_release.inputs.universe import read_locations_file
 from transit_release.noise import NoiseSource
 from transit_release.releases import sets as set_release
 from transit_release.version import code_version
@@ -48,32 +50,12 @@ PASSENGER = ("S1",)  # a set nobody in D has, at a station nobody in D uses
 PERIOD = Period(date(2026, 1, 1), date(2026, 1, 31))
 
 
-def write_sets(path: Path, sets: list[tuple[str, ...]]) -> Path:
-    path.write_text("".join(" ".join(s) + "\n" for s in sets), encoding="utf-8")
-    return path
-
-
 @pytest.fixture
 def files(tmp_path):
     """(locations file, D, D′) on disk."""
     locations = tmp_path / "locations.txt"
     locations.write_text("# the public station list\n" + "\n".join(STATIONS) + "\n", encoding="utf-8")
     return locations, write_sets(tmp_path / "d.txt", D), write_sets(tmp_path / "d2.txt", [*D, PASSENGER])
-
-
-def read_public(path: Path, locations: Path) -> set_inputs.SetInput:
-    """As the release reads: the public locations file's universe (through the module attribute, so that a control
-    can break it)."""
-    return set_inputs.read_set_file(path, read_locations_file(locations))
-
-
-ORIGINAL_READ = set_inputs.read_set_file
-
-
-def universe_from_the_data(path, universe):
-    """BROKEN on purpose (negative control): the universe is the file's own tokens, not the public list."""
-    tokens = {t for line in Path(path).read_text(encoding="utf-8").splitlines() for t in line.split()}
-    return ORIGINAL_READ(path, LocationUniverse(tuple(sorted(tokens)), "the data's own tokens (broken)"))
 
 
 def setup_of(data: set_inputs.SetInput) -> set_release.SetSetup:
