@@ -2,6 +2,12 @@
 
     python benchmarks/experiment_sequences.py [--passengers 850000] [--input FILE [--taxonomy CSV | --fanout F]]
         [--epsilons 0.1,0.5,1.0] [--repeats 3] [--out release_reports/experiments-sequences]
+    nice -n 10 python benchmarks/experiment_sequences.py --defaults [--passengers 20000,300000] [--repeats 3]
+
+``--defaults``: the former default (the hybrid prefix tree, h = 12, the metro's lines as taxonomy) against the
+new default (n-grams, ℓmax = 20, nmax = 5) on the same synthetic metro(s) (``--passengers`` may list several
+sizes) at ε = 1: a table of both workloads' headline figures and the time to sanitize, means of ``--repeats``
+runs.
 
 Data: the synthetic metro (68 stations, its lines as the hybrid tree's taxonomy) and, if given,
 a one-sequence-a-line file (its sorted tokens as the universe; a ``location,group`` taxonomy, or
@@ -202,9 +208,45 @@ def checks(summary: pd.DataFrame) -> list[str]:
     return lines
 
 
+DEFAULTS = (("former default: prefix-tree (hybrid, h = 12)", "prefix-hybrid"), ("new default: ngram", "ngram"))
+
+
+def compare_defaults(args) -> None:
+    """Former default vs new default on the same synthetic metros at ε = 1 (means of ``--repeats`` runs)."""
+    import os
+
+    rows = []
+    for n in [int(x) for x in str(args.passengers).split(",")]:
+        seqs, metro = synthesize_metro(n, seed=0)
+        utility = SequenceUtility(seqs)
+        name = f"synthetic metro, {n:,} passengers"
+        for label, mech in DEFAULTS:
+            runs = []
+            for rep in range(args.repeats):
+                (row,) = one_run(name, seqs, metro.taxonomy, mech, 1.0, args, utility, rep)[:1]
+                runs.append(row)
+                print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()
+                       if k in ("data", "mechanism", "sanitize_s", GRAM_Q[0], "grams.top100.tp",
+                                "count_query.relative_error.max_q3", "patterns.top100.tp")},
+                      f"load {os.getloadavg()[0]:.1f}", flush=True)
+            mean = pd.DataFrame(runs).mean(numeric_only=True)
+            rows.append({"data": name, "mechanism": label, "epsilon": 1.0, **mean.to_dict()})
+    df = pd.DataFrame(rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(args.out / "defaults.csv", index=False)
+    cols = ["data", "mechanism", "epsilon", GRAM_Q[0], GRAM_Q[-1], "grams.top100.tp",
+            "count_query.relative_error.max_q3", "count_query.relative_error.max_q12", "patterns.top100.tp",
+            "sanitize_s"]
+    cols = [c for c in cols if c in df.columns]
+    print(f"\n== former default vs new default, ε = 1 (means of {args.repeats} runs) ==")
+    print(df[cols].rename(columns=lambda c: c.replace("relative_error.", "").replace("gram_query.", "gq."))
+          .to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--passengers", type=int, default=850_000)
+    ap.add_argument("--defaults", action="store_true", help="former default vs new default (see the docstring)")
+    ap.add_argument("--passengers", default="850000")
     ap.add_argument("--input", help="a one-sequence-a-line file to run as well")
     ap.add_argument("--taxonomy", help="location,group CSV for the file's hybrid prefix tree")
     ap.add_argument("--fanout", type=int, help="group size for the file's hybrid tree when there is no taxonomy")
@@ -216,6 +258,11 @@ def main() -> None:
     ap.add_argument("--no-diagnostics", dest="diagnostics", action="store_false")
     ap.add_argument("--out", type=Path, default=Path("release_reports/experiments-sequences"))
     args = ap.parse_args()
+    if args.defaults:
+        args.diagnostics = False
+        compare_defaults(args)
+        return
+    args.passengers = int(args.passengers)
     args.out.mkdir(parents=True, exist_ok=True)
     eps_values = [float(x) for x in args.epsilons.split(",")]
     rows = []

@@ -1,7 +1,24 @@
-"""Reproduce the shape of the thesis's DiffPart experiments (ch. 4, §4.4) on synthetic sets (not a test).
+"""The set mechanisms measured (not a test): the defaults compared, the selection rule, the thesis's experiments.
 
+    nice -n 10 python benchmarks/experiment_sets.py --compare [--runs 3] [--records 989818]
+    nice -n 10 python benchmarks/experiment_sets.py --rule [--runs 2] [--records 300000] [--sizes 8,12,17,20]
+        [--epsilons 0.25,0.5,1,2]
     python benchmarks/experiment_sets.py [--runs 5] [--passengers 850000] [--opal-scale 0.2]
                                          [--opal-modes train] [--out release_reports/experiments-sets]
+
+``--compare``: the former default (DiffPart at the fan-out rule's f) against the new default (the mechanism
+:func:`~transit_release.mechanisms.set_histogram.choose_mechanism` picks from the public universe size) on the
+same data, ε = 1 (and 0.5, 2): the heavy-tailed data matching MSNBC's public statistics
+(:func:`~transit_release.synth.sets.heavy_tailed_sets`, 989,818 sets over 17 items; its statistics are printed
+against the thesis's Table 4.2), the former MSNBC-shaped generator (:func:`~transit_release.synth.sets.
+small_universe_sets`) and the synthetic metro's 68 stations. Per row, means of ``--runs`` runs: containment-query
+error for 1–3 items (the headline), the thesis's five query subsets, top-100 itemsets found and the thesis's loss,
+the mechanism's time.
+
+``--rule``: both mechanisms over universes of ``--sizes`` items (heavy-tailed data of ``--records`` sets) and
+``--epsilons``: which is better where (docs/sets.md's table behind the rule).
+
+Without either, the thesis's own DiffPart experiments:
 
 Data: the synthetic metro's passengers (each one's distinct stations, 68 stations) and the synthetic Opal
 week's cards (each card's distinct tap-on/tap-off stations over the week; train by default, ``all`` for
@@ -26,6 +43,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -35,9 +53,12 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from transit_release.mechanisms.diffpart import DiffPartBudget, sanitize_sets  # noqa: E402
+from transit_release.mechanisms.diffpart import DiffPartBudget, fanout_for, sanitize_sets  # noqa: E402
+from transit_release.mechanisms.set_histogram import (SetHistogramBudget, choose_mechanism,  # noqa: E402
+                                                      sanitize_set_histogram)
 from transit_release.noise import NoiseSource  # noqa: E402
-from transit_release.synth.sets import metro_sets, opal_week_sets  # noqa: E402
+from transit_release.synth.sets import (MSNBC_STATISTICS, heavy_tailed_sets, metro_sets, opal_week_sets,  # noqa: E402
+                                        set_statistics, small_universe_sets)
 from transit_release.utility.sets import (WeightedSets, count_query_error, itemset_utility,  # noqa: E402
                                           query_workload, release_pairs)
 
@@ -143,8 +164,117 @@ def plot_top_k(df: pd.DataFrame, out: Path) -> str:
     return "top_k.png"
 
 
+# ---- the defaults compared, and the selection rule ------------------------------------------------------------
+
+class Scored:
+    """A data set and what every mechanism's release is scored against: containment queries of 1–3 items
+    (10,000, the headline), the thesis's five subsets (``per_subset`` each) and the true top-100 itemsets."""
+
+    def __init__(self, name: str, sets, per_subset: int = 10_000, top: bool = True):
+        self.name, self.sets = name, sets
+        self.pairs = release_pairs(sets)
+        self.weighted = WeightedSets.of(self.pairs, sets.universe_size)
+        self.short = query_workload(sets.universe_size, 3, per_subset=10_000, seed=12, max_sizes=[3])
+        self.thesis = query_workload(sets.universe_size, int(sets.sizes.max()), per_subset=per_subset, seed=11)
+        from transit_release.utility.sets import top_k_itemsets
+        self.top = top_k_itemsets(self.pairs, sets.universe_size, 100) if top else None
+
+    def score(self, released: list) -> dict:
+        from transit_release.utility.sets import top_k_itemsets
+        got = WeightedSets.of(released, self.sets.universe_size)
+        out = {"error_q3": count_query_error(self.weighted, got, self.short)["max_q3"]}
+        out.update({f"thesis_{k}": v for k, v in count_query_error(self.weighted, got, self.thesis).items()})
+        if self.top is not None:
+            found = top_k_itemsets(released, self.sets.universe_size, 100)
+            out["top100_found"] = len(set(self.top) & set(found))
+            out["top100_loss"] = float(np.mean([abs(v - found.get(k, 0)) / v for k, v in self.top.items()]))
+        return out
+
+
+def release_with(mechanism: str, sets, eps: float, seed: int, fanout: int | None = None) -> tuple[list, float]:
+    """One release by ``mechanism`` (``diffpart`` at ``fanout``, default the fan-out rule's) and its seconds."""
+    gen = NoiseSource().stream("experiment", mechanism, str(eps), str(seed))
+    t = time.perf_counter()
+    if mechanism == "diffpart":
+        f = fanout or fanout_for(sets.universe_size)
+        released = sanitize_sets(sets, DiffPartBudget.of(eps, sets.universe_size, f), gen).released
+    else:
+        released = sanitize_set_histogram(sets, SetHistogramBudget.of(eps, sets.universe_size), gen).released
+    return released, time.perf_counter() - t
+
+
+def compare_defaults(args) -> None:
+    """Former default (DiffPart, fan-out rule) against the new default (the rule's mechanism), same data."""
+    import os
+
+    heavy, visits = heavy_tailed_sets(args.records, with_visits=True)
+    stats = set_statistics(heavy)
+    print("heavy-tailed data against the thesis's MSNBC statistics (Table 4.2; visits: Table 6.9 / UCI):")
+    print(f"  |D| {stats['records']:,} (MSNBC {MSNBC_STATISTICS['records']:,}); |I| {stats['items']} "
+          f"({MSNBC_STATISTICS['items']}); max set size {stats['max_set_size']} ({MSNBC_STATISTICS['max_set_size']}); "
+          f"average set size {stats['avg_set_size']:.3f} ({MSNBC_STATISTICS['avg_set_size']}); visits: average "
+          f"{visits.mean():.2f} ({MSNBC_STATISTICS['avg_visits']}), longest {int(visits.max()):,} "
+          f"({MSNBC_STATISTICS['max_visits']:,})")
+    counts = np.array([c for _, c in release_pairs(heavy)])
+    print(f"  distinct sets {counts.size:,}; records in a set shared by < 12 / < 50 records: "
+          f"{counts[counts < 12].sum() / len(heavy):.1%} / {counts[counts < 50].sum() / len(heavy):.1%}", flush=True)
+    data = [Scored("heavy-tailed (MSNBC statistics)", heavy), Scored("former MSNBC-shaped", small_universe_sets()),
+            Scored("synthetic metro, 68 stations", metro_sets(200_000, seed=0)[0])]
+    rows = []
+    for ds in data:
+        for eps in (1.0, 0.5, 2.0) if ds is data[0] else (1.0,):
+            new = choose_mechanism(ds.sets.universe_size, eps)
+            for label, mech in (("former default: diffpart, f = " + str(fanout_for(ds.sets.universe_size)),
+                                 "diffpart"), (f"new default: {new}", new)):
+                runs = []
+                for rep in range(args.runs):
+                    released, secs = release_with(mech, ds.sets, eps, rep)
+                    runs.append({**ds.score(released), "seconds": secs})
+                mean = {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
+                rows.append({"data": ds.name, "mechanism": label, "epsilon": eps, **mean})
+                print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in rows[-1].items()},
+                      f"load {os.getloadavg()[0]:.1f}", flush=True)
+    df = pd.DataFrame(rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(args.out / "compare.csv", index=False)
+    cols = ["data", "mechanism", "epsilon", "error_q3", "top100_found", "top100_loss"] + \
+        [c for c in df.columns if c.startswith("thesis_")] + ["seconds"]
+    print(f"\n== former default vs new default (means of {args.runs} runs) ==")
+    print(df[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+
+
+def rule_grid(args) -> None:
+    """Both mechanisms over universe sizes and ε: where is each better (the rule's table)."""
+    rows = []
+    for size in [int(x) for x in args.sizes.split(",")]:
+        ds = Scored(f"heavy-tailed {args.records:,} × {size}", heavy_tailed_sets(args.records, size, seed=size),
+                    per_subset=2_000)
+        for eps in [float(x) for x in args.epsilons.split(",")]:
+            for mech in ("diffpart", "set-histogram"):
+                runs = []
+                for rep in range(args.runs):
+                    released, secs = release_with(mech, ds.sets, eps, rep)
+                    runs.append({**ds.score(released), "seconds": secs})
+                mean = {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
+                rows.append({"items": size, "epsilon": eps, "mechanism": mech,
+                             "rule": mech == choose_mechanism(size, eps), **mean})
+                print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
+                args.out.mkdir(parents=True, exist_ok=True)
+                pd.DataFrame(rows).to_csv(args.out / "rule.csv", index=False)
+    df = pd.DataFrame(rows)
+    for value in ("error_q3", "top100_found", "seconds"):
+        print(f"\n== {value} (means of {args.runs} runs) ==")
+        print(df.pivot_table(index=["items", "epsilon"], columns="mechanism", values=value).to_string(
+            float_format=lambda x: f"{x:.3f}"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--compare", action="store_true", help="former default vs new default (see the docstring)")
+    ap.add_argument("--rule", action="store_true", help="both mechanisms over universe sizes and ε")
+    ap.add_argument("--records", type=int, default=None, help="--compare: 989818; --rule: 300000")
+    ap.add_argument("--sizes", default="8,12,17,20")
+    ap.add_argument("--epsilons", default="0.25,0.5,1,2")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--passengers", type=int, default=850_000)
     ap.add_argument("--opal-scale", type=float, default=0.2)
@@ -153,6 +283,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("release_reports/experiments-sets"))
     ap.add_argument("--replot", action="store_true", help="reuse --out/results.csv: tables, plots, report only")
     args = ap.parse_args()
+    if args.compare or args.rule:
+        args.runs = args.runs if "--runs" in sys.argv else (3 if args.compare else 2)
+        args.records = args.records or (MSNBC_STATISTICS["records"] if args.compare else 300_000)
+        compare_defaults(args) if args.compare else rule_grid(args)
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     metro, _ = metro_sets(args.passengers, seed=0)

@@ -3,6 +3,8 @@
     nice -n 10 python benchmarks/experiment_trajectories.py [--data commuter|metro] [--passengers 300000]
         [--height 6] [--reps 3] [--queries 10000] [--out release_reports/experiments-trajectories]
         [--skip-diagnosis] [--skip-targets]
+    nice -n 10 python benchmarks/experiment_trajectories.py --defaults [--data commuter|metro] [--passengers 300000]
+        [--reps 3]
 
 Data: ``commuter`` is :func:`transit_release.synth.trajectories.synthesize_commuter_week` (every passenger
 home→work in a morning hour and back from work in an evening hour on 1–5 weekdays); ``metro`` the mixed
@@ -20,6 +22,9 @@ synthetic metro week (commuters, occasional, weekend and heavy riders).
    ones), the total variation of the length distribution, and the paper's count queries (uniform pairs)
    beside non-empty ones (sub-trajectories of the data), ``|q| ≤ h/3``.
 
+3. ``--defaults``: only the former default (SafePath, the paper's budget and thresholds) and the new one (the
+   Markov model, nmax 3) at ε = 1: the table of old against new default, with each one's time.
+
 The truth of every figure but the raw-pattern TP is the data cut at ``h``: what a release of height ``h``
 can hold. Writes ``diagnosis.csv``, ``targets.csv`` (every run) and ``targets_mean.csv`` under ``--out``.
 """
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from collections import Counter
@@ -230,6 +236,8 @@ def diagnosis(truth: Truth, args) -> pd.DataFrame:
 
 METHODS = (("safepath paper/paper", "paper", "paper"), ("safepath paper/node", "paper", "node"),
            ("safepath joint", "joint", None), ("markov nmax=3", "markov", 3), ("markov nmax=5", "markov", 5))
+#: ``--defaults``: the former default command's mechanism and the new one's
+DEFAULTS = (("former default: safepath paper/paper", "paper", "paper"), ("new default: markov nmax=3", "markov", 3))
 
 
 def one_run(truth: Truth, method: tuple, eps: float, rep: int, height: int) -> dict:
@@ -247,7 +255,8 @@ def one_run(truth: Truth, method: tuple, eps: float, rep: int, height: int) -> d
     else:
         release = sanitize_markov(trajs, MarkovBudget.of(eps, height, trajs.n_locations, arg), gen).released
     seconds = time.perf_counter() - t
-    return {"method": name, "epsilon": eps, "rep": rep, "seconds": round(seconds, 1), **truth.score(release)}
+    return {"method": name, "epsilon": eps, "rep": rep, "seconds": round(seconds, 1),
+            "load": round(os.getloadavg()[0], 1), **truth.score(release)}
 
 
 def main() -> None:
@@ -261,7 +270,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("release_reports/experiments-trajectories"))
     ap.add_argument("--skip-diagnosis", action="store_true")
     ap.add_argument("--skip-targets", action="store_true")
+    ap.add_argument("--defaults", action="store_true", help="former default vs new default at ε = 1 only")
     args = ap.parse_args()
+    if args.defaults:
+        args.skip_diagnosis, args.epsilons = True, "1"
     out = args.out / args.data
     out.mkdir(parents=True, exist_ok=True)
     make = synthesize_commuter_week if args.data == "commuter" else synthesize_metro_trajectories
@@ -276,7 +288,7 @@ def main() -> None:
         return
     rows = []
     for eps in [float(x) for x in args.epsilons.split(",")]:
-        for method in METHODS:
+        for method in DEFAULTS if args.defaults else METHODS:
             for rep in range(args.reps):
                 r = one_run(truth, method, eps, rep, args.height)
                 rows.append(r)

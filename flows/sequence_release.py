@@ -81,12 +81,13 @@ def sequence_release(epsilon: float, height: int | None = None, input: str | Non
                      trips: str | None = None, stops: str | None = None, mode: str = "train", home: str = ".",
                      release_id: str | None = None, policy: str | None = None, ledger: str | None = None,
                      quarantine_limit: float = 0.01, queries: int = 40_000, top_k: list[int] | None = None,
-                     dry_run: bool = False, mechanism: str = "prefix-tree", lmax: int | None = None,
+                     dry_run: bool = False, mechanism: str | None = None, lmax: int | None = None,
                      nmax: int | None = None, population: str | None = None) -> dict:
     """Publish an ε-DP release of the passenger sequences of a declared period (one spend).
 
-    ``mechanism``: ``prefix-tree`` (``height``, ``variant`` default hybrid, ``fanout``) or ``ngram``
-    (``lmax`` default 20, ``nmax`` default 5). Input: a one-sequence-a-line file over a public
+    ``mechanism``: ``ngram`` (``lmax`` default 20, ``nmax`` default 5; the default) or ``prefix-tree``
+    (``height``, ``variant`` default hybrid, ``fanout``; chosen too when one of these is given without
+    ``mechanism``, as when it was the default). Input: a one-sequence-a-line file over a public
     universe (``locations`` and/or ``taxonomy`` files), or tap data (``trips`` and ``stops``: one
     sequence per card over the period, the stop table's ``mode`` stations as universe). Everything
     computed from the universe before the data is read is public: the taxonomy, the budget split,
@@ -98,6 +99,7 @@ def sequence_release(epsilon: float, height: int | None = None, input: str | Non
     period = declared_period(period_start, period_end)
     stop_table = validate_stops(ingest_stops(stops), stops) if trips else None
     universe = stop_universe(stop_table, mode, stops) if trips else load_universe(locations, taxonomy)
+    mechanism = sequences.resolve_mechanism(mechanism, height, variant, fanout)
     budget, tax = sequence_budget(mechanism, universe, epsilon, height, variant, fanout, lmax, nmax)
     kind = SequenceKind(period=period, universe=universe, input=input,
                         taps=TapInput(trips, stops, stop_table) if trips else None, quarantine_limit=quarantine_limit,

@@ -1,4 +1,5 @@
-"""The station-set release: universe → budget → read → charge → DiffPart → evaluate → publish → track."""
+"""The station-set release: universe → mechanism and budget → read → charge → set histogram or DiffPart → evaluate →
+publish → track."""
 
 from __future__ import annotations
 
@@ -12,12 +13,11 @@ from tasks.budget import load_policy, same_spend
 from tasks.home import prepare_home
 from tasks.ingest import ingest_stops
 from tasks.inputs import declared_period, load_universe
-from tasks.sets import (evaluate_sets, plan_set_spend, read_sets, sanitize_sets, set_budget, set_outputs,
+from tasks.sets import (evaluate_sets, plan_set_spend, read_sets, sanitize_sets, set_outputs, set_setup,
                         sets_from_taps, stop_locations, tracking_record)
 from tasks.validate import validate_stops
 from tasks.summary import REPORTS_OUTCOME
 from transit_release.config import population_named
-from transit_release.mechanisms.diffpart import DiffPartBudget
 from transit_release.releases import sets
 from transit_release.version import code_version
 from transit_release.disclosure import refusals_kept_private
@@ -25,23 +25,37 @@ from transit_release.disclosure import refusals_kept_private
 
 @dataclass(frozen=True)
 class SetKind(PassengerKind):
-    """The passengers' station sets of a declared period: DiffPart (one spend)."""
+    """The passengers' station sets of a declared period: the set histogram or DiffPart (one spend)."""
 
-    budget: DiffPartBudget
+    setup: sets.SetSetup
     epsilon: float
-    fanout: int | None
     modes: tuple[str, ...] | None
 
     reading = "reading the sets"
-    sanitizing = "partitioning (DiffPart)"
     render_datacard = staticmethod(sets.render_datacard)
     tracking_task = staticmethod(tracking_record)
 
     @property
+    def budget(self):
+        return self.setup.budget
+
+    @property
+    def sanitizing(self) -> str:
+        return "partitioning (DiffPart)" if self.setup.mechanism == "diffpart" else "counting every set (histogram)"
+
+    @property
     def default_release_id(self) -> str:
-        return sets.default_release_id(self.period)
+        return sets.default_release_id(self.period, self.setup.mechanism)
+
+    @property
+    def earlier_release_ids(self) -> tuple[str, ...]:
+        return sets.earlier_release_ids(self.period, self.setup)
 
     def same_release(self, fingerprint):
+        return same_spend(self.setup.event_kind, self.epsilon, fingerprint)
+
+    def same_earlier_release(self, fingerprint):
+        """The former default's spend (DiffPart) of the same input and ε."""
         return same_spend("diffpart", self.epsilon, fingerprint)
 
     def read_file(self) -> Records:
@@ -67,23 +81,27 @@ class SetKind(PassengerKind):
         return PublicOutputs(*set_outputs(run.release_id, self.period, self.universe,
                                           sets.describe_input(self.taps is not None, self.modes), self.budget,
                                           events[0], noise_kind, code_version(), release,
-                                          sets.fanout_rule(self.fanout)))
+                                          sets.fanout_rule(self.setup.fanout), self.setup.chosen))
 
 
 @flow(name="set-release", persist_result=False, **REPORTS_OUTCOME)
 @refusals_kept_private
 def set_release(epsilon: float, input: str | None = None, locations: str | None = None,
-                period_start: str | None = None, period_end: str | None = None, fanout: int | None = sets.DEFAULT_FANOUT,
+                period_start: str | None = None, period_end: str | None = None, mechanism: str | None = None,
+                fanout: int | None = sets.DEFAULT_FANOUT,
                 trips: str | None = None, stops: str | None = None, mode: str | None = None, home: str = ".",
                 release_id: str | None = None, policy: str | None = None, ledger: str | None = None,
                 quarantine_limit: float = 0.01, queries: int = sets.DEFAULT_QUERIES, top_k: list[int] | None = None,
                 dry_run: bool = False, population: str | None = None) -> dict:
-    """Publish an ε-DP release of the passengers' station sets of a declared period (one spend: DiffPart).
+    """Publish an ε-DP release of the passengers' station sets of a declared period (one spend: the set histogram
+    or DiffPart).
 
-    Input: a one-set-a-line file over the public universe of a ``locations`` file, or tap data (``trips``
-    and ``stops``: one set per card over the period, the stop table's ``mode:location`` ids of ``mode``, or
-    of every mode, as universe). Everything computed from the universe before the data is read is public:
-    the taxonomy (its fan-out given, or from the universe size), C1 and C2, the noise scales and the size check.
+    ``mechanism``: ``histogram`` or ``diffpart``; without it, DiffPart if its ``fanout`` is given, else the
+    mechanism the public universe size and ε pick (the histogram where 2^|I| ≤ 2^20·ε²). Input: a one-set-a-line file over the
+    public universe of a ``locations`` file, or tap data (``trips`` and ``stops``: one set per card over the period,
+    the stop table's ``mode:location`` ids of ``mode``, or of every mode, as universe). Everything computed from the
+    universe before the data is read is public: the mechanism, the taxonomy (its fan-out given, or from the
+    universe size), C1 and C2, the head threshold, the noise scales and the size checks.
     """
     population = population_named(population)  # a malformed name is refused before anything else
     where = prepare_home(home, ledger)
@@ -92,10 +110,10 @@ def set_release(epsilon: float, input: str | None = None, locations: str | None 
     modes = (mode,) if mode else None
     stop_table = validate_stops(ingest_stops(stops), stops) if trips else None
     universe = stop_locations(stop_table, modes, stops) if trips else load_universe(locations, None)
-    budget = set_budget(universe, epsilon, fanout)
+    setup = set_setup(universe, epsilon, mechanism, fanout)
     kind = SetKind(period=period, universe=universe, input=input,
                    taps=TapInput(trips, stops, stop_table) if trips else None, quarantine_limit=quarantine_limit,
                    queries=queries, top_k=top_k if top_k is not None else list(sets.TOP_K),
                    inputs=[p for p in (input, locations, trips, stops) if p],
-                   budget=budget, epsilon=epsilon, fanout=fanout, modes=modes)
+                   setup=setup, epsilon=epsilon, modes=modes)
     return publish_release(kind, where, budget_policy, population, release_id, dry_run)

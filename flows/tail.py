@@ -106,6 +106,11 @@ class ReleaseKind:
         """Do earlier spends describe this very release (same inputs, same public parameters)?"""
         raise NotImplementedError
 
+    def same_earlier_release(self, fingerprint) -> Callable[[list], bool]:
+        """Do the spends of an earlier default id (:attr:`earlier_release_ids`) describe this release? As
+        :meth:`same_release`, unless the kind's default mechanism changed: then the former default's spends."""
+        return self.same_release(fingerprint)
+
     def workspace(self, run: ReleaseRun):
         """A context for reading through publishing (e.g. a working directory, a cluster); what it yields is given
         to :meth:`read`. By default the run's own working directory, locked while it lives: an audit meanwhile
@@ -188,7 +193,8 @@ def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, popula
         # quoted: Prefect would wait for a future given as a task's parameter; it is waited for only when there are
         # earlier spends to compare with
         target = resolve_release(where, wanted, kind.same_release(fingerprint), quote(fingerprint), kind.inputs,
-                                 [] if release_id else list(kind.earlier_release_ids))
+                                 [] if release_id else list(kind.earlier_release_ids),
+                                 kind.same_earlier_release(fingerprint) if kind.earlier_release_ids else None)
         if target.already_published:
             status = (f"{PUBLISHED_BY_ANOTHER_RUN} while this one waited: nothing drawn or spent" if held and held.waited
                       else "already published: nothing drawn or spent")

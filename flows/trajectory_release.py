@@ -32,6 +32,8 @@ class TrajectoryKind(PassengerKind):
     setup: trajectories.Setup
     height: int
     mode: str
+    #: the former default's setup (SafePath) when the mechanism is the new default by default: its id is recognised
+    former: trajectories.SafePathSetup | None = None
 
     reading = "reading the trajectories"
     render_datacard = staticmethod(trajectories.render_datacard)
@@ -45,8 +47,16 @@ class TrajectoryKind(PassengerKind):
     def sanitizing(self) -> str:
         return "building the SafePath tree" if self.mechanism == "safepath" else "building the models"
 
+    @property
+    def earlier_release_ids(self) -> tuple[str, ...]:
+        return trajectories.earlier_release_ids(self.period, self.former)
+
     def same_release(self, fingerprint):
         return same_release(self.setup, fingerprint)
+
+    def same_earlier_release(self, fingerprint):
+        """The former default's spend (SafePath, the paper's budget, default taxonomies) of the same input, ε and h."""
+        return same_release(self.former, fingerprint) if self.former is not None else self.same_release(fingerprint)
 
     def read_file(self) -> Records:
         data = read_trajectories(self.input, self.universe, self.quarantine_limit)
@@ -74,19 +84,21 @@ class TrajectoryKind(PassengerKind):
 
 @flow(name="trajectory-release", persist_result=False, **REPORTS_OUTCOME)
 @refusals_kept_private
-def trajectory_release(epsilon: float, height: int, input: str | None = None, period_start: str | None = None,
+def trajectory_release(epsilon: float, height: int | None = None, input: str | None = None,
+                       period_start: str | None = None,
                        period_end: str | None = None, locations: str | None = None,
                        location_taxonomy: str | None = None, location_fanout: int | None = None,
                        location_taxonomy_height: int | None = None, time_fanout: int | None = None,
                        time_taxonomy_height: int | None = None, thresholds: str | None = None,
-                       mechanism: str = trajectories.DEFAULT_MECHANISM, budget: str = trajectories.DEFAULT_BUDGET,
+                       mechanism: str | None = None, budget: str | None = None,
                        nmax: int | None = None,
                        trips: str | None = None, stops: str | None = None, mode: str = "train", home: str = ".",
                        release_id: str | None = None, policy: str | None = None, ledger: str | None = None,
                        quarantine_limit: float = 0.01, queries: int = 40_000, top_k: list[int] | None = None,
                        dry_run: bool = False, population: str | None = None) -> dict:
-    """Publish an ε-DP release of the passenger trajectories of one declared week (one spend: the whole tree, or the
-    three models of ``mechanism="markov"``).
+    """Publish an ε-DP release of the passenger trajectories of one declared week (one spend: the three models of
+    ``mechanism="markov"``, the default, or SafePath's whole tree; SafePath's own parameters without ``mechanism``
+    choose SafePath, as when it was the default). ``height``: the longest released trajectory (default 6).
 
     Input: a ``station@hour`` one-a-line file over a public universe (``locations`` and/or
     ``location_taxonomy`` files), or tap data (``trips`` and ``stops``: one trajectory per card over the
@@ -100,12 +112,18 @@ def trajectory_release(epsilon: float, height: int, input: str | None = None, pe
     stop_table = validate_stops(ingest_stops(stops), stops) if trips else None
     universe = trajectory_universe(locations, location_taxonomy,
                                    stop_universe(stop_table, mode, stops) if trips else None)
-    setup = trajectory_setup(universe, epsilon, height, mechanism, budget, location_fanout, location_taxonomy_height,
+    safepath_own = (budget, location_fanout, location_taxonomy_height, time_fanout, time_taxonomy_height, thresholds)
+    resolved = trajectories.resolve_mechanism(mechanism, *safepath_own)
+    height = trajectories.DEFAULT_HEIGHT if height is None else height
+    setup = trajectory_setup(universe, epsilon, height, resolved, budget, location_fanout, location_taxonomy_height,
                              time_fanout, time_taxonomy_height, thresholds, nmax)
+    # by default (no --mechanism, no SafePath flag) the former default's id is this release's too, if published
+    former = trajectories.former_default_setup(universe, epsilon, height) if mechanism is None and \
+        resolved == trajectories.DEFAULT_MECHANISM else None
     kind = TrajectoryKind(period=period, universe=universe, input=input,
                           taps=TapInput(trips, stops, stop_table) if trips else None,
                           quarantine_limit=quarantine_limit, queries=queries,
                           top_k=top_k if top_k is not None else list(trajectories.TOP_K),
                           inputs=[p for p in (input, locations, location_taxonomy, trips, stops) if p],
-                          mechanism=mechanism, setup=setup, height=height, mode=mode)
+                          mechanism=resolved, setup=setup, height=height, mode=mode, former=former)
     return publish_release(kind, where, budget_policy, population, release_id, dry_run)

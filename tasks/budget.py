@@ -28,7 +28,8 @@ class ReleaseTarget:
 
 @data_task(name="resolve-release")
 def resolve_release(home: Home, release_id: str, same: Callable[[list], bool], fingerprint=None,
-                    inputs: list[str] | None = None, earlier_ids: list[str] = ()) -> ReleaseTarget:
+                    inputs: list[str] | None = None, earlier_ids: list[str] = (),
+                    earlier_same: Callable[[list], bool] | None = None) -> ReleaseTarget:
     """Check the id; detect an identical earlier publication before anything is written.
 
     Re-publishing an already published release id from the same input and parameters draws no
@@ -37,14 +38,18 @@ def resolve_release(home: Home, release_id: str, same: Callable[[list], bool], f
     run's ``fingerprint`` (or its future) and its ``inputs``, spends recorded with the earlier fingerprints are
     recognised too (:func:`recognising_earlier_fingerprints`). ``earlier_ids``: the default ids an earlier version
     gave the same release; one published from the same input and parameters is this release, already published.
+    ``earlier_same`` (default ``same``) judges their spends: a kind whose default mechanism changed recognises the
+    former default mechanism's spend there.
     """
     release_id = check_release_id(release_id)
+    earlier_same = earlier_same or same
     if fingerprint is not None and inputs:
         same = recognising_earlier_fingerprints(same, fingerprint, inputs, home.fingerprint_key)
+        earlier_same = recognising_earlier_fingerprints(earlier_same, fingerprint, inputs, home.fingerprint_key)
     ledger = Ledger(home.ledger)
     for old in earlier_ids:
         spends = ledger.spends(old) if old in ledger.published() else []
-        if spends and home.release_dir(old).exists() and same([e.event() for e in spends]):
+        if spends and home.release_dir(old).exists() and earlier_same([e.event() for e in spends]):
             return ReleaseTarget(old, True)
     return ReleaseTarget(release_id, already_published(ledger, home.release_dir(release_id), release_id, same))
 

@@ -32,7 +32,7 @@ def sequences_from_taps(trips, stops, mode: str) -> SequenceInput:
 
 
 @data_task(name="sequence-budget")
-def sequence_budget(mechanism: str, universe: universes.LocationUniverse, epsilon: float, height: int | None,
+def sequence_budget(mechanism: str | None, universe: universes.LocationUniverse, epsilon: float, height: int | None,
                     variant: str | None, fanout: int | None, lmax: int | None,
                     nmax: int | None) -> tuple[sequences.Budget, Taxonomy | None]:
     """Budget (and the hybrid tree's taxonomy) and size check from the public universe and parameters only

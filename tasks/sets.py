@@ -1,4 +1,4 @@
-"""Tasks of the station-set release kind (DiffPart)."""
+"""Tasks of the station-set release kind (the set histogram, DiffPart)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from transit_release.inputs import universe as universes
 from transit_release.inputs.screening import Period
 from transit_release.inputs.sets import SetInput, format_sets, read_set_file, sets_from_trips
 from transit_release.mechanisms.diffpart import DiffPartBudget
+from transit_release.mechanisms.set_histogram import SetHistogramBudget
 from transit_release.noise import NoiseSource
 from transit_release.releases import sets
 
@@ -24,8 +25,17 @@ def stop_locations(stops, modes: tuple[str, ...] | None, path: str) -> universes
 
 @data_task(name="set-budget")
 def set_budget(universe: universes.LocationUniverse, epsilon: float, fanout: int | None) -> DiffPartBudget:
-    """Budget, C1/C2, scale and size checks from the public universe and parameters only (before the data is read)."""
+    """DiffPart's budget, C1/C2, scale and size checks from the public universe and parameters only (before the data
+    is read)."""
     return sets.set_budget(universe, epsilon, fanout)
+
+
+@data_task(name="set-setup")
+def set_setup(universe: universes.LocationUniverse, epsilon: float, mechanism: str | None,
+              fanout: int | None) -> sets.SetSetup:
+    """The mechanism (given, or from the universe size) and its budget, scale and size checks from the public
+    universe and parameters only (before the data is read)."""
+    return sets.set_setup(universe, epsilon, mechanism, fanout)
 
 
 @data_task(name="read-sets")
@@ -44,15 +54,17 @@ def sets_from_taps(trips, stops, period: Period, universe: universes.LocationUni
 
 
 @data_task(name="plan-set-spend")
-def plan_set_spend(release_id: str, period: Period, budget: DiffPartBudget, fingerprint: str, code_version: str,
-                   population: str = DEFAULT_POPULATION):
+def plan_set_spend(release_id: str, period: Period, budget: DiffPartBudget | SetHistogramBudget, fingerprint: str,
+                   code_version: str, population: str = DEFAULT_POPULATION):
     return sets.plan_spend(release_id, period, budget, fingerprint, code_version, population)
 
 
 @data_task(name="sanitize-sets")
-def sanitize_sets(data: SetInput, budget: DiffPartBudget, charged: list, release_id: str) -> tuple[list, str]:
-    """Partition only after the spend is on the ledger; returns the release and the noise source kind."""
-    if not any(e.event().kind == "diffpart" and e.release_id == release_id for e in charged):
+def sanitize_sets(data: SetInput, budget: DiffPartBudget | SetHistogramBudget, charged: list,
+                  release_id: str) -> tuple[list, str]:
+    """Draw only after the spend is on the ledger; returns the release and the noise source kind."""
+    kind = "set_histogram" if isinstance(budget, SetHistogramBudget) else "diffpart"
+    if not any(e.event().kind == kind and e.release_id == release_id for e in charged):
         raise RuntimeError("no ledger charge for this set release: noise is never drawn before its spend")
     noise = NoiseSource.from_environment()
     return sets.sanitize(data.sets, budget, noise, release_id), noise.kind
@@ -68,12 +80,13 @@ def evaluate_sets(data: SetInput, release: list, queries: int, top_k: list[int])
 
 @data_task(name="set-outputs")
 def set_outputs(release_id: str, period: Period, universe: universes.LocationUniverse, described: dict,
-                budget: DiffPartBudget, event, noise_kind: str, code_version: str,
-                release: list, fanout_rule: str = sets.FANOUT_RULE) -> tuple[dict, dict, dict]:
+                budget: DiffPartBudget | SetHistogramBudget, event, noise_kind: str, code_version: str,
+                release: list, fanout_rule: str = sets.FANOUT_RULE,
+                mechanism_rule: str = "given (--mechanism)") -> tuple[dict, dict, dict]:
     """(tables, texts, manifest) of a set release."""
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     manifest = sets.build_manifest(release_id, period, universe, described, budget, event, noise_kind, code_version,
-                                   created, fanout_rule)
+                                   created, fanout_rule, mechanism_rule)
     text = format_sets(release, universe, header=f"{release_id}: one set of stations per line")
     return {"sets": sets.set_table(release, universe)}, {"sets.txt": text}, manifest
 

@@ -47,7 +47,8 @@ def safepath_setup(universe: universes.LocationUniverse, epsilon: float, height:
 
 
 @data_task(name="trajectory-setup")
-def trajectory_setup(universe: universes.LocationUniverse, epsilon: float, height: int, mechanism: str, budget: str,
+def trajectory_setup(universe: universes.LocationUniverse, epsilon: float, height: int | None, mechanism: str | None,
+                     budget: str | None,
                      location_fanout: int | None, location_taxonomy_height: int | None, time_fanout: int | None,
                      time_taxonomy_height: int | None, rule: str | None, max_gram: int | None) -> Setup:
     """The mechanism's public setup (taxonomies, budget split, thresholds, size checks) from public inputs only."""

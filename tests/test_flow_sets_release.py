@@ -231,3 +231,50 @@ def test_a_run_refused_at_its_charge_leaves_another_runs_report_alone(prefect_ha
     assert main(_args(metro, home.root, "--epsilon", "1")) != 0
     assert "was already charged by another run" in capsys.readouterr().err
     assert theirs.read_text() == "the other run's report"
+
+
+@pytest.fixture(scope="module")
+def small_universe(tmp_path_factory):
+    """20,000 heavy-tailed sets over 17 stations (a universe the rule gives the set histogram) and its list."""
+    from transit_release.synth.sets import heavy_tailed_sets
+
+    data = tmp_path_factory.mktemp("small-universe")
+    ids = [f"c{i:02d}" for i in range(17)]
+    (data / "locations.txt").write_text("\n".join(ids) + "\n", encoding="utf-8")
+    sets = heavy_tailed_sets(20_000, seed=7)
+    (data / "sets.txt").write_text("".join(" ".join(ids[i] for i in s) + "\n" for s in sets.to_lists()),
+                                   encoding="utf-8")
+    return data
+
+
+def test_the_set_histogram_is_the_default_on_a_small_universe_and_the_former_default_stays_published(
+        prefect_harness, small_universe, tmp_path, capsys, test_seed):
+    """DiffPart by name (the former default's release, id and all); the same command without --mechanism finds it
+    already published; a new month gets the set histogram, whose public files say how it was made."""
+    home = tmp_path / "home"
+    base = ["sets", "--input", str(small_universe / "sets.txt"), "--locations", str(small_universe / "locations.txt"),
+            "--home", str(home), "--queries", "300", "--epsilon", "1"]
+    assert main([*base, *PERIOD, "--mechanism", "diffpart"]) == 0
+    assert f"Release {RID}: published" in capsys.readouterr().out
+    assert main([*base, *PERIOD]) == 0
+    out = capsys.readouterr().out
+    assert f"Release {RID}: already published: nothing drawn or spent" in out
+    assert len(Ledger(home / "ledger.sqlite").spends()) == 1
+    rid = "sets-histogram-20260201-20260228"
+    assert main([*base, "--period-start", "2026-02-01", "--period-end", "2026-02-28"]) == 0
+    assert f"Release {rid}: published" in capsys.readouterr().out
+    rel = home / "private" / "test-releases" / rid
+    p = json.loads((rel / "manifest.json").read_text())["privacy"]
+    assert p["mechanism_id"] == "set-histogram" and (p["cells"], p["head_threshold"], p["rake_order"]) == \
+        (131_071, 12, 3)
+    assert p["mechanism_rule"].startswith("the set histogram where 2^|I| ≤ 2^20·ε²")
+    assert "fanout" not in p and "c1" not in p
+    (spend,) = [s for s in Ledger(home / "ledger.sqlite").spends() if s.release_id == rid]
+    assert spend.event().kind == "set_histogram" and spend.event().unit_of_privacy == "passenger-set"
+    card = " ".join((rel / "DATACARD.md").read_text().split())
+    assert "Every possible set of stations of the public list (all 131,071 of them" in card
+    uncertainty = pd.read_csv(rel / "uncertainty.csv")
+    assert list(uncertainty["threshold"]) == [12] and "no stated coverage" in uncertainty["interval"][0]
+    lines = [x for x in (rel / "sets.txt").read_text().splitlines() if not x.startswith("#")]
+    assert abs(len(lines) - 20_000) < 2_000
+    check_open_data(rel, home)

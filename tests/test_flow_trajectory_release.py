@@ -14,7 +14,8 @@ from transit_release.cli import main
 pytestmark = pytest.mark.flow
 
 WEEK = ["--period-start", "2026-01-05", "--period-end", "2026-01-11"]  # Monday to Sunday
-RID = "trajectories-safepath-20260105-20260111"
+RID = "trajectories-markov-20260105-20260111"  # the default mechanism's
+SAFEPATH_RID = "trajectories-safepath-20260105-20260111"
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +43,11 @@ def _args(metro, home, *extra):
 
 def test_trajectories_command_publishes_charges_once_and_passes_the_audit(prefect_harness, metro, tmp_path, capsys,
                                                                           test_seed):
+    """SafePath, the former default, by name; the same command without --mechanism (as it was written when SafePath
+    was the default) finds that release already published under its former default id."""
+    RID = SAFEPATH_RID  # noqa: N806
     home = tmp_path / "home"
-    assert main(_args(metro, home)) == 0
+    assert main(_args(metro, home, "--mechanism", "safepath")) == 0
     out = capsys.readouterr().out
     assert f"Release {RID}: published" in out
     assert "thresholds: location=" in out and "count_query.relative_error" not in out  # raw keys stay in MLflow
@@ -90,9 +94,12 @@ def test_trajectories_command_publishes_charges_once_and_passes_the_audit(prefec
                                                          pd.Timestamp("2026-01-11").date())
     assert (event.locations, event.hours, event.location_taxonomy_height, event.time_taxonomy_height) == (68, 168, 2, 6)
     assert event.delta == p["delta"] < 1e-12
-    # publishing the same release again draws and spends nothing
-    assert main(_args(metro, home)) == 0
+    # publishing the same release again draws and spends nothing, and so does the former default's command
+    assert main(_args(metro, home, "--mechanism", "safepath")) == 0
     assert "already published: nothing drawn or spent" in capsys.readouterr().out
+    assert main(_args(metro, home)) == 0
+    out = capsys.readouterr().out
+    assert "already published: nothing drawn or spent" in out and f"Release {RID}:" in out
     assert len(Ledger(home / "ledger.sqlite").spends()) == 1
     assert main(["audit", "--home", str(home), "--json"]) == 0
     audit_out = capsys.readouterr().out
@@ -139,7 +146,7 @@ def test_dry_run_cap_and_the_release_index(prefect_harness, metro, tmp_path, cap
     index = (home / "release_reports" / "index.html").read_text()
     # the dashboard's row: the kind in words, the mechanism's name under it
     assert f'data-release-id="{RID}"' in index
-    assert "<td>Passenger trajectories<br><span class=note>SafePath noisy location-time prefix tree</span></td>" in index
+    assert "<td>Passenger trajectories<br><span class=note>factored Markov model</span></td>" in index
     assert (home / "releases" / RID / "trajectories.txt").exists()
     assert main([*_args(metro, home), "--epsilon", "1", "--release-id", "again"]) == 3
     assert "remaining: ε=0.500" in capsys.readouterr().err

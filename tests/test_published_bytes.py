@@ -1,7 +1,8 @@
 """The published bytes of every kind of release, under the test seed, are the ones recorded here.
 
 One small release per kind and mechanism (Opal at card and trip level, sequences by prefix tree and by n-grams,
-trajectories by SafePath and by the Markov model, station sets from a set file and from tap data) is made with the
+trajectories by SafePath and by the Markov model, station sets by DiffPart from a set file and from tap data and by
+the set histogram) is made with the
 test-only noise seed, and every public file is compared with a recorded SHA-256:
 
 - the data files (CSV and text) byte for byte; Parquet files by their content (schema and rows, read back), so
@@ -39,17 +40,19 @@ OPAL_WEEK = {"period_start": "2016-08-08", "period_end": "2016-08-14"}
 
 #: What each kind published, as recorded from the code at b5c6ffa (main with the open-data files, before the
 #: release kinds shared one tail), re-recorded for changes meant to alter published bytes: the Data Package's
-#: description of the threshold column (every kind); the Markov trajectory release's margins of error (its
-#: uncertainty.csv and data card section); the data card's statement of the CSV guard (#39: one-to-one, a cell
-#: starting with ' gets one more); the human title of every release (#42: the landing page's title and
-#: heading, the data card's heading, the Data Package's title) with the Opal data card's plain-words privacy and
-#: margins sections and the landing page's "How" line (DATACARD.md, datapackage.json and index.html of every kind;
-#: no data file, manifest or uncertainty.csv changed): {release: {file: sha256}}. Re-recorded only by a change
-#: meant to alter published bytes.
+#: description of the threshold column (every kind; twice: the second time for the set histogram's threshold);
+#: the Markov trajectory release's margins of error (its uncertainty.csv and data card section); the set
+#: releases' statement of how their mechanism was chosen (manifest ``privacy.mechanism_rule``), with the set
+#: histogram's release added; the data card's statement of the CSV guard (#39: one-to-one, a cell starting with '
+#: gets one more); the human title of every release (#42: the landing page's title and heading, the data card's
+#: heading, the Data Package's title) with the Opal data card's plain-words privacy and margins sections and the
+#: landing page's "How" line: {release: {file: sha256}}. Every other file, the Markov release's drawn trajectories
+#: included (its generation was vectorised since), kept its recorded digest. Re-recorded only by a change meant to
+#: alter published bytes.
 RECORDED: dict[str, dict[str, str]] = {
     "opal-card": {
         "DATACARD.md": "89e5fabee33627d7d5ca7eee4c838c76a334f342a29b38ee5bfdeac7ebf8938f",
-        "datapackage.json": "9244b9199495a079531846296a7f9639f7f129fe79fca0a6dd5f2935c4af7457",
+        "datapackage.json": "8fbcfa67b51a608ef7fe6cb75621a29d588389bc1696557f8476408cf0c8952a",
         "index.html": "afeaa712bf6efe5fba837f4606dc182b7999de895e03d1c551c927ae8bf9e82b",
         "location.csv": "3c9c83914a2674480a7aac6493b6edec358f9d21f9d143343ca872d997ae1c46",
         "location.parquet": "cb17fff7b55bc521450c6befae509bc10f66082d138586093976729b78cf7a20",
@@ -62,7 +65,7 @@ RECORDED: dict[str, dict[str, str]] = {
     },
     "opal-trip": {
         "DATACARD.md": "e19d6c4327cd0fd054609f70e92671a3ce57d1cf078a63474b5657f822a5eaa7",
-        "datapackage.json": "6daaa49fbd688ab33f8b9afe3d48c021dfd4ae2ebce213b2852e9ab4810282f1",
+        "datapackage.json": "b583dc67273bcafa7a5e0652caaa4d184a0183b0d5ac8c992716c37a14923f82",
         "index.html": "70db0060a671b1ea022496f58da3e67f86088471f90cd22f972c618faca34f3d",
         "location.csv": "955fc8cb1160029d0a8b79e9f151f88301bc3afb37fcab03f5f8f67b27fc1610",
         "location.parquet": "f27a941f7a8c11379cb0f9012c509953434f823f17ccf9657745b4d88c40d11f",
@@ -75,7 +78,7 @@ RECORDED: dict[str, dict[str, str]] = {
     },
     "sequences-from-taps": {
         "DATACARD.md": "0e4717d3ef403274c974089a615041a58643a8ff1dbc33e14217cb2a0afe7389",
-        "datapackage.json": "9a25aa049c26a852ff9452ea46472708ff186b20db7cc3f813df188886b15bd5",
+        "datapackage.json": "ca172d244149bd4d2b485a6619a9923afe037c9cd88e2fd3416cb14b182775a5",
         "index.html": "31a9619093bc484b3ac7dcc7011f0e5fcf00d4ac65fd4335f1aff6f4ee380a71",
         "manifest.json": "5c4e2f41875f93396999fc6b6d28b3df65db40157f74f9101a0598386125b704",
         "sequences.csv": "20c2fa3379155b5ae93c9bafc7f22f466c867e324594767c42d37d8ffb96bf11",
@@ -85,7 +88,7 @@ RECORDED: dict[str, dict[str, str]] = {
     },
     "sequences-ngram": {
         "DATACARD.md": "db27d4240c2e20cc019c25074b468b75757e98dd9619b0c30078f14bcab66ed2",
-        "datapackage.json": "dbf5cc102c42863c1dd4836310e1c0bce96d8bddfd7880e0a53e22443bbf8a2c",
+        "datapackage.json": "44e5a9390f1ad4014f99d66aab2a4a239acbe016ad02597a7e932d600b60f434",
         "index.html": "da57eb0eb9b3b769b78419e1b8b2e1cf3339a88d7c183d8b724d368dda2d07be",
         "manifest.json": "024fba5be7c641ab1445f23e724b1d0603f70a1166dd89d171cc55a0eb8cacae",
         "ngrams.csv": "d3b88996bee5da4000cb523113e00756a3f4fcdd263d26ff02afcec62353b026",
@@ -97,7 +100,7 @@ RECORDED: dict[str, dict[str, str]] = {
     },
     "sequences-prefix-tree": {
         "DATACARD.md": "73dae75fa0d9171e2c1b28a503c42a83769c694c6f8c69e3ed6a95624e49e55a",
-        "datapackage.json": "6b873627790fc1c442f39d37f55574c8a9801b11a667458622897bbddb50f936",
+        "datapackage.json": "8f381c0966973f59464a1b7bbaecbf4db58ea619a3164221fcb867fad75b8fa2",
         "index.html": "a7df4a17e3a6c83374c018cd9e710ceb9082b568c5eb655dac9ff1f12294206a",
         "manifest.json": "bbaf35d48bc49a4e44440a7fab7c3dbac80edcbccc45846ed840104d87f09956",
         "sequences.csv": "717ff6473255bb08f1120ddb96e566647f74a492823ea6f244aa18cb5db4cc68",
@@ -107,9 +110,9 @@ RECORDED: dict[str, dict[str, str]] = {
     },
     "sets": {
         "DATACARD.md": "e3188a8916602b550caa59d5607d3519d7e43c0b4d7fbee6f5c6d67cef5fa830",
-        "datapackage.json": "36af8ed37b189bf79635e7e10a8a343675b56c9b6641115db38e29d8b419102b",
+        "datapackage.json": "93b19a3fba408821f5e80172bcdd72ae7d14a0284dfa3df891d39b5305c257e2",
         "index.html": "10ac591fb7524f7fc83f1455ffe064c13eef9b566fb335d7eae48486f1a6bc5d",
-        "manifest.json": "51b5a97fef684b79a1d402da68ece13524958e365acdfeb7fcff1ef1a0ba0449",
+        "manifest.json": "e2027aeb58999b8c0d5cc83ce7d69b8c6511ee30174d4c64052750c4e8c3c052",
         "sets.csv": "2e8f56973b2adc3b33caca5854fa985e6dbaa4a1cd02c970dab2edd94597e00a",
         "sets.parquet": "67f243c509e521502206de7b3db79eea3d6707e77a2e6b2a4a6aca3ae4a5ee19",
         "sets.txt": "d2229a3cf8beb5cc3b6f534136e07c44224f359d5bdb24048a7fe09abdc507b6",
@@ -117,17 +120,27 @@ RECORDED: dict[str, dict[str, str]] = {
     },
     "sets-from-taps": {
         "DATACARD.md": "3cc3b200e68e03ba0316b2c497ee03b985456834cefd0b3cc599c50021061ceb",
-        "datapackage.json": "cb042ae666b99cde375e2d9e6a1a805abc15e5b380833f5c0a32d72fc3ab24ed",
+        "datapackage.json": "b71c63e06d42e2119ffa4e024b722cbb3f10d2e8d91fd777d3d1f0e7d16f1f40",
         "index.html": "dec2ddac82addb3f88ea4f9cd996102e437f0fb1dde4124454419c79e1a6a310",
-        "manifest.json": "62d00ae37c4797bcf6d008923a3036708b132b50e67412ed326dc34615ae98e8",
+        "manifest.json": "dd3ee49814815d8adfe8a583b8da2b04349cf67ff2605bff74bf211eb05c9bb0",
         "sets.csv": "abf1c589d6ddbb30b025c1c1806aa81d1c8957cd0701a6c5f5af2cde7f3729f2",
         "sets.parquet": "ab56f7965f1b08dfaaceb8e251d7dd2da09c33a876c51927e4ef0fb8e167a044",
         "sets.txt": "cbb533c274d1355f56b8d6bff944e2f178be77c4226c4440365d148809e384c7",
         "uncertainty.csv": "a0bbfedea66ef454493a5876eabafb180065f9b9d39434651af0963c775fbdd2",
     },
+    "sets-histogram": {
+        "DATACARD.md": "44d7f217ca31e546f27366d1867bcddad654016e395d55fe4f02e40396a7d590",
+        "datapackage.json": "32dc4a2a9e765dfb171ce241d412ffde36c40329c750aa312a3423ec0e98b720",
+        "index.html": "8213a2b7c68de5c05f65bb0a58955b1dc9afa71049fa331e9d93812e021faadd",
+        "manifest.json": "dcdae8f78d7a0dc64c2d298ab36b45b3148ab8ddbcc54ac201ef696e70758969",
+        "sets.csv": "d5bb5d9dc276e75cbac0626aeb67ccbcd89ad13839b40ea55f89fbc33fefcced",
+        "sets.parquet": "a9cca55200d0e92d230e7535b33716e46a589e8e5b5b41aa02309b1dd6e7892b",
+        "sets.txt": "1f829c2a7d80dc182640561524217d3615677868c7e603fcb76a4acb4c48de68",
+        "uncertainty.csv": "bd1c3c8a4dcb75eb21df98e3ba9d24e75147f9123630cbe8de058c0e0f7c34b3",
+    },
     "trajectories-markov": {
         "DATACARD.md": "4889492492bf74889b8725f7e25ced720b530e0c517884ba2fa49603c294492b",
-        "datapackage.json": "d33e3d32b20161d658c2abebebd9046a6850656f251f87a26bb48587b9e33a20",
+        "datapackage.json": "04a066bebe5e6e88cf84c3ddcff5620d338cee2884555594e9c3afa9ae48c8e5",
         "index.html": "74890000501b50d24e6b94b2f6e6d34c7f582fff9279965324c0564eb47315de",
         "manifest.json": "a089f17b6273528c3b4462239fc679c55b7e0c67fb1bc7ba074671232ec51f3e",
         "trajectories.csv": "4bd2fdc47b606f047161fe99ef90a09d6f2ad6241056dcd69c6f721f6596243a",
@@ -137,7 +150,7 @@ RECORDED: dict[str, dict[str, str]] = {
     },
     "trajectories-safepath": {
         "DATACARD.md": "b0ddaa8490dda00ada1d4ad842e323c2700b2f316e907a27a75e9f5011264f07",
-        "datapackage.json": "b85a62d541a1b3f7722f2d292a397c319d241234db475e9ed62bd42c9728b223",
+        "datapackage.json": "20639e1ccd3e57b1a107686230ac2e93d5a8c99129add4164e7ed53d7c63b4f9",
         "index.html": "5d64e75e85943d47da25f2400e67b352407260c08ebcc240a8883aff1dfe4358",
         "manifest.json": "5283e3ae71434d308bda5b85e959491daf336dfed5539c23ed3e45caf57463ce",
         "trajectories.csv": "5face800fa27cc4972bb76cb08e4622866f2b5cc4bf2c394eef1624c7163755e",
@@ -150,12 +163,20 @@ RECORDED: dict[str, dict[str, str]] = {
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
-    """A small synthetic metro (sequences, sets, a week of trajectories, the universe files) and a tiny Opal week."""
+    """A small synthetic metro (sequences, sets, a week of trajectories, the universe files), heavy-tailed sets over
+    a 12-station universe, and a tiny Opal week."""
     from transit_release.cli import main
     from transit_release.synth.opal_week import write_synthetic_week
 
+    from transit_release.synth.sets import heavy_tailed_sets
+
     metro = tmp_path_factory.mktemp("bytes-metro")
     assert main(["synth-metro", "--out", str(metro), "--passengers", "4000", "--seed", "5"]) == 0
+    ids = [f"c{i:02d}" for i in range(12)]  # a universe small enough for the set histogram
+    (metro / "small-universe.txt").write_text("\n".join(ids) + "\n", encoding="utf-8")
+    (metro / "small-universe-sets.txt").write_text(
+        "".join(" ".join(ids[i] for i in s) + "\n" for s in heavy_tailed_sets(4000, 12, seed=5).to_lists()),
+        encoding="utf-8")
     week = write_synthetic_week(tmp_path_factory.mktemp("bytes-week"), scale=0.001, seed=13, show_progress=False)
     return metro, {k: str(v) for k, v in week.items()}
 
@@ -190,7 +211,8 @@ def _releases(metro: Path, week: dict, root: Path, trip_policy: str) -> dict[str
         epsilon=1.0, height=3, fanout=4, trips=week["trips"], stops=week["stops"], home=home("sequences-from-taps"),
         queries=200, **OPAL_WEEK))
     folder("trajectories-safepath", trajectory_release(
-        epsilon=1.0, height=3, input=str(metro / "trajectories.txt"), location_taxonomy=str(metro / "taxonomy.csv"),
+        epsilon=1.0, height=3, mechanism="safepath", input=str(metro / "trajectories.txt"),
+        location_taxonomy=str(metro / "taxonomy.csv"),
         home=home("trajectories-safepath"), queries=200, **TRAJECTORY_WEEK))
     folder("trajectories-markov", trajectory_release(
         epsilon=1.0, height=3, mechanism="markov", input=str(metro / "trajectories.txt"),
@@ -199,6 +221,9 @@ def _releases(metro: Path, week: dict, root: Path, trip_policy: str) -> dict[str
                                home=home("sets"), queries=200, **SEQUENCE_PERIOD))
     folder("sets-from-taps", set_release(epsilon=1.0, trips=week["trips"], stops=week["stops"], mode="train",
                                          home=home("sets-from-taps"), queries=200, **OPAL_WEEK))
+    folder("sets-histogram", set_release(epsilon=1.0, input=str(metro / "small-universe-sets.txt"),
+                                         locations=str(metro / "small-universe.txt"), home=home("sets-histogram"),
+                                         queries=200, **SEQUENCE_PERIOD))
     return made
 
 

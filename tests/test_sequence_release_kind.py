@@ -109,3 +109,15 @@ def test_the_ngram_manifest_datacard_and_tracking_say_what_was_done():
     record = kind.tracking(m, {"grams.top20.tp": 3.0}, {"empty": 1})
     assert record["mechanism"] == "ngram" and record["params"]["lmax"] == 4
     assert record["metrics"] == {"grams.top20.tp": 3.0, "input.quarantined.empty": 1}
+
+
+def test_without_a_mechanism_ngrams_unless_the_prefix_trees_own_parameters_are_given():
+    """The shortest command gets the recommended n-grams, without --height; --height, --variant or --fanout alone
+    keep the prefix tree (its release id too), as when it was the default."""
+    budget, _ = kind.budget_for(None, UNIVERSE, 1.0)
+    assert isinstance(budget, ngram.NGramBudget) and (budget.max_length, budget.max_gram) == (20, 5)
+    assert kind.resolve_mechanism(None) == kind.DEFAULT_MECHANISM == "ngram"
+    for given in ({"height": 6}, {"variant": "simple"}, {"fanout": 4}):
+        assert kind.resolve_mechanism(None, **given) == "prefix-tree"
+    assert kind.resolve_mechanism("ngram", height=6) == "ngram"  # named: then --height is refused, as before
+    assert kind.budget_for(None, UNIVERSE, 1.0, height=3, variant="simple")[0].height == 3

@@ -161,13 +161,29 @@ def test_the_other_mechanisms_spend_at_most_epsilon_exactly(epsilon, height):
     assert m.station_epsilon == m.hour_epsilon == Fraction(epsilon) * 9 / 20
 
 
+def test_the_default_and_the_former_defaults_own_flags():
+    """No --mechanism: the Markov model at h = 6; one of SafePath's own options: SafePath, as when it was the
+    default; the former default's setup (what its id is recognised by) is SafePath's paper budget."""
+    assert isinstance(kind.trajectory_setup(METRO, 1), kind.MarkovSetup)
+    assert kind.trajectory_setup(METRO, 1).budget.height == kind.DEFAULT_HEIGHT == 6
+    assert isinstance(kind.trajectory_setup(METRO, 1, 6, rule="paper"), kind.SafePathSetup)
+    assert isinstance(kind.trajectory_setup(METRO, 1, 6, budget="joint"), kind.JointSetup)
+    assert kind.resolve_mechanism(None) == "markov" and kind.resolve_mechanism(None, time_fanout=2) == "safepath"
+    former = kind.former_default_setup(METRO, 1, 6)
+    assert isinstance(former, kind.SafePathSetup) and former.rule == "paper"
+    assert kind.earlier_release_ids(WEEK, former) == ("trajectories-safepath-20260105-20260111",)
+    assert kind.earlier_release_ids(WEEK, None) == ()
+
+
 def test_the_other_mechanisms_refuse_the_flags_they_do_not_take():
     for options in ({"budget": "joint", "location_fanout": 2}, {"mechanism": "markov", "rule": "node"},
                     {"mechanism": "markov", "time_taxonomy_height": 3}):
         with pytest.raises(InputDataError, match="go\\(es\\) with SafePath's paper budget"):
             kind.trajectory_setup(METRO, 1, 6, **options)
     with pytest.raises(InputDataError, match="--nmax goes with --mechanism markov"):
-        kind.trajectory_setup(METRO, 1, 6, max_gram=3)
+        kind.trajectory_setup(METRO, 1, 6, mechanism="safepath", max_gram=3)
+    with pytest.raises(InputDataError, match="--budget .* goes with --mechanism safepath, not with markov"):
+        kind.trajectory_setup(METRO, 1, 6, mechanism="markov", budget="paper")
     with pytest.raises(InputDataError, match="use a height of at most 22"):
         kind.trajectory_setup(METRO, 1, 23, mechanism="markov")
     with pytest.raises(InputDataError, match="trajectory mechanism must be one of safepath, markov"):
@@ -175,7 +191,7 @@ def test_the_other_mechanisms_refuse_the_flags_they_do_not_take():
 
 
 @pytest.mark.parametrize("mechanism,budget,event_kind", [("safepath", "joint", "safepath_joint"),
-                                                         ("markov", "paper", "trajectory_markov")])
+                                                         ("markov", None, "trajectory_markov")])
 def test_the_other_mechanisms_publish_through_the_same_outputs(mechanism, budget, event_kind):
     trajs = _trajs()
     setup = kind.trajectory_setup(METRO, 2, 6, mechanism=mechanism, budget=budget)

@@ -193,7 +193,7 @@ def collect_releases(releases_dir: Path, reports_dir: Path, mlflow: dict[str, st
             period = f"scope: {manifest.get('scope', '—')}"
         published = str(manifest.get("created_at") or "")
         mechanism = ("stability-based histogram" if kind == "opal"
-                     else privacy.get("mechanism", "noisy prefix tree").split(" (")[0])
+                     else privacy.get("mechanism", "noisy prefix tree").split(" (")[0].split(":")[0])
         rows_released = publish.rows_released(manifest.get("files", {}))
         report_dir = reports_dir / rid
         landing = d / "index.html"

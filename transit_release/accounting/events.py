@@ -533,6 +533,42 @@ class TrajectoryMarkovEvent(_PeriodScoped):
         return "trajectory_markov"
 
 
+@register
+@dataclass(frozen=True)
+class SetHistogramEvent(_PeriodScoped):
+    """One set histogram over the passengers' station sets of a declared period
+    (:mod:`transit_release.mechanisms.set_histogram`): every non-empty subset of the public universe of
+    ``universe_size`` items is a cell (``cells = 2^universe_size − 1``); one passenger's set is one cell
+    (``sensitivity`` 1), and every cell's count gets discrete Laplace noise at scale ``1/epsilon``. The published
+    sets are post-processed from the noisy counts (cells at or above ``head_threshold`` keep theirs; the rest is
+    shared out from noisy sums and raked to the noisy containment counts of up to ``rake_order`` items). ε-DP,
+    with ``delta`` the sampler's exact total-variation slack. Neighbouring relation: ``add-remove-one`` passenger
+    set over ``period_start``..``period_end``; the accountant composes disjoint periods in parallel.
+    """
+
+    kind: ClassVar[str] = "set_histogram"
+
+    release_id: str
+    period_start: str
+    period_end: str
+    epsilon: float
+    delta: float
+    universe_size: int
+    cells: int
+    head_threshold: int
+    rake_order: int
+    sensitivity: int
+    unit_of_privacy: str
+    neighbouring: str
+    input_fingerprint: str
+    code_version: str
+    population: str = population_field()
+
+    @property
+    def component(self) -> str:
+        return "set_histogram"
+
+
 def event_from_dict(data: dict[str, Any]):
     """Inverse of ``to_dict``; unknown kinds or fields are an error, not ignored. A record without ``population``
     (written before events named one) is about the default population."""

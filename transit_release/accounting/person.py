@@ -67,6 +67,7 @@ KIND_NAMES = {
     "safepath_joint": "passenger trajectories (SafePath, joint budget)",
     "trajectory_markov": "passenger trajectories (Markov model)",
     "diffpart": "passenger station sets (DiffPart)",
+    "set_histogram": "passenger station sets (set histogram)",
 }
 
 
@@ -76,6 +77,7 @@ BOUNDS_A_PERSON = {
     "card_stability_histogram": "card", "truncated_card_stability_histogram": "card",
     "prefix_tree": "passenger-sequence", "ngram": "passenger-sequence", "safepath": "passenger-trajectory",
     "safepath_joint": "passenger-trajectory", "trajectory_markov": "passenger-trajectory", "diffpart": "passenger-set",
+    "set_histogram": "passenger-set",
 }
 
 

@@ -123,13 +123,15 @@ def stop_table_universe(args):
     return from_stop_table(stops, args.mode, name)
 
 
-def check_passenger_budget(args, home: Home, declared: tuple, plan, default_id) -> None:
+def check_passenger_budget(args, home: Home, declared: tuple, plan, default_id, earlier_ids=None) -> None:
     """A passenger-level release's one spend under the policy: ``declared`` is what
     :func:`check_passenger_release_args` returned, ``plan(release_id, period, population)`` makes the spend,
-    ``default_id(period)`` names the release when ``--release-id`` is not given."""
+    ``default_id(period)`` names the release when ``--release-id`` is not given and ``earlier_ids(period)`` the ids
+    a former default gave it (published from the same input, the flow finds it already published)."""
     period, population, policy = declared
     rid = args.release_id or default_id(period)
-    check_budget(home, args, [plan(rid, period, population)], policy)
+    earlier = () if args.release_id or earlier_ids is None else tuple(earlier_ids(period))
+    check_budget(home, args, [plan(rid, period, population)], policy, earlier)
 
 
 def check_sequence_args(args, home: Home | None = None) -> None:
@@ -155,7 +157,7 @@ def check_sequence_args(args, home: Home | None = None) -> None:
 
         check_passenger_budget(args, home, declared, lambda rid, period, pop: sequences.plan_spend(
             rid, period, budget, "not-read-yet", "", pop), lambda period: sequences.default_release_id(
-            args.mechanism, period))
+            sequences.resolve_mechanism(args.mechanism, args.height, args.variant, args.fanout), period))
 
 
 def check_trajectory_args(args, home: Home | None = None) -> None:
@@ -184,9 +186,14 @@ def check_trajectory_args(args, home: Home | None = None) -> None:
     if home is not None:
         from transit_release.releases import trajectories
 
+        resolved = trajectories.resolve_mechanism(args.mechanism, args.budget, args.location_fanout,
+                                                  args.location_taxonomy_height, args.time_fanout,
+                                                  args.time_taxonomy_height, args.thresholds)
+        former = trajectories.former_default_setup(universe, args.epsilon, args.height) if (
+            args.mechanism is None and resolved == trajectories.DEFAULT_MECHANISM) else None
         check_passenger_budget(args, home, declared, lambda rid, period, pop: trajectories.plan_spend(
             rid, period, setup, "not-read-yet", "", pop), lambda period: trajectories.default_release_id(
-            period, args.mechanism))
+            period, resolved), lambda period: trajectories.earlier_release_ids(period, former))
 
 
 def check_set_args(args, home: Home | None = None) -> None:
@@ -194,7 +201,7 @@ def check_set_args(args, home: Home | None = None) -> None:
     exploding partitioning."""
     from transit_release import preflight
     from transit_release.inputs.universe import from_stop_locations, read_locations_file
-    from transit_release.releases.sets import set_budget
+    from transit_release.releases.sets import set_setup
 
     declared = check_passenger_release_args(args)
     if args.trips:
@@ -210,12 +217,14 @@ def check_set_args(args, home: Home | None = None) -> None:
             raise InputDataError("give the public location universe: --locations FILE (one location id per line); "
                                  "the universe is never read off the data")
         universe = read_locations_file(args.locations)
-    budget = set_budget(universe, args.epsilon, args.fanout)
+    setup = set_setup(universe, args.epsilon, args.mechanism, args.fanout)
     if home is not None:
         from transit_release.releases import sets
 
         check_passenger_budget(args, home, declared, lambda rid, period, pop: sets.plan_spend(
-            rid, period, budget, "not-read-yet", "", pop), sets.default_release_id)
+            rid, period, setup.budget, "not-read-yet", "", pop),
+            lambda period: sets.default_release_id(period, setup.mechanism),
+            lambda period: sets.earlier_release_ids(period, setup))
 
 
 def warn_if_publisher_unset(home: Home) -> None:

@@ -14,24 +14,35 @@ EPILOG = ("`transit-release COMMAND --help` shows a command's options and an exa
 
 
 WEEK = "--period-start 2016-08-08 --period-end 2016-08-14"
-#: one working example per command (README and docs/ have more, with what they print)
+#: one working example per command (README and docs/ have more, with what they print); every one runs as printed,
+#: in the order of tests/test_help_examples.py (the synthetic data first)
 EXAMPLES = {
     "synth": "transit-release synth --out data --scale 0.01",
     "release": f"transit-release release --trips data/trips.csv --stops data/stops.csv {WEEK} --home home",
     "demo": "transit-release demo --home demo",
-    "sequences": f"transit-release sequences --trips data/trips.csv --stops data/stops.csv {WEEK} --epsilon 1 "
-                 "--home home",
-    "trajectories": "transit-release trajectories --input metro/trajectories.txt --locations metro/stations.txt "
-                    f"{WEEK} --epsilon 1 --mechanism markov --home home",
-    "sets": f"transit-release sets --input metro/sets.txt --locations metro/stations.txt {WEEK} --epsilon 1 "
+    "sequences": f"transit-release sequences --input metro/sequences.txt --locations metro/locations.txt {WEEK} "
+                 "--epsilon 1 --home home",
+    "trajectories": "transit-release trajectories --input metro/trajectories.txt --locations metro/locations.txt "
+                    f"{WEEK} --epsilon 1 --home home",
+    "sets": f"transit-release sets --input metro/sets.txt --locations metro/locations.txt {WEEK} --epsilon 1 "
             "--home home",
     "synth-metro": "transit-release synth-metro --out metro --passengers 20000",
     "budget": "transit-release budget --home home",
     "audit": "transit-release audit --home home --json",
     "repair": "transit-release repair --home home",
-    "backup": "transit-release backup --home home --to /backups/ledger-2016-08-15",
+    "backup": "transit-release backup --home home --to backups/ledger-2016-08-15",
     "serve": "transit-release serve --home home",
 }
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, except that the example (the epilog) is printed on one line, as it is run: a wrapped
+    command copied from the terminal would not be the command."""
+
+    def _fill_text(self, text, width, indent):
+        if text.startswith("example: "):
+            return indent + text
+        return super()._fill_text(text, width, indent)
 
 
 class _Version(argparse.Action):
@@ -64,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         command.allow_abbrev = False  # exact option names only: `--trip` is not `--trips`
         command.description = command.description or next(a.help for a in sub._choices_actions if a.dest == name)
         command.epilog = f"example: {EXAMPLES[name]}"
+        command.formatter_class = _HelpFormatter
     return p
 
 

@@ -830,6 +830,11 @@ def sample_from_tree(tree: NGramTree, starts: np.ndarray, lengths: np.ndarray, g
     smallest symbol allowed at position ``i`` of each of ``rows``. Where a context holds no mass at or
     above the floor the next shorter one is used, down to the unigrams; with none at all the symbol is the
     floor itself. Returns an ``(n, 1 + max(lengths))`` array, ``-1`` past each row's end.
+
+    Vectorised over the rows, one position at a time (a loop of ``max(lengths)`` steps, never one per row):
+    one uniform of ``generator`` per row and position, in row order, turned into a symbol by inverting the
+    context's cumulative counts with a binary search per row (:func:`_count_at_most`), so memory stays
+    proportional to the rows, not to rows × symbols.
     """
     B = tree.budget.n_locations + 1
     levels = tree.levels
@@ -839,6 +844,7 @@ def sample_from_tree(tree: NGramTree, starts: np.ndarray, lengths: np.ndarray, g
     seq = np.full((starts.size, 1 + longest), -1, dtype=np.int64)
     seq[:, 0] = starts
     keys = [np.arange(levels[0].size, dtype=np.int64)] + [_level_keys(lv, B) for lv in levels[1:]]
+    block_rank = [_block_rank(lv) for lv in levels]
 
     def cumulative(weights: np.ndarray) -> np.ndarray:  # rows of weights over the drawable symbols, summed
         w = np.maximum(np.nan_to_num(weights[:, :n_symbols].astype(float)), 0.0)
@@ -847,6 +853,8 @@ def sample_from_tree(tree: NGramTree, starts: np.ndarray, lengths: np.ndarray, g
     cum = [cumulative(levels[0].count[None, :])]  # m = 0: the unigrams
     for m in range(1, min(len(levels), tree.budget.max_gram)):
         cum.append(cumulative(levels[m].count.reshape(-1, B)) if levels[m].size else np.zeros((0, n_symbols + 1)))
+    width = n_symbols + 1
+    flat = [c.reshape(-1) for c in cum]
     for i in range(1, longest + 1):
         rows = np.flatnonzero(lengths >= i)
         lo = np.zeros(rows.size, dtype=np.int64) if floor is None else np.clip(floor(rows, i, seq), 0, n_symbols)
@@ -860,20 +868,38 @@ def sample_from_tree(tree: NGramTree, starts: np.ndarray, lengths: np.ndarray, g
                 ok = idx >= 0
                 ok[ok] = levels[m - 1].expanded[idx[ok]]
                 row = np.full(rows.size, -1, dtype=np.int64)
-                row[ok] = _block_rank(levels[m - 1])[idx[ok]]
-            has = row >= 0
-            mass = np.zeros(rows.size)
-            mass[has] = cum[m][row[has], n_symbols] - cum[m][row[has], lo[has]]
-            use = has & (mass > 0)
+                row[ok] = block_rank[m - 1][idx[ok]]
+            has = np.flatnonzero(row >= 0)
+            start = row[has] * width
+            mass = flat[m][start + n_symbols] - flat[m][start + lo[has]]
+            use = has[mass > 0]
             choice_cum[use], choice_row[use] = m, row[use]
         out = lo.copy()
         u = generator.random(rows.size)
         for m in np.unique(choice_cum[choice_cum >= 0]).tolist():
             sel = np.flatnonzero(choice_cum == m)
-            c = cum[m][choice_row[sel]]
-            base = c[np.arange(sel.size), lo[sel]]
-            target = base + u[sel] * (c[:, -1] - base)
+            start = choice_row[sel] * width
+            base = flat[m][start + lo[sel]]
+            target = base + u[sel] * (flat[m][start + n_symbols] - base)
             # the first symbol whose cumulative mass exceeds the target (at or above the floor)
-            out[sel] = np.maximum((c[:, 1:] <= target[:, None]).sum(axis=1), lo[sel]).clip(max=n_symbols - 1)
+            below = _count_at_most(flat[m], start + 1, n_symbols, target)
+            out[sel] = np.maximum(below, lo[sel]).clip(max=n_symbols - 1)
         seq[rows, i] = out
     return seq
+
+
+def _count_at_most(flat: np.ndarray, start: np.ndarray, n: int, target: np.ndarray) -> np.ndarray:
+    """Per row ``r``: how many of the non-decreasing ``flat[start[r] : start[r] + n]`` are ``≤ target[r]``.
+
+    Binary lifting on every row at once (``⌊log2 n⌋ + 1`` steps of one gather each): the count grows by a
+    power of two while the entry it would reach is still ``≤ target`` — the same comparisons, so the same answer,
+    as counting the row's entries ``≤ target``.
+    """
+    found = np.zeros(start.size, dtype=np.int64)
+    step = 1 << (int(n).bit_length() - 1) if n > 0 else 0
+    last = start + (n - 1)
+    while step:
+        reach = found + step
+        found += step * (flat[np.minimum(start + reach - 1, last)] <= target) * (reach <= n)
+        step >>= 1
+    return found

@@ -25,7 +25,9 @@ day sequence, one trajectory per count: the stations are drawn from the
 station model's variable-order Markov chain starting at the length marker
 (:func:`~transit_release.mechanisms.ngram.sample_from_tree`), the hours of the
 day likewise, an hour never below the previous one on the same day; point
-``i`` is ``station_i @ 24·day_i + hour_i``. Stations, hours of the day and days
+``i`` is ``station_i @ 24·day_i + hour_i``. The draw is vectorised over the trajectories (a loop over
+the ``≤ h`` positions, never one per trajectory: :func:`draw_trajectories`), and its randomness is the
+release's secure stream, like the noise. Stations, hours of the day and days
 are drawn independently of one another given the length: a regularity that
 ties them together beyond it (e.g. one station in the morning, another at
 night) is kept only as far as the position in the trajectory carries it.
@@ -63,8 +65,8 @@ DEFAULT_MAX_GRAM = 3
 #: refuse a day histogram with more cells than this (``C(h + 7, 7) − 1``: h ≤ 22)
 MAX_DAY_CELLS = 2_000_000
 
-__all__ = ["DEFAULT_MAX_GRAM", "MarkovBudget", "MarkovRelease", "day_cell", "day_sequence", "delta_slack",
-           "sanitize_markov"]
+__all__ = ["DEFAULT_MAX_GRAM", "MarkovBudget", "MarkovModel", "MarkovRelease", "day_cell", "day_sequence",
+           "delta_slack", "draw_trajectories", "fit_markov", "sanitize_markov"]
 
 
 class MarkovParameterError(ValueError):
@@ -230,9 +232,19 @@ def _model(seqs: Sequences, budget: ngram.NGramBudget, generator: np.random.Gene
     return tree
 
 
-def sanitize_markov(trajs: Trajectories, budget: MarkovBudget, generator: np.random.Generator) -> MarkovRelease:
-    """The ε-DP release: the three noisy models (days, stations, hours of the day), then the trajectories drawn
-    from them. Noise is drawn in a fixed order (days, stations, hours), then the generation's randomness."""
+@dataclass(frozen=True)
+class MarkovModel:
+    """The three noisy releases (the ε-DP part): the kept day-sequence counts (``0`` where dropped) and the two
+    consistent n-gram trees. Everything drawn from it is post-processing."""
+
+    budget: MarkovBudget
+    day_counts: np.ndarray
+    stations: ngram.NGramTree
+    hours: ngram.NGramTree
+
+
+def fit_markov(trajs: Trajectories, budget: MarkovBudget, generator: np.random.Generator) -> MarkovModel:
+    """The three noisy models, their noise drawn in a fixed order: days, stations, hours of the day."""
     if trajs.n_locations != budget.n_locations or trajs.n_hours != HOURS_PER_WEEK:
         raise MarkovParameterError(f"the trajectories use {trajs.n_locations} locations × {trajs.n_hours} hours; the "
                                    f"model needs {budget.n_locations} × {HOURS_PER_WEEK} (hours of the week)")
@@ -254,16 +266,27 @@ def sanitize_markov(trajs: Trajectories, budget: MarkovBudget, generator: np.ran
                       generator)
     hours = _model(_with_marker(cut.hours % HOURS_PER_DAY, cut.offsets, HOURS_PER_DAY, h), budget.hour_budget(),
                    generator)
-    # generation: one trajectory per kept count, its days from its cell
+    return MarkovModel(budget, kept, stations, hours)
+
+
+def draw_trajectories(model: MarkovModel, generator: np.random.Generator) -> MarkovRelease:
+    """Post-processing of the model: one trajectory per kept day-sequence count, its days from its cell, its
+    stations and hours of the day drawn from the two trees (an hour never below the previous one on the same day).
+    Vectorised over the trajectories (a loop over the ≤ h positions, never one per trajectory); the randomness is
+    ``generator``'s (the release's secure stream)."""
+    budget, kept = model.budget, model.day_counts
+    h = budget.height
+    offsets = _offsets(h)
     cells = np.flatnonzero(kept)
     seq_days = np.full((cells.size, h), -1, dtype=np.int64)
-    for r, c in enumerate(cells.tolist()):
+    for r, c in enumerate(cells.tolist()):  # one per kept cell (at most C(h + 7, 7) − 1 of them)
         d = day_sequence(c, offsets, h)
         seq_days[r, :len(d)] = d
     rows = np.repeat(np.arange(cells.size), kept[cells])
     out_days = seq_days[rows]
     out_len = (out_days >= 0).sum(axis=1)
-    st = ngram.sample_from_tree(stations, budget.n_locations + out_len - 1, out_len, generator, budget.n_locations)
+    st = ngram.sample_from_tree(model.stations, budget.n_locations + out_len - 1, out_len, generator,
+                                budget.n_locations)
 
     def same_day_floor(r: np.ndarray, i: int, seq: np.ndarray) -> np.ndarray:
         if i == 1:
@@ -271,23 +294,45 @@ def sanitize_markov(trajs: Trajectories, budget: MarkovBudget, generator: np.ran
         same = out_days[r, i - 1] == out_days[r, i - 2]
         return np.where(same, seq[r, i - 1], 0)
 
-    hr = ngram.sample_from_tree(hours, HOURS_PER_DAY + out_len - 1, out_len, generator, HOURS_PER_DAY,
+    hr = ngram.sample_from_tree(model.hours, HOURS_PER_DAY + out_len - 1, out_len, generator, HOURS_PER_DAY,
                                 floor=same_day_floor)
     width = st.shape[1] - 1  # the longest generated row, which may be shorter than h
     released = _count_distinct(st[:, 1:], out_days[:, :width] * HOURS_PER_DAY + hr[:, 1:], out_len)
-    stats = {"day_cells_kept": int(cells.size), "station_grams": stations.n_nodes, "hour_grams": hours.n_nodes}
+    stats = {"day_cells_kept": int(cells.size), "station_grams": model.stations.n_nodes,
+             "hour_grams": model.hours.n_nodes}
     return MarkovRelease(released, stats)
 
 
+def sanitize_markov(trajs: Trajectories, budget: MarkovBudget, generator: np.random.Generator) -> MarkovRelease:
+    """The ε-DP release: the three noisy models (days, stations, hours of the day), then the trajectories drawn
+    from them. Noise is drawn in a fixed order (days, stations, hours), then the generation's randomness."""
+    return draw_trajectories(fit_markov(trajs, budget, generator), generator)
+
+
 def _count_distinct(locations: np.ndarray, hours: np.ndarray, lengths: np.ndarray) -> list:
-    """``(trajectory, copies)`` of the generated rows (``-1``-padded arrays), sorted by trajectory."""
+    """``(trajectory, copies)`` of the generated rows (``-1``-padded arrays), sorted by trajectory.
+
+    Each point is the key ``station·168 + hour`` (``-1`` past a row's end), so the rows' lexicographic order
+    is the trajectories' (a shorter trajectory before its continuations): one ``lexsort`` gives the distinct
+    rows in the published order. Only the distinct rows become Python tuples, built column by column for the
+    rows of each length (``zip`` in C, no loop per row).
+    """
     if lengths.size == 0:
         return []
     width = locations.shape[1]
     key = np.where(np.arange(width)[None, :] < lengths[:, None], locations * HOURS_PER_WEEK + hours, -1)
-    uniq, copies = np.unique(key, axis=0, return_counts=True)
-    out = []
-    for row, c in zip(uniq.tolist(), copies.tolist()):
-        traj = tuple((p // HOURS_PER_WEEK, p % HOURS_PER_WEEK) for p in row if p >= 0)
-        out.append((traj, int(c)))
-    return sorted(out)
+    key = key[np.lexsort(key.T[::-1])]
+    first = np.ones(key.shape[0], dtype=bool)
+    first[1:] = (key[1:] != key[:-1]).any(axis=1)
+    starts = np.flatnonzero(first)
+    copies = np.diff(np.append(starts, key.shape[0]))
+    uniq = key[starts]
+    size = (uniq >= 0).sum(axis=1)
+    point_of = [(k // HOURS_PER_WEEK, k % HOURS_PER_WEEK) for k in range(int(uniq.max()) + 1)]
+    out = np.empty(uniq.shape[0], dtype=object)
+    for n in np.unique(size).tolist():
+        sel = np.flatnonzero(size == n)
+        columns = [list(map(point_of.__getitem__, uniq[sel, j].tolist())) for j in range(n)]
+        pairs = zip(zip(*columns), copies[sel].tolist())
+        out[sel] = np.fromiter(pairs, dtype=object, count=sel.size)
+    return out.tolist()

@@ -77,8 +77,10 @@ def _uncertainty_schema() -> dict:
         "epsilon": "privacy budget of each such count",
         "noise_scale": "scale of the discrete Laplace noise (an exact fraction)",
         "noise_bound": "the noise never exceeds this in absolute value (empty: unbounded)",
-        "threshold": "noisy counts below this were not published (for sets: the threshold at the smallest leaf "
-                     "budget, the largest of the leaf thresholds; leaves counted with more budget have lower ones)",
+        "threshold": "noisy counts below this were not published (for DiffPart's sets: the threshold at the smallest "
+                     "leaf budget, the largest of the leaf thresholds; leaves counted with more budget have lower "
+                     "ones; for the set histogram: sets whose noisy count reached it kept it, rarer ones were "
+                     "estimated from noisy sums)",
         "half_width_95": "the noise lies within ± this with probability at least 95%",
         "coverage": "that probability, exactly",
         "sd": "standard deviation of the noise",

@@ -13,6 +13,10 @@ drawn with (constant over the rows it names):
 * Station sets (DiffPart): one row. A released set's count is its leaf's noisy
   count, drawn at ε/2 or more, so the half-width at ε/2 bounds every row's
   (the interval column says "at most").
+* Station sets (set histogram): one row, the noise of every set's count (scale
+  1/ε); the published counts are estimated from those (rarer sets from noisy
+  sums, all raked to noisy containment counts), so no interval of a published
+  count is stated.
 * Sequences, n-grams, trajectories (SafePath, either budget rule): one per kind
   of tree node. Their published counts are post-processed (made consistent,
   then turned into copies ending at a node), so the row states the noise each
@@ -40,6 +44,9 @@ OPAL_SUMS = ((2, "2 cells (or a difference)"), (7, "7 cells (a week from its day
              (28, "28 cells"), (96, "96 cells (a day of 15-minute windows)"))
 PUBLISHED = "published count ± half_width_95"
 NODE_NOISE = "noise of each node count before consistency (published counts are post-processed: no stated coverage)"
+SET_HISTOGRAM_NOISE = ("noise of each set's count before estimation (sets at or above the threshold keep theirs, "
+                       "rescaled with the rest to the noisy counts of lines containing each station, pair and triple; "
+                       "rarer ones are shared out from noisy sums: no stated coverage)")
 MODEL_NOISE = ("noise of each day-sequence count the trajectories were drawn from (the stations and hours come from "
                "noisy n-gram models; published rows are synthetic: no stated coverage)")
 
@@ -103,6 +110,9 @@ def _tree_rows(manifest: dict) -> list[dict]:
                         if depth == len(steps) else f"{label} nodes: taxonomy depth {depth}")
                 rows.append(_node_row("trajectories.csv", "all rows", what, eps, threshold))
         return rows
+    if mech == "set-histogram":
+        return [_node_row("sets.csv", "all rows", "every possible set's count (one noisy histogram)", p["epsilon"],
+                          p["head_threshold"], SET_HISTOGRAM_NOISE)]
     if mech == "diffpart":
         leaf = _exact(p["leaf_reserve_epsilon"])
         # the leaf threshold ⌈√2·C1/ε_leaf⌉ is largest at the smallest leaf budget, ε/2
@@ -232,6 +242,15 @@ def _tree_section(manifest: dict) -> str:
                f"{rows[0]['half_width_95']}** of it with probability at least 95% (a sum of k counts: about "
                f"√k times that; sets rarer than the threshold are missing, and published counts near it are biased "
                "upward, as only noisy counts that reached it were kept).")
+    elif manifest["privacy"].get("mechanism_id") == "set-histogram":
+        how = (f"Every possible set's count got noise at scale {rows[0]['noise_scale']} (within **± "
+               f"{rows[0]['half_width_95']}** with probability 95%). The published counts are estimated from those "
+               "noisy counts: a set at or above the threshold keeps its own, rescaled with the rest so that the "
+               "numbers of lines containing each station, pair and triple of stations agree with their noisy "
+               "counts; rarer sets are shared out from noisy sums over similar sets. So a published count of a "
+               "frequent set is within about ± h of the truth, a rare set's is an estimate with no stated "
+               "coverage, and sums over many sets (lines containing a station, a pair, a triple) are the reliable "
+               "figures.")
     elif manifest["privacy"].get("mechanism_id") == "trajectory-markov":
         how = ("The published trajectories are synthetic: their number per sequence of days is the noisy day "
                "histogram above (cells below the threshold dropped), and their stations and hours are drawn from "

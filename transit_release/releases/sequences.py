@@ -43,6 +43,11 @@ KIND = "sequences"
 UNIT = "passenger-sequence"
 NEIGHBOURING = "add-remove-one"
 MECHANISMS = ("prefix-tree", "ngram")
+#: the recommended mechanism (docs/sequences.md): what a release without --mechanism (and without the prefix
+#: tree's own parameters) uses
+DEFAULT_MECHANISM = "ngram"
+#: the prefix tree's own parameters: given without --mechanism, they keep the prefix tree (the former default)
+PREFIX_TREE_FLAGS = ("--height", "--variant", "--fanout")
 #: the n-gram sanitizer's defaults (the thesis's): ℓmax locations kept per sequence, grams of at most nmax symbols
 DEFAULT_LMAX = 20
 DEFAULT_NMAX = 5
@@ -87,14 +92,26 @@ def ngram_budget(universe: LocationUniverse, epsilon: float, lmax: int, nmax: in
     return budget
 
 
-def budget_for(mechanism: str, universe: LocationUniverse, epsilon: float, height: int | None = None,
+def resolve_mechanism(mechanism: str | None, height: int | None = None, variant: str | None = None,
+                      fanout: int | None = None) -> str:
+    """The mechanism of a release: ``mechanism`` if given; else the prefix tree when one of its own parameters
+    (``height``, ``variant``, ``fanout``) is given — the prefix tree was the default and needed ``--height``, so a
+    command written for it keeps its mechanism and its release id —; else :data:`DEFAULT_MECHANISM`."""
+    if mechanism is not None:
+        return mechanism
+    return "prefix-tree" if any(v is not None for v in (height, variant, fanout)) else DEFAULT_MECHANISM
+
+
+def budget_for(mechanism: str | None, universe: LocationUniverse, epsilon: float, height: int | None = None,
                variant: str | None = None, fanout: int | None = None, lmax: int | None = None,
                nmax: int | None = None) -> tuple[Budget, Taxonomy | None]:
     """The budget (and the hybrid tree's taxonomy) of ``mechanism``; refuses the other mechanism's parameters.
 
     Prefix tree: ``height`` (required), ``variant`` (default hybrid), ``fanout``. N-gram: ``lmax``, ``nmax``
     (defaults :data:`DEFAULT_LMAX`, :data:`DEFAULT_NMAX`); a taxonomy file only gives it the universe.
+    ``mechanism`` None: :func:`resolve_mechanism`.
     """
+    mechanism = resolve_mechanism(mechanism, height, variant, fanout)
     if mechanism not in MECHANISMS:
         raise InputDataError(f"unknown sequence mechanism {mechanism!r}; choose one of {', '.join(MECHANISMS)}")
     if mechanism == "ngram":

@@ -59,7 +59,11 @@ KIND = "trajectories"
 UNIT = "passenger-trajectory"
 NEIGHBOURING = "add-remove-one"
 MECHANISMS = ("safepath", "markov")
-DEFAULT_MECHANISM = "safepath"
+#: the recommended mechanism (docs/trajectories.md): what a release without --mechanism (and without SafePath's own
+#: parameters) uses; SafePath was the former default
+DEFAULT_MECHANISM = "markov"
+#: the longest released trajectory (taps) when --height is not given: the height the docs measured both at
+DEFAULT_HEIGHT = 6
 #: SafePath's budget rules: the paper's split over two taxonomies, or one test of the pair per level
 BUDGET_RULES = safepath.BUDGET_RULES
 DEFAULT_BUDGET = "paper"
@@ -162,13 +166,53 @@ def safepath_setup(universe: LocationUniverse, epsilon: float, height: int, *, l
                          time_fanout)
 
 
-def trajectory_setup(universe: LocationUniverse, epsilon: float, height: int, *, mechanism: str = DEFAULT_MECHANISM,
-                     budget: str = DEFAULT_BUDGET, location_fanout: int | None = None,
+#: SafePath's own parameters: given without --mechanism, they keep SafePath (the former default)
+SAFEPATH_FLAGS = ("--budget", "--location-fanout", "--location-taxonomy-height", "--time-fanout",
+                  "--time-taxonomy-height", "--thresholds")
+
+
+def resolve_mechanism(mechanism: str | None, budget: str | None = None, location_fanout: int | None = None,
+                      location_taxonomy_height: int | None = None, time_fanout: int | None = None,
+                      time_taxonomy_height: int | None = None, rule: str | None = None) -> str:
+    """The mechanism of a release: ``mechanism`` if given; else SafePath when one of its own parameters
+    (:data:`SAFEPATH_FLAGS`) is given — a command or deployment written for SafePath, the former default, keeps
+    its mechanism and its release id —; else :data:`DEFAULT_MECHANISM`."""
+    if mechanism is not None:
+        return mechanism
+    own = (budget, location_fanout, location_taxonomy_height, time_fanout, time_taxonomy_height, rule)
+    return "safepath" if any(v is not None for v in own) else DEFAULT_MECHANISM
+
+
+def former_default_setup(universe: LocationUniverse, epsilon: float, height: int | None) -> SafePathSetup | None:
+    """The setup the former default (SafePath, the paper's budget, default taxonomies and thresholds) had for a
+    command with neither ``--mechanism`` nor SafePath's flags; None where that default could not run (its refusal
+    then was the command's)."""
+    try:
+        return safepath_setup(universe, epsilon, DEFAULT_HEIGHT if height is None else height)
+    except InputDataError:
+        return None
+
+
+def earlier_release_ids(period, former: SafePathSetup | None) -> tuple[str, ...]:
+    """The id the former default gave this release (published from the same input and parameters, it is this
+    release, already published)."""
+    return (default_release_id(period, "safepath"),) if former is not None else ()
+
+
+def trajectory_setup(universe: LocationUniverse, epsilon: float, height: int | None = None, *,
+                     mechanism: str | None = None, budget: str | None = None, location_fanout: int | None = None,
                      location_taxonomy_height: int | None = None, time_fanout: int | None = None,
                      time_taxonomy_height: int | None = None, rule: str | None = None,
                      max_gram: int | None = None) -> Setup:
-    """The public setup of ``mechanism`` (and SafePath's ``budget`` rule) from public inputs only; refuses, before any
-    data is read, a flag the mechanism does not take, an impossible ε and a tree or model too large."""
+    """The public setup of ``mechanism`` (:func:`resolve_mechanism` when None; SafePath's ``budget`` rule, default
+    the paper's) from public inputs only; refuses, before any data is read, a flag the mechanism does not take, an
+    impossible ε and a tree or model too large. ``height`` None: :data:`DEFAULT_HEIGHT`."""
+    mechanism = resolve_mechanism(mechanism, budget, location_fanout, location_taxonomy_height, time_fanout,
+                                  time_taxonomy_height, rule)
+    height = DEFAULT_HEIGHT if height is None else height
+    if mechanism == "markov" and budget is not None:
+        raise InputDataError("--budget (SafePath's budget rule) goes with --mechanism safepath, not with markov")
+    budget = DEFAULT_BUDGET if budget is None else budget
     if mechanism not in MECHANISMS:
         raise InputDataError(f"the trajectory mechanism must be one of {', '.join(MECHANISMS)}. Found {mechanism!r}.")
     taxonomy_flags = {"--location-fanout": location_fanout, "--location-taxonomy-height": location_taxonomy_height,
