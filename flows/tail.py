@@ -6,7 +6,8 @@ budget or setup), offering the few steps that differ. :func:`publish_release` ru
 
     fingerprint the inputs → resolve the id (published before from the same input: nothing drawn or spent)
     → read the records → plan the spends → (a dry run: the policy's verdict, and stop) → pre-check the budget
-    → check the MLflow store and the free space → charge → anchor the ledger → sanitize → evaluate
+    → check the MLflow store and the free space → record what the records are (the overlap check between
+    populations: :mod:`transit_release.accounting.claims`) → charge → anchor the ledger → sanitize → evaluate
     → the public outputs → stage → the report → track, commit, anchor, index, DCAT catalogue
     (:func:`publish_staged`)
 
@@ -25,7 +26,7 @@ from typing import Any
 import pandas as pd
 from prefect.utilities.annotations import quote
 
-from tasks.budget import charge_budget, check_budget, precheck_budget, resolve_release
+from tasks.budget import charge_budget, check_budget, forget_claim, precheck_budget, record_claim, resolve_release
 from tasks.home import check_free_space, discard_run, records_space_needed
 from tasks.inputs import fingerprint_inputs
 from tasks.publish import commit_release, load_manifest, stage_release, update_catalog
@@ -51,11 +52,14 @@ class ReleaseRun:
 
 @dataclass(frozen=True)
 class Records:
-    """What a kind read: its records (``data``, never a Prefect parameter as such) and the quarantine figures
-    (counts by reason: what a dry run and the report show)."""
+    """What a kind read: its records (``data``, never a Prefect parameter as such), the quarantine figures
+    (counts by reason: what a dry run and the report show) and ``content``, what its private inputs hold (an
+    :class:`~transit_release.inputs.content.InputContent`, or the folder the partition steps left it in), which
+    the overlap check between populations keys and compares."""
 
     data: Any
     quarantine: dict
+    content: Any = None
 
 
 @dataclass(frozen=True)
@@ -177,14 +181,16 @@ def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, popula
         events = kind.plan(run, records, _value(fingerprint), population)
         if dry_run:
             return summarize_dry_run(rid, kind.period, kind.period_declared, events,
-                                     check_budget(where, events, policy), records.quarantine)
+                                     check_budget(where, events, policy, quote(records.content)), records.quarantine)
         precheck_budget(where, events, policy)
         check_store(where)  # MLflow must work before anything is spent
         check_free_space(where, kind.space_needed(records), rid)  # room to finish once charged
+        # what the records are, keyed, privately: refused at once if another population's release read them
+        attempt = record_claim(where, quote(records.content), events)
         charged = None
         in_flight: list = []
         try:
-            charged = charge_budget(where, events, policy)
+            charged = charge_budget(where, events, policy, attempt)
             anchor_ledger(where, rid, "charge")
             with _stage(kind.sanitizing):
                 sanitized = kind.sanitize(run, records, charged)
@@ -208,6 +214,8 @@ def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, popula
             finally:  # also when the wait is interrupted
                 # refused at its charge, a run wrote no report: a folder there is another run's (of the same id)
                 discard_run(where, rid, keep_reports=charged is None)
+                if charged is None:  # never charged: its claim would be ignored; remove it
+                    forget_claim(where, attempt, rid)
             raise
     return kind.summary(run, staged.manifest, mlflow_run_id, report, records, evaluation)
 

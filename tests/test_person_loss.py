@@ -16,7 +16,8 @@ from transit_release.accounting.person import KIND_NAMES, person_loss, person_lo
 from transit_release.accounting.pld import pld_epsilon
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
 from transit_release.config import population_named
-from transit_release.errors import BudgetExceededError, ConfigError, PopulationError, UnboundedPersonLossError
+from transit_release.errors import (BudgetExceededError, ConfigError, PopulationError, PopulationOverlapError,
+                                   UnboundedPersonLossError)
 from transit_release.releases.loss_statement import person_text
 
 WEEK = ("2016-08-08", "2016-08-14")
@@ -159,11 +160,13 @@ def test_a_population_the_ledger_contradicts_is_refused(tmp_path):
     ledger = Ledger(tmp_path / "ledger.sqlite")
     ledger.charge(card_events("card"), check=policy.check)
     other = [replace(ngram_event("sets", *WEEK, 1.0), population="other-riders", input_fingerprint="f")]
-    with pytest.raises(PopulationError) as info:
+    with pytest.raises(PopulationOverlapError) as info:  # exit 3: the policy refuses, nothing is charged
         policy.check(ledger.entries(), other)
     assert str(info.value) == ("release 'sets' names population 'other-riders', but release 'card' was made from the "
                                "same input files about population 'default': the same passengers cannot be two "
-                               "populations; use --population default (or leave --population out)")
+                               "populations; use --population default (or leave --population out); nothing was "
+                               "charged")
+    assert info.value.refusal == "population-overlap"
     mixed = [ngram_event("two", *WEEK), replace(ngram_event("two", *WEEK), population="b")]
     with pytest.raises(PopulationError, match=r"one release is about one population; its spends name \['b', 'default'\]"):
         policy.check([], mixed)

@@ -59,7 +59,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def release(args, trips: str, stops: str, home: Home) -> int:
-    """Release ``trips`` and ``stops`` (checked while the server starts) with the Opal flow."""
+    """Release ``trips`` and ``stops`` (checked while the server starts; the population before it starts) with the
+    Opal flow."""
+    checks.check_population(args, home)  # an undeclared population: refused before anything is read or started
     with server.prefect_api(home, args.verbose, preload=("flows.opal_release",), warm=RELEASE_MODULES,
                             prewarm_workers=not args.dask_address and local_workers(args.workers) != IN_PROCESS,
                             checks=lambda: checks.check_release_args(args, trips, stops, home)):

@@ -98,6 +98,12 @@ def print_audit(result: dict) -> None:
               "no bound on a card's trips)")
     from transit_release.audit import PERSON, unit_losses
 
+    if result.get("populations"):
+        print("Populations (a passenger is one card: someone with m cards can lose up to m times the figures below):")
+        for p in result["populations"]:
+            first = f"first named by {p['first_release']}" if p["first_release"] else "no release yet"
+            about = p["covers"] if p["declared"] else "NOT DECLARED in the budget policy"
+            print(f"  {p['name']}: {about}; {first}, {p['releases']} release(s)")
     for population, person in result["loss"].get(PERSON, {}).items():
         print(f"Cumulative privacy loss of one passenger of population '{population}' ({person['releases']} "
               "release(s), every kind):")
