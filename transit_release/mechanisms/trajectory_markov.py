@@ -63,7 +63,7 @@ DEFAULT_MAX_GRAM = 3
 #: refuse a day histogram with more cells than this (``C(h + 7, 7) − 1``: h ≤ 22)
 MAX_DAY_CELLS = 2_000_000
 
-__all__ = ["DEFAULT_MAX_GRAM", "MarkovBudget", "MarkovRelease", "day_cell", "day_sequence", "delta_slack",
+__all__ = ["DEFAULT_MAX_GRAM", "MarkovBudget", "MarkovModels", "MarkovRelease", "day_cell", "day_sequence", "delta_slack",
            "sanitize_markov"]
 
 
@@ -204,11 +204,23 @@ def day_sequence(cell: int, offsets: np.ndarray, height: int) -> tuple[int, ...]
 # ---- the mechanism ----------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class MarkovModels:
+    """The three noisy releases the trajectories are drawn from (internal, never published): the day histogram's
+    noisy counts (before its threshold), the station and the hour-of-day n-gram exploration trees. What the
+    empirical privacy audit observes of each share of ε."""
+
+    day_counts: np.ndarray
+    stations: ngram.NGramTree
+    hours: ngram.NGramTree
+
+
+@dataclass(frozen=True)
 class MarkovRelease:
-    """The released ``(trajectory, copies)``, sorted, and internal figures (never published)."""
+    """The released ``(trajectory, copies)``, sorted, internal figures (never published) and the noisy models."""
 
     released: list[tuple[tuple[tuple[int, int], ...], int]]
     stats: dict[str, int]
+    models: MarkovModels | None = None
 
 
 def _with_marker(symbols: np.ndarray, offsets: np.ndarray, marker_base: int, height: int) -> Sequences:
@@ -276,7 +288,7 @@ def sanitize_markov(trajs: Trajectories, budget: MarkovBudget, generator: np.ran
     width = st.shape[1] - 1  # the longest generated row, which may be shorter than h
     released = _count_distinct(st[:, 1:], out_days[:, :width] * HOURS_PER_DAY + hr[:, 1:], out_len)
     stats = {"day_cells_kept": int(cells.size), "station_grams": stations.n_nodes, "hour_grams": hours.n_nodes}
-    return MarkovRelease(released, stats)
+    return MarkovRelease(released, stats, MarkovModels(noisy, stations, hours))
 
 
 def _count_distinct(locations: np.ndarray, hours: np.ndarray, lengths: np.ndarray) -> list:
