@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+from prefect import get_run_logger
 from prefect.utilities.annotations import quote
 
 from tasks.budget import charge_budget, check_budget, forget_claim, precheck_budget, record_claim, resolve_release
@@ -34,6 +35,7 @@ from tasks.report import update_index
 from tasks.summary import summarize, summarize_dry_run
 from tasks.track import anchor_ledger, check_store, mark_published, track_release
 from transit_release import progress
+from transit_release.accounting.events import DEFAULT_POPULATION
 from transit_release.accounting.policy import BudgetPolicy
 from transit_release.faults import crash_point
 from transit_release.home import Home
@@ -172,7 +174,15 @@ def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, popula
     target = resolve_release(where, wanted, kind.same_release(fingerprint), quote(fingerprint), kind.inputs,
                              [] if release_id else list(kind.earlier_release_ids))
     if target.already_published:
-        return summarize(where, load_manifest(where, target.release_id), "already published: nothing drawn or spent")
+        manifest = load_manifest(where, target.release_id)
+        summary = summarize(where, manifest, "already published: nothing drawn or spent")
+        recorded = (manifest.get("privacy") or {}).get("population", DEFAULT_POPULATION)
+        if recorded != population:  # the same release: the population it was published about stands
+            note = (f"--population {population} was ignored: release '{target.release_id}' is already published, "
+                    f"about population '{recorded}'")
+            get_run_logger().warning(note)
+            summary = {**summary, "warnings": [*summary.get("warnings", []), note]}
+        return summary
     run = ReleaseRun(where, target.release_id, dry_run)
     rid = run.release_id
     with kind.workspace(run) as workspace:

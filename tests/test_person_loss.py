@@ -208,6 +208,9 @@ def test_the_data_card_states_the_person_and_names_what_leaves_it_unbounded():
     assert "## Where a passenger stands\n" in bounded and "3 release(s), this one included" in bounded
     # bounds are rounded up (6.0001e-09 is not printed as 6e-09)
     assert "one passenger's privacy loss was at most **ε = 9.5, δ = 6.01e-09** by basic composition" in bounded
+    # "a passenger" is one card (#40): someone with m cards counts m times
+    assert ("A passenger here is one card (a passenger's record is one card's): someone who uses m cards counts as "
+            "m passengers and can lose up to m times as much.") in bounded
     assert "| card-level Opal tap counts | 1 | 8 | 6e-09 |" in bounded
     others = mixed_week() + trip_release() + [replace(ngram_event("mtl", *WEEK), population="montreal-metro")]
     policy = _policy(True).public_summary()

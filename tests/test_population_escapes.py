@@ -66,6 +66,13 @@ def test_the_escapes_of_the_review_are_refused_and_the_same_population_composes(
     assert main(["release", "--trips", str(trips), "--stops", str(stops), "--workers", "0", *flags]) == 0
     capsys.readouterr()
     before = _spends(home)
+    # the same release again under another (declared) population: already published, the population ignored, said
+    assert main(["release", "--trips", str(trips), "--stops", str(stops), "--workers", "0", "--population",
+                 "riders-d", *flags]) == 0
+    out = capsys.readouterr().out
+    assert "Release opal-card-20160808-20160814: already published: nothing drawn or spent" in out
+    assert ("  warning: --population riders-d was ignored: release 'opal-card-20160808-20160814' is already "
+            "published, about population 'default'") in out
     card_ids = set(pd.read_csv(trips, usecols=["card_id"])["card_id"].astype(str))
     # 1. station sets of the same trips, the stop table copied with one trailing newline, under another population
     line = _refused(capsys, ["sets", "--trips", str(trips), "--stops", str(stops_newline), "--epsilon", "1",

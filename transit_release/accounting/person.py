@@ -66,6 +66,7 @@ KIND_NAMES = {
     "safepath": "passenger trajectories (SafePath)",
     "safepath_joint": "passenger trajectories (SafePath, joint budget)",
     "trajectory_markov": "passenger trajectories (Markov model)",
+    "trajectory_markov_parts": "passenger trajectories (Markov model)",
     "diffpart": "passenger station sets (DiffPart)",
 }
 
@@ -75,7 +76,8 @@ KIND_NAMES = {
 BOUNDS_A_PERSON = {
     "card_stability_histogram": "card", "truncated_card_stability_histogram": "card",
     "prefix_tree": "passenger-sequence", "ngram": "passenger-sequence", "safepath": "passenger-trajectory",
-    "safepath_joint": "passenger-trajectory", "trajectory_markov": "passenger-trajectory", "diffpart": "passenger-set",
+    "safepath_joint": "passenger-trajectory", "trajectory_markov": "passenger-trajectory",
+    "trajectory_markov_parts": "passenger-trajectory", "diffpart": "passenger-set",
 }
 
 
