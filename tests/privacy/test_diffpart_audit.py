@@ -338,4 +338,4 @@ def share_case(which: str, runs, seed, tmp, control=""):
 @pytest.mark.slow
 @pytest.mark.parametrize("which", sorted(SHARES))
 def test_each_share_of_the_partitioning_alone(which, tmp_path, audit_sizes, audit_seed, audit_report):
-    check(share_case(which, audit_sizes.tree_unique, audit_seed, tmp_path), audit_report, "PASS", power=0.6)
+    check(share_case(which, audit_sizes.share, audit_seed, tmp_path), audit_report, "PASS", power=0.6)

@@ -364,7 +364,7 @@ def station_share_case(level: int, runs, seed, tmp, neighbours, control=""):
 @pytest.mark.parametrize("level", [1, 2])
 def test_a_station_node_at_the_threshold_against_the_station_share(level, neighbours, tmp_path, audit_sizes,
                                                                     audit_seed, audit_report):
-    check(station_share_case(level, audit_sizes.tree_unique, audit_seed, tmp_path, neighbours), audit_report, "PASS",
+    check(station_share_case(level, audit_sizes.share, audit_seed, tmp_path, neighbours), audit_report, "PASS",
           power=0.6)
 
 
@@ -376,5 +376,5 @@ def test_control_station_counts_at_half_noise_fail(monkeypatch, neighbours, tmp_
     station_scale = 1 / budget.station_epsilon
     monkeypatch.setattr(pt, "discrete_laplace_table",
                         lambda scale: original(scale / 2 if scale == station_scale else scale))
-    check(station_share_case(1, audit_sizes.tree_control // 2, audit_seed, tmp_path, neighbours,
+    check(station_share_case(1, audit_sizes.share // 2, audit_seed, tmp_path, neighbours,
                              control="station counts' noise at scale/2"), audit_report, "FAIL")

@@ -380,7 +380,7 @@ def joint_path_case(runs, seed, tmp, control=""):
 
 @pytest.mark.slow
 def test_joint_rule_a_whole_path_at_the_threshold(tmp_path, audit_sizes, audit_seed, audit_report):
-    check(joint_path_case(audit_sizes.tree, audit_seed, tmp_path), audit_report, "PASS", power=0.6)
+    check(joint_path_case(audit_sizes.share, audit_seed, tmp_path), audit_report, "PASS", power=0.6)
 
 
 def test_control_joint_rule_path_noise_halved_fails(monkeypatch, tmp_path, audit_sizes, audit_seed, audit_report):

@@ -149,8 +149,10 @@ def test_runs_are_deterministic_with_a_seed(tmp_path):
 # ε_stations, ε_hours, max_gram and height), never from the budget objects a regression would change with the noise.
 
 H2 = 2
-REPEATS = {"station": dict(passenger="S4@100 S4@101", symbol=3, tree="stations", share="epsilon_stations"),
-           "hour": dict(passenger="S1@3 S1@27", symbol=3, tree="hours", share="epsilon_hours")}
+#: The passenger repeats, at two points, a station (S4) and an hour of the day (3 am, on Monday and Tuesday) nobody in
+#: D has: one case watches both models (their shares are equal: ε_s = ε_t = 9ε/20).
+PASSENGER_REPEATING = "S4@3 S4@27"
+MODELS = {"stations": (3, "epsilon_stations"), "hours": (3, "epsilon_hours")}  # (the repeated symbol, the share)
 
 
 def release_models(data, setup, generator):
@@ -173,52 +175,68 @@ def release_models(data, setup, generator):
     return models
 
 
-def share_claim(setup, which: str) -> float:
-    """The level-1 share the event charges for a count the passenger moves by ``H2``."""
+def share_claims(setup) -> dict[str, float]:
+    """Each model's level-1 share the event charges, for a count the passenger moves by ``H2``."""
     from datetime import date
 
     from transit_release.inputs.screening import Period
 
     event = trajectory_release.plan_spend("audit", Period(date(2026, 1, 5), date(2026, 1, 11)), setup, "f", "0")
-    share = getattr(event, REPEATS[which]["share"])
-    return share / event.max_gram * H2 / (event.height + 1)
+    return {model: getattr(event, share) / event.max_gram * H2 / (event.height + 1)
+            for model, (_, share) in MODELS.items()}
 
 
-def repeat_case(which: str, runs: int, seed, tmp, control=""):
-    spec = REPEATS[which]
+def repeat_case(runs: int, seed, tmp, control=""):
     d_lines = UNIQUE["d"]
     d_path = write_trajectories(tmp / "d.txt", d_lines)
-    d2_path = write_trajectories(tmp / "d2.txt", [*d_lines, spec["passenger"]])
+    d2_path = write_trajectories(tmp / "d2.txt", [*d_lines, PASSENGER_REPEATING])
     public = public_universe(tmp)
     d, d2 = read(d_path, public), read(d2_path, public)
     setup = trajectory_release.trajectory_setup(public, EPSILON, H2, mechanism="markov")
-    claimed = share_claim(setup, which)
-    name = f"trajectory Markov: a passenger repeating an unusual {which}, against the {which} model's share"
+    claims = share_claims(setup)
+    assert len(set(claims.values())) == 1, "one case claims one ε: the two shares must be equal"
+    claimed = claims["stations"]
+    name = "trajectory Markov: a passenger repeating an unusual station and hour, against each model's share"
 
     def draw_of(data, side):
         gen = noise(seed, name, side)
-        return lambda n: [int(getattr(release_models(data, setup, gen), spec["tree"]).levels[0].noisy[spec["symbol"]])
-                          for _ in range(n)]
 
-    events = {f"its level-1 count ≥ {k}": (lambda batch, k=k: np.asarray(batch) >= k) for k in (1, 2, 3, 4)}
+        def draw(n: int) -> np.ndarray:
+            out = []
+            for _ in range(n):
+                models = release_models(data, setup, gen)
+                out.append([int(getattr(models, tree).levels[0].noisy[symbol])
+                            for tree, (symbol, _) in MODELS.items()])
+            return np.asarray(out, dtype=np.int64).reshape(n, len(MODELS))
+        return draw
+
+    events = {f"{tree}: its level-1 count ≥ {k}": (lambda batch, i=i, k=k: batch[:, i] >= k)
+              for i, tree in enumerate(MODELS) for k in (1, 2, 3, 4)}
     return run_case(f"{name}, ε={EPSILON:g} (share {claimed:g})", "trajectory Markov", draw_of(d, "D"),
                     draw_of(d2, "D′"), events, runs, claimed, tm.delta_slack(setup.budget), chunk=250,
-                    control=control, notes=f"h={H2}, nmax={setup.budget.max_gram}, passenger {spec['passenger']}")
+                    control=control, notes=f"h={H2}, nmax={setup.budget.max_gram}, passenger {PASSENGER_REPEATING}")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("which", sorted(REPEATS))
-def test_a_passenger_repeating_an_unusual_point_against_the_models_share(which, tmp_path, audit_sizes, audit_seed,
-                                                                        audit_report):
-    check(repeat_case(which, audit_sizes.tree_control, audit_seed, tmp_path), audit_report, "PASS", power=0.6)
+def test_a_passenger_repeating_an_unusual_station_and_hour_against_each_models_share(tmp_path, audit_sizes,
+                                                                                    audit_seed, audit_report):
+    check(repeat_case(audit_sizes.share, audit_seed, tmp_path), audit_report, "PASS", power=0.6)
 
 
-def test_control_the_ngram_models_noise_halved_fails(monkeypatch, tmp_path, audit_sizes, audit_seed, audit_report):
-    """The station and hour models' tables at scale/2 (the day histogram untouched); the claim unchanged."""
-    original = ngram.discrete_laplace_table
-    monkeypatch.setattr(ngram, "discrete_laplace_table", lambda scale: original(scale / 2))
-    check(repeat_case("station", 400, audit_seed, tmp_path, control="n-gram models' noise at scale/2"),
-          audit_report, "FAIL")
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_control_one_ngram_models_noise_halved_fails(model, monkeypatch, tmp_path, audit_sizes, audit_seed,
+                                                     audit_report):
+    """One model's n-gram budget at 2ε (its noise halved; the other model and the day histogram untouched); the
+    claim unchanged."""
+    which = {"stations": "station_budget", "hours": "hour_budget"}[model]
+    original = getattr(tm.MarkovBudget, which)
+
+    def doubled(self):
+        b = original(self)
+        return ngram.NGramBudget.of(2 * b.epsilon, b.max_length, b.max_gram, b.n_locations)
+
+    monkeypatch.setattr(tm.MarkovBudget, which, doubled)
+    check(repeat_case(200, audit_seed, tmp_path, control=f"the {model} model's noise halved"), audit_report, "FAIL")
 
 
 def test_the_release_draws_the_models_through_the_mechanism(tmp_path):
@@ -230,4 +248,4 @@ def test_the_release_draws_the_models_through_the_mechanism(tmp_path):
     b = tm.sanitize_markov(d.trajectories, setup.budget, noise(3, "x", "D")).models
     assert np.array_equal(a.day_counts, b.day_counts)
     assert np.array_equal(a.stations.levels[0].noisy, b.stations.levels[0].noisy)
-    assert share_claim(setup, "station") == pytest.approx(EPSILON * 9 / 20 / 3 * 2 / 3)
+    assert share_claims(setup) == {"stations": pytest.approx(2.0), "hours": pytest.approx(2.0)}

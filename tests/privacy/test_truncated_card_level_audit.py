@@ -118,7 +118,7 @@ def per_marginal_case(marginal: str, runs: int, seed, control: str = ""):
 
 @pytest.mark.parametrize("marginal", MARGINAL_CASES)
 def test_each_marginal_is_drawn_at_its_own_share(marginal, audit_sizes, audit_seed, audit_report):
-    check(per_marginal_case(marginal, audit_sizes.sbh, audit_seed), audit_report, "PASS", power=0.6)
+    check(per_marginal_case(marginal, audit_sizes.sbh // 2, audit_seed), audit_report, "PASS", power=0.6)
 
 
 def test_control_the_first_marginals_drawn_with_the_last_ones_budget_fails(monkeypatch, audit_sizes, audit_seed,
