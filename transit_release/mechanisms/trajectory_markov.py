@@ -43,7 +43,7 @@ exact total variation only (:func:`delta_slack`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
@@ -220,7 +220,7 @@ class MarkovRelease:
 
     released: list[tuple[tuple[tuple[int, int], ...], int]]
     stats: dict[str, int]
-    models: MarkovModels | None = None
+    models: MarkovModels | None = field(default=None, compare=False)  # what the release drew from
 
 
 def _with_marker(symbols: np.ndarray, offsets: np.ndarray, marker_base: int, height: int) -> Sequences:
