@@ -114,6 +114,12 @@ def test_an_id_less_record_file_copied_under_another_population_is_refused(prefe
               "--queries", "100", "--home", str(home), "--policy", declaring_policy, *WEEK_FLAGS]
     assert main([*common, "--input", str(metro["sequences"])]) == 0
     capsys.readouterr()
+    # the dry run says so too, and writes nothing
+    assert main([*common, "--input", str(copy), "--release-id", "copy", "--population", "riders-d", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert ("  budget policy: REFUSES it: release 'copy' of population 'riders-d' reads records of people already "
+            "released under population 'default': release 'sequences-ngram-20160808-20160814' read the same "
+            "sequences file content") in out
     line = _refused(capsys, [*common, "--input", str(copy), "--release-id", "copy", "--population", "riders-d"],
                     "sequences-ngram-20160808-20160814")
     assert "the same sequences file content" in line
