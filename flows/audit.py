@@ -35,7 +35,7 @@ def privacy_audit(home: str = ".", ledger: str | None = None, delta_prime: float
         # the spends MLflow mirrors for releases the ledger lacks are counted in the loss (and said so)
         result = reconcile(where, entries, problems, mirror, read_anchors(where), delta_prime,
                            read_mirrored_spends(where, mirror, entries), budget_policy.allow_unbounded_person_loss,
-                           snapshot=snapshot)
+                           snapshot=snapshot, policy=budget_policy)
     finally:
         discard_snapshot(snapshot)
     report_path = write_audit_report(where, result, caps, report_folder)

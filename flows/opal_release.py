@@ -11,7 +11,7 @@ from prefect.utilities.annotations import quote
 
 from flows.scale_out import ReleaseCluster, dask_cluster, partition_chunks, run_on_partitions
 from flows.tail import PublicOutputs, Records, ReleaseKind, ReleaseRun, publish_release
-from tasks.budget import load_policy
+from tasks.budget import declared_population, load_policy
 from tasks.config import check_scale_out, load_config
 from tasks.evaluate import evaluate_utility
 from tasks.home import prepare_home
@@ -22,7 +22,7 @@ from tasks.opal import (assemble_tables, build_manifest, count_true_cells, plan_
 from tasks.preprocess import location_index
 from tasks.quality import check_raw_quality, check_release_tables
 from tasks.sanitize import check_cluster, describe_sanitizers, sanitize_chunk
-from tasks.stream import (bound_partitions_per_card, commit_partitions, declared_period, early_gate,
+from tasks.stream import (bound_partitions_per_card, commit_partitions, content_dir, declared_period, early_gate,
                           pair_shards, prepare_chunk, screen_verdict, stream_trips)
 from tasks.report import draw_report_figures, write_report
 from tasks.summary import REPORTS_OUTCOME, summarize
@@ -157,7 +157,9 @@ class OpalKind(ReleaseKind):
                 quarantine = {**quarantine, "bounding": bound_partitions_per_card(
                     work, staging, self.period, cfg, prepared)}  # internal figures, never public
             dataset = commit_partitions(work, staging, prepared, index, cfg)
-        return Records(OpalRecords(workspace, chunks, index, prepared, dataset, raw_quality), quarantine)
+        # what the trips file holds, as the partition steps left it (digests, card ids) under the work directory
+        return Records(OpalRecords(workspace, chunks, index, prepared, dataset, raw_quality), quarantine,
+                       str(content_dir(work)))
 
     def plan(self, run: ReleaseRun, records: Records, fingerprint: str, population: str) -> list:
         return plan_spends(run.release_id, self.period, self.config, fingerprint, code_version(), population)
@@ -233,6 +235,7 @@ def opal_release(trips: str, stops: str, period_start: str | None = None, period
     cfg = load_config(config, epsilons, delta, quarantine_limit, unit)
     where = prepare_home(home, ledger, cfg.quality.quarantine_retention_days)
     budget_policy = load_policy(policy)
+    population = declared_population(where, budget_policy, population)  # before any input is read
     stop_table = validate_stops(ingest_stops(stops), stops)
     period = declared_period(trips, period_start, period_end, dry_run)
     kind = OpalKind(trips, stops, stop_table, period, cfg, dask_address, workers, period_declared=period_start is not None)

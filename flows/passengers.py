@@ -9,13 +9,15 @@ shows its utility figures.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import pandas as pd
+from prefect.utilities.annotations import quote
 
 from flows.tail import Records, ReleaseKind, ReleaseRun
 from flows.taps import clean_taps
+from tasks.inputs import record_content, tap_content
 from tasks.report import write_sequence_report
 from transit_release.inputs.screening import Period
 from transit_release.inputs.universe import LocationUniverse
@@ -51,13 +53,18 @@ class PassengerKind(ReleaseKind):
 
     #: the kind's tracking-record task: ``(manifest, metrics, quarantine) -> dict``
     tracking_task: ClassVar[Callable[[dict, dict, dict], dict]]
+    #: what its record file holds, among the private inputs (:data:`transit_release.inputs.content.ROLES`)
+    record_role: ClassVar[str]
 
     def read(self, run: ReleaseRun, workspace=None) -> Records:
+        """The records, and what the private input holds (the record file's valid records, or the tap file's
+        clean trips and card ids) for the overlap check between populations."""
         if self.taps is None:
-            return self.read_file()
+            records = self.read_file()
+            return replace(records, content=record_content(self.record_role, quote(records.data)))
         clean, _, screen = clean_taps(run.where, run.release_id, self.taps.trips, self.taps.stops, self.period,
                                       self.quarantine_limit, run.dry_run)
-        return self.from_taps(clean, screen)
+        return replace(self.from_taps(clean, screen), content=tap_content(quote(clean)))
 
     def read_file(self) -> Records:
         """The records of the input file, screened against the public universe."""

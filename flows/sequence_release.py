@@ -9,7 +9,7 @@ from prefect.utilities.annotations import quote
 
 from flows.passengers import PassengerKind, TapInput
 from flows.tail import PublicOutputs, Records, ReleaseRun, publish_release
-from tasks.budget import load_policy
+from tasks.budget import declared_population, load_policy
 from tasks.home import prepare_home
 from tasks.ingest import ingest_stops
 from tasks.inputs import declared_period, load_universe, stop_universe
@@ -34,6 +34,7 @@ class SequenceKind(PassengerKind):
     mode: str
 
     reading = "reading the sequences"
+    record_role = "sequences"
     render_datacard = staticmethod(sequences.render_datacard)
     tracking_task = staticmethod(tracking_record)
 
@@ -96,6 +97,7 @@ def sequence_release(epsilon: float, height: int | None = None, input: str | Non
     population = population_named(population)  # a malformed name is refused before anything else
     where = prepare_home(home, ledger)
     budget_policy = load_policy(policy)
+    population = declared_population(where, budget_policy, population)  # before any input is read
     period = declared_period(period_start, period_end)
     stop_table = validate_stops(ingest_stops(stops), stops) if trips else None
     universe = stop_universe(stop_table, mode, stops) if trips else load_universe(locations, taxonomy)

@@ -9,7 +9,7 @@ from prefect import flow
 
 from flows.passengers import PassengerKind, TapInput
 from flows.tail import PublicOutputs, Records, ReleaseRun, publish_release
-from tasks.budget import load_policy, same_spend
+from tasks.budget import declared_population, load_policy, same_spend
 from tasks.home import prepare_home
 from tasks.ingest import ingest_stops
 from tasks.inputs import declared_period, load_universe
@@ -32,6 +32,7 @@ class SetKind(PassengerKind):
     modes: tuple[str, ...] | None
 
     reading = "reading the sets"
+    record_role = "sets"
     render_datacard = staticmethod(sets.render_datacard)
     tracking_task = staticmethod(tracking_record)
 
@@ -106,6 +107,7 @@ def set_release(epsilon: float, input: str | None = None, locations: str | None 
     population = population_named(population)  # a malformed name is refused before anything else
     where = prepare_home(home, ledger)
     budget_policy = load_policy(policy)
+    population = declared_population(where, budget_policy, population)  # before any input is read
     period = declared_period(period_start, period_end)
     modes = (mode,) if mode else None
     stop_table = validate_stops(ingest_stops(stops), stops) if trips else None

@@ -8,7 +8,8 @@ budget or setup), offering the few steps that differ. :func:`publish_release` ru
     (published before, or by the run waited for, from the same input: nothing drawn or spent; charged by a run
     that is dead: refused, see :mod:`transit_release.release_lock`) → read the records → plan the spends
     → (a dry run: what to expect, the policy's verdict, and stop) → pre-check the budget → check the MLflow
-    store and the free space → what to expect → charge → anchor the ledger → sanitize → evaluate
+    store and the free space → record what the records are (the overlap check between populations:
+    :mod:`transit_release.accounting.claims`) → what to expect → charge → anchor the ledger → sanitize → evaluate
     → the public outputs → stage → the report → track, commit, anchor, index, DCAT catalogue
     (:func:`publish_staged`)
 
@@ -25,9 +26,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+from prefect import get_run_logger
 from prefect.utilities.annotations import quote
 
-from tasks.budget import charge_budget, check_budget, precheck_budget, refuse_a_dead_runs_charge, resolve_release
+from tasks.budget import (charge_budget, check_budget, forget_claim, precheck_budget, record_claim,
+                          refuse_a_dead_runs_charge, resolve_release)
 from tasks.home import check_free_space, discard_run, records_space_needed
 from tasks.inputs import fingerprint_inputs
 from tasks.publish import commit_release, load_manifest, stage_release, update_catalog
@@ -35,6 +38,7 @@ from tasks.report import update_index
 from tasks.summary import summarize, summarize_dry_run
 from tasks.track import anchor_ledger, check_store, mark_published, track_release
 from transit_release import custodian, progress
+from transit_release.accounting.events import DEFAULT_POPULATION
 from transit_release.accounting.policy import BudgetPolicy
 from transit_release.faults import crash_point
 from transit_release.home import Home, check_release_id
@@ -56,11 +60,14 @@ class ReleaseRun:
 
 @dataclass(frozen=True)
 class Records:
-    """What a kind read: its records (``data``, never a Prefect parameter as such) and the quarantine figures
-    (counts by reason: what a dry run and the report show)."""
+    """What a kind read: its records (``data``, never a Prefect parameter as such), the quarantine figures
+    (counts by reason: what a dry run and the report show) and ``content``, what its private inputs hold (an
+    :class:`~transit_release.inputs.content.InputContent`, or the folder the partition steps left it in), which
+    the overlap check between populations keys and compares."""
 
     data: Any
     quarantine: dict
+    content: Any = None
 
 
 @dataclass(frozen=True)
@@ -198,7 +205,15 @@ def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, popula
         if target.already_published:
             status = (f"{PUBLISHED_BY_ANOTHER_RUN} while this one waited: nothing drawn or spent" if held and held.waited
                       else "already published: nothing drawn or spent")
-            return summarize(where, load_manifest(where, target.release_id), status)
+            manifest = load_manifest(where, target.release_id)
+            summary = summarize(where, manifest, status)
+            recorded = (manifest.get("privacy") or {}).get("population", DEFAULT_POPULATION)
+            if recorded != population:  # the same release: the population it was published about stands
+                note = (f"--population {population} was ignored: release '{target.release_id}' is already published, "
+                        f"about population '{recorded}'")
+                get_run_logger().warning(note)
+                summary = {**summary, "warnings": [*summary.get("warnings", []), note]}
+            return summary
         if not dry_run:
             refuse_a_dead_runs_charge(where, target.release_id)
         return _publish(kind, where, policy, population, fingerprint, ReleaseRun(where, target.release_id, dry_run))
@@ -233,15 +248,17 @@ def _publish(kind: ReleaseKind, where: Home, policy: BudgetPolicy, population: s
         if run.dry_run:
             _tell_expectation(kind, run, records)
             return summarize_dry_run(rid, kind.period, kind.period_declared, events,
-                                     check_budget(where, events, policy), records.quarantine)
+                                     check_budget(where, events, policy, quote(records.content)), records.quarantine)
         precheck_budget(where, events, policy)
         check_store(where)  # MLflow must work before anything is spent
         check_free_space(where, kind.space_needed(records), rid)  # room to finish once charged
+        # what the records are, keyed, privately: refused at once if another population's release read them
+        attempt = record_claim(where, quote(records.content), events)
         _tell_expectation(kind, run, records)
         charged = None
         in_flight: list = []
         try:
-            charged = charge_budget(where, events, policy)
+            charged = charge_budget(where, events, policy, attempt)
             anchor_ledger(where, rid, "charge")
             with _stage(kind.sanitizing):
                 sanitized = kind.sanitize(run, records, charged)
@@ -265,6 +282,8 @@ def _publish(kind: ReleaseKind, where: Home, policy: BudgetPolicy, population: s
             finally:  # also when the wait is interrupted
                 # refused at its charge, a run wrote no report: a folder there is another run's (of the same id)
                 discard_run(where, rid, keep_reports=charged is None)
+                if charged is None:  # never charged: its claim would be ignored; remove it
+                    forget_claim(where, attempt, rid)
             raise
     return kind.summary(run, staged.manifest, mlflow_run_id, report, records, evaluation)
 

@@ -8,7 +8,7 @@ from prefect import flow
 
 from flows.passengers import PassengerKind, TapInput
 from flows.tail import PublicOutputs, Records, ReleaseRun, publish_release
-from tasks.budget import load_policy
+from tasks.budget import declared_population, load_policy
 from tasks.home import prepare_home
 from tasks.ingest import ingest_stops
 from tasks.inputs import declared_period, stop_universe
@@ -36,6 +36,7 @@ class TrajectoryKind(PassengerKind):
     former: trajectories.SafePathSetup | None = None
 
     reading = "reading the trajectories"
+    record_role = "trajectories"
     render_datacard = staticmethod(trajectories.render_datacard)
     tracking_task = staticmethod(tracking_record)
 
@@ -108,6 +109,7 @@ def trajectory_release(epsilon: float, height: int | None = None, input: str | N
     population = population_named(population)  # a malformed name is refused before anything else
     where = prepare_home(home, ledger)
     budget_policy = load_policy(policy)
+    population = declared_population(where, budget_policy, population)  # before any input is read
     period = check_trajectory_period(declared_period(period_start, period_end))
     stop_table = validate_stops(ingest_stops(stops), stops) if trips else None
     universe = trajectory_universe(locations, location_taxonomy,

@@ -100,7 +100,7 @@ def verify_ledger(home: Home, snapshot: dict) -> list:
 @data_task(name="reconcile-records")
 def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, anchors: list,
               delta_prime: float, mirrored: dict | None = None, allow_unbounded_person_loss: bool = False, *,
-              snapshot: dict) -> dict:
+              snapshot: dict, policy=None) -> dict:
     """Every record against the others; whatever a tampered home holds gives discrepancies, never a crash.
     ``snapshot``: the one the entries were read from (:func:`snapshot_ledger`)."""
     problems = list(ledger_problems)
@@ -186,7 +186,8 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
                                         recorded_keyed),
         discrepancies=discrepancies, in_flight=in_flight_seen,
         card_unbounded_periods=audit.card_unbounded_periods(valid),
-        loss=loss or {}, loss_counts_mirrored=counted)
+        loss=loss or {}, loss_counts_mirrored=counted,
+        populations=policy.population_list(valid) if policy is not None else [])
     return result.to_dict()
 
 

@@ -96,16 +96,63 @@ def refuse_a_dead_runs_charge(home: Home, release_id: str) -> None:
             raise ReleaseExistsError(reason)
 
 
+def input_content(content):
+    """The content a kind read (:class:`~transit_release.inputs.content.InputContent`), gathered from the folder
+    the partition steps left it in when that is what the kind gives."""
+    from pathlib import Path
+
+    from transit_release.inputs.content import InputContent, gather_partitions
+
+    if content is None:
+        return InputContent(())
+    return gather_partitions(Path(content)) if isinstance(content, (str, Path)) else content
+
+
+@data_task(name="record-claim")
+def record_claim(home: Home, content, events: list) -> str:
+    """Key what the records are (:mod:`transit_release.accounting.claims`) and refuse at once (exit 3, nothing
+    charged) a release whose records a charged release of another population read; else record them privately,
+    before the charge, which checks again inside the ledger's transaction. Returns the attempt's token (no data)."""
+    from transit_release.accounting.claims import ClaimStore, charged_populations, claim_of, refuse_overlap
+
+    store = ClaimStore.of(home)
+    claim = claim_of(home.fingerprint_key(), input_content(content))
+    existing = _recorded(home)
+    refuse_overlap(store, claim, existing, events)
+    same = [rid for rid, p in charged_populations(existing).items() if p == events[0].population]
+    return store.record(events[0].release_id, claim, same)
+
+
+@data_task(name="forget-claim")
+def forget_claim(home: Home, attempt: str, release_id: str) -> None:
+    """Remove the claim of a run the ledger never charged (best effort: it would be ignored anyway). A run that
+    failed after its charge committed (its confirmation refused) keeps it: its spends count, so does its claim."""
+    from transit_release.accounting.claims import ClaimStore
+
+    try:
+        if release_id in {e.release_id for e in _recorded(home) if e.entry_type == "spend"}:
+            return
+        ClaimStore.of(home).forget(attempt)
+    except (OSError, sqlite3.Error, LedgerIntegrityError):
+        pass
+
+
 @data_task(name="check-budget")
-def check_budget(home: Home, events: list, policy: BudgetPolicy) -> dict:
-    """The dry run's verdict: would the ledger and the policy allow these spends now? Reads the ledger, writes
-    nothing. A ledger the charge would refuse is refused here too, by the same checks, read only: the home's
-    records, the ledger's keying, chain, MACs and schema, the key's records beside the key, every anchor."""
+def check_budget(home: Home, events: list, policy: BudgetPolicy, content=None) -> dict:
+    """The dry run's verdict: would the ledger and the policy allow these spends now, and (given the records'
+    ``content``) no release of another population read the same records? Reads the ledger, writes nothing. A
+    ledger the charge would refuse is refused here too, by the same checks, read only: the home's records, the
+    ledger's keying, chain, MACs and schema, the key's records beside the key, every anchor."""
     from transit_release.errors import BudgetError
 
     try:
         existing = check_ledger_whole(home, "it would charge nothing")
         policy.check(existing, events)
+        if content is not None:
+            from transit_release.accounting.claims import ClaimStore, claim_of, refuse_overlap
+
+            refuse_overlap(ClaimStore.of(home), claim_of(home.fingerprint_key(), input_content(content)), existing,
+                           events)
     except (BudgetError, LedgerIntegrityError, ConfigError) as exc:
         return {"allowed": False, "reason": str(exc), "exit": exit_code(exc)}
     except sqlite3.Error as exc:
@@ -137,8 +184,9 @@ def precheck_budget(home: Home, events: list, policy: BudgetPolicy) -> None:
 
 
 @data_task(name="charge-budget")
-def charge_budget(home: Home, events: list, policy: BudgetPolicy) -> list:
-    """Check the budget policy and write every spend to the ledger, in one transaction,
+def charge_budget(home: Home, events: list, policy: BudgetPolicy, attempt: str | None = None) -> list:
+    """Check the budget policy (and, given the ``attempt`` :func:`record_claim` recorded, that no release of
+    another population read the same records) and write every spend to the ledger, in one transaction,
     before any noise is drawn. A refusal writes nothing; so does a ledger that lacks any anchor
     the home holds (:mod:`transit_release.anchors`)."""
     crash_point("before-charge")
@@ -147,7 +195,16 @@ def charge_budget(home: Home, events: list, policy: BudgetPolicy) -> list:
     # the home's records must agree with the ledger; every anchor they hold is checked again inside the charge's
     # transaction: a ledger older than any of them is refused
     check_records(home, ledger, live_release_ids(home) - {events[0].release_id} if events else set())
-    charged = ledger.charge(events, check=policy.check, anchors=lambda: home_anchors(home))
+    check = policy.check
+    if attempt is not None:
+        from transit_release.accounting.claims import ClaimStore, overlap_check
+
+        overlap = overlap_check(ClaimStore.of(home), attempt)
+
+        def check(existing, requested):
+            policy.check(existing, requested)
+            overlap(existing, requested)
+    charged = ledger.charge(events, check=check, anchors=lambda: home_anchors(home))
     if events:
         CHARGED_HERE.append(events[0].release_id)
     crash_point("after-charge")
@@ -156,6 +213,15 @@ def charge_budget(home: Home, events: list, policy: BudgetPolicy) -> list:
 
 #: The release ids this process has charged (the command says what a run that stopped left of them).
 CHARGED_HERE: list[str] = []
+
+
+@data_task(name="declared-population")
+def declared_population(home: Home, policy: BudgetPolicy, name: str | None) -> str:
+    """The population a release names, declared in the budget policy (before any input is read; exit 2 otherwise:
+    :meth:`~transit_release.accounting.policy.BudgetPolicy.population`)."""
+    from transit_release.accounting.policy import recorded_populations
+
+    return policy.population(name, recorded_populations(home.ledger)).name
 
 
 @data_task(name="load-budget-policy")

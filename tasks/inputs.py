@@ -16,6 +16,7 @@ from tasks import data_task
 from transit_release.disclosure import log_internal
 from transit_release.errors import InputDataError
 from transit_release.home import Home
+from transit_release.inputs import content
 from transit_release.inputs import tables as io
 from transit_release.inputs import universe as universes
 from transit_release.inputs.refusals import refusal
@@ -35,6 +36,20 @@ def declared_period(start: str | None, end: str | None) -> Period:
 def fingerprint_inputs(home: Home, paths: list[str]) -> str:
     """The home-keyed fingerprint of the input files (recorded in the ledger, never published)."""
     return io.fingerprint(*paths, key=home.fingerprint_key())
+
+
+@data_task(name="record-content")
+def record_content(role: str, data) -> content.InputContent:
+    """What a record file holds, order-independent (:mod:`transit_release.inputs.content`): the overlap check
+    between populations keys and compares it; never logged or published."""
+    return content.of_record_input(role, data)
+
+
+@data_task(name="tap-content")
+def tap_content(clean) -> content.InputContent:
+    """What a tap file holds (its clean trips, order-independent, and its distinct card ids), as
+    :func:`record_content`."""
+    return content.of_clean_trips(clean)
 
 
 @data_task(name="load-universe")

@@ -76,6 +76,12 @@ def check_partitions(prepared: list[streaming.PreparedPartition], quality) -> li
     return [dataclasses.replace(p, checks=results[p.label]) for p in prepared]
 
 
+def content_dir(work: WorkDir) -> Path:
+    """Where the partition steps leave the content of their clean rows (digests and card ids, private: the run's
+    work directory), gathered for the overlap check between populations (:mod:`transit_release.accounting.claims`)."""
+    return work.path / "content"
+
+
 def pair_shards(period: screening.Period) -> int:
     """Card shards of the (card, partition) pairs: one per day of the period (public), so that a shard holds about
     a day's pairs whatever the period's length."""
@@ -94,7 +100,7 @@ def _prepare(work: WorkDir, staging: str, mode: str, date: str, config: ReleaseC
         config.bin_minutes, bounds, NoiseSource.from_environment(),
         partial(_clean_aggregates, label, date),
         lambda enc: validate(EncodedPartition, pd.DataFrame(enc, copy=False), f"encoded trips of partition {label}"),
-        shards)
+        shards, content_dir(work))
     return dataclasses.replace(prepared, process=f"{socket.gethostname()}/{os.getpid()}")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tasks import data_task
 from tasks.inputs import check_quarantine
-from transit_release.accounting.events import DEFAULT_POPULATION
+from transit_release.accounting.events import DEFAULT_POPULATION, MARKOV_KINDS
 from transit_release.inputs import universe as universes
 from transit_release.inputs.screening import Period
 from transit_release.inputs.trajectories import TrajectoryInput, read_trajectory_file, trajectories_from_trips
@@ -64,7 +64,7 @@ def _public_parameters(e) -> tuple:
         return ("paper", e.height, e.location_taxonomy_height, e.time_taxonomy_height, e.thresholds)
     if e.kind == "safepath_joint":
         return ("joint", e.height)
-    if e.kind == "trajectory_markov":
+    if e.kind in MARKOV_KINDS:
         return ("markov", e.height, e.max_gram)
     return (None,)
 
@@ -83,8 +83,9 @@ def same_release(setup: Setup, fingerprint: str) -> Callable[[list], bool]:
     both taxonomy heights and the threshold rule, or the gram size)."""
     kind, params = _setup_parameters(setup)
     wanted = (kind, float(setup.budget.epsilon), fingerprint, params)
-    return lambda earlier: wanted in {(e.kind, e.epsilon, e.input_fingerprint, _public_parameters(e))
-                                      for e in earlier}
+    # a Markov release recorded before its event named each part's sensitivity is the same release
+    return lambda earlier: wanted in {("trajectory_markov" if e.kind in MARKOV_KINDS else e.kind, e.epsilon,
+                                       e.input_fingerprint, _public_parameters(e)) for e in earlier}
 
 
 @data_task(name="read-trajectories")
@@ -114,7 +115,7 @@ def sanitize_trajectories(data: TrajectoryInput, setup: Setup, charged: list,
                           release_id: str) -> tuple[list, int, str]:
     """Build the tree (or the models) only after its spend is on the ledger; returns the release, the tree's or
     models' size and the noise source kind."""
-    kinds = {"safepath", "safepath_joint", "trajectory_markov"}
+    kinds = {"safepath", "safepath_joint", *MARKOV_KINDS}
     if not any(e.event().kind in kinds and e.release_id == release_id for e in charged):
         raise RuntimeError("no ledger charge for this trajectory release: noise is never drawn before its spend")
     noise = NoiseSource.from_environment()
@@ -138,8 +139,7 @@ def trajectory_outputs(release_id: str, period: Period, universe: universes.Loca
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     manifest = trajectories.build_manifest(release_id, period, universe, setup, event, noise_kind, code_version,
                                            created)
-    text = trajectories.trajectory_text(release, universe, f"{release_id}: one passenger trajectory per line "
-                                                           "(station@hour of the week)")
+    text = trajectories.trajectory_text(release, universe, trajectories.trajectory_header(release_id, setup))
     return ({"trajectories": trajectories.trajectory_table(release, universe)}, {"trajectories.txt": text},
             manifest)
 

@@ -375,3 +375,26 @@ def test_the_fanout_follows_the_universe_size_alone():
     assert [fanout_for(u) for u in (1, 2, 16, 17, 68, 278, 1012, 100_000)] == [4, 4, 4, 4, 6, 6, 6, 6]
     with pytest.raises(ValueError, match="at least one item"):
         fanout_for(0)
+
+
+def test_the_table_error_bound_is_above_each_tables_exact_error():
+    """The closed-form bound δ charges (the tables' cuts counted to ⌈t·80·ln 2⌉ + 1) is above every table's exact
+    η at the scales the samplers allow, although the tables stop earlier (their last cut with R_M ≥ 1)."""
+    from fractions import Fraction
+
+    from transit_release.mechanisms.diffpart import _table_tv_bound
+    from transit_release.noise import discrete_laplace_table
+
+    for t in (Fraction(1, 16), Fraction(1, 3), Fraction(1), Fraction(7, 2), Fraction(40), Fraction(1000)):
+        assert _table_tv_bound(t) >= discrete_laplace_table(t).total_variation, t
+
+
+def test_the_expected_sets_nobody_had_come_from_public_parameters():
+    from transit_release.mechanisms.diffpart import expected_phantom_leaves
+
+    budget = DiffPartBudget.of(1, 30, 5)
+    leaf = expected_phantoms_per_split(budget)["leaf"]
+    assert expected_phantom_leaves(budget.fanout, budget.c_leaf, budget.epsilon) == leaf
+    from transit_release.mechanisms.diffpart import DEFAULT_PHANTOMS_PER_LEAF_SPLIT
+
+    assert 0 < leaf <= 2 * float(DEFAULT_PHANTOMS_PER_LEAF_SPLIT)  # C1 rounded up; the tail factor 1/(1 + e^{−ε})

@@ -122,7 +122,8 @@ def test_the_markov_mechanism_publishes_its_own_release_and_event(prefect_harnes
     assert p["mechanism_id"] == "trajectory-markov" and p["epsilon_days"] == 0.1 and p["max_gram"] == 3
     assert "drawn from the models" in (rel / "DATACARD.md").read_text()
     (spend,) = Ledger(home / "ledger.sqlite").spends()
-    assert spend.event().kind == "trajectory_markov" and spend.event().epsilon == 1.0
+    assert spend.event().kind == "trajectory_markov_parts" and spend.event().epsilon == 1.0
+    assert spend.event().sensitivity == "days 1; stations 7; hours 7"  # each part's (#40)
     assert main([*_args(metro, home, "--mechanism", "markov", "--nmax", "3", "--queries", "300")]) == 0
     assert "already published: nothing drawn or spent" in capsys.readouterr().out
     assert main(_args(metro, home, "--mechanism", "markov", "--thresholds", "node")) == 2

@@ -549,3 +549,20 @@ def test_the_shapes_find_what_portals_refuse(tmp_path):
     violations = "\n".join(shacl_results(path)["Violation"])
     for what in ("dcat#byteSize", "dcat#mediaType", "spdx.org/rdf/terms#algorithm", "dcat#landingPage"):
         assert what in violations, what
+
+
+def test_the_station_sets_margin_is_per_count_and_names_the_sets_nobody_had():
+    """#40: the interval holds for each set's count, not among the published rows (a row is published only when its
+    noise carried it over the threshold); the expected rows of sets nobody had come from public parameters."""
+    from transit_release.mechanisms.diffpart import expected_phantom_leaves
+    from transit_release.opendata.uncertainty import card_section, uncertainty_rows
+
+    _, _, m, _ = kind_outputs("sets", np.random.default_rng(0))
+    text = " ".join(card_section(m).split())
+    p = m["privacy"]
+    assert "This is a statement about each count, published or not, **not about the published rows**" in text
+    assert "among published rows the interval holds less often" in text
+    phantoms = expected_phantom_leaves(p["fanout"], p["c1"], p["epsilon"])
+    assert f"on average at most **{phantoms:.3g}** of those nobody had are published per such group" in text
+    (row,) = uncertainty_rows(m)
+    assert "per count, not conditional on publication" in row["interval"]

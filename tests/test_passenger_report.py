@@ -74,3 +74,19 @@ def test_the_report_names_every_figure_in_words_and_draws_the_plots(tmp_path):
     assert page.index("up to 5 stations") < page.index("up to 10 stations")
     for image in ("released_vs_true.png", "lengths.png", "error_by_query_size.png"):
         assert (tmp_path / image).exists() and image in page
+
+
+def test_the_terminal_marks_the_figures_computed_from_the_true_records_internal(capsys):
+    """#40: "trajectories in: 300,000" is a true input size: the terminal says it is an internal figure (it is never
+    in releases/), as it says of the true-record error and share; the released count and ε are the release's."""
+    from transit_release.cli.printing import print_summary
+
+    metrics = {"trajectories.input": 300000.0, "trajectories.released": 299914.0, "records.share_released": 0.2823}
+    print_summary({"release_id": "t", "status": "published", "period": "x", "epsilon": 1.0, "delta": 1e-12,
+                   "unit_of_privacy": "passenger-trajectory", "neighbouring": "add or remove one", "rows": {},
+                   "kind": "trajectories", "metrics": metrics, "release_dir": "r", "report": "p", "mlflow_ui": "m"})
+    out = capsys.readouterr().out
+    assert "  trajectories in: 300,000 (internal figure)\n" in out
+    assert "  passengers whose exact trajectory is released: 28.2% (internal figure)\n" in out
+    assert "  trajectories released: 299,914\n" in out
+    assert "  error of the 100 most frequent queries: not measured\n" in out

@@ -16,7 +16,8 @@ from transit_release.accounting.person import KIND_NAMES, person_loss, person_lo
 from transit_release.accounting.pld import pld_epsilon
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
 from transit_release.config import population_named
-from transit_release.errors import BudgetExceededError, ConfigError, PopulationError, UnboundedPersonLossError
+from transit_release.errors import (BudgetExceededError, ConfigError, PopulationError, PopulationOverlapError,
+                                   UnboundedPersonLossError)
 from transit_release.releases.loss_statement import person_text
 
 WEEK = ("2016-08-08", "2016-08-14")
@@ -159,11 +160,13 @@ def test_a_population_the_ledger_contradicts_is_refused(tmp_path):
     ledger = Ledger(tmp_path / "ledger.sqlite")
     ledger.charge(card_events("card"), check=policy.check)
     other = [replace(ngram_event("sets", *WEEK, 1.0), population="other-riders", input_fingerprint="f")]
-    with pytest.raises(PopulationError) as info:
+    with pytest.raises(PopulationOverlapError) as info:  # exit 3: the policy refuses, nothing is charged
         policy.check(ledger.entries(), other)
     assert str(info.value) == ("release 'sets' names population 'other-riders', but release 'card' was made from the "
                                "same input files about population 'default': the same passengers cannot be two "
-                               "populations; use --population default (or leave --population out)")
+                               "populations; use --population default (or leave --population out); nothing was "
+                               "charged")
+    assert info.value.refusal == "population-overlap"
     mixed = [ngram_event("two", *WEEK), replace(ngram_event("two", *WEEK), population="b")]
     with pytest.raises(PopulationError, match=r"one release is about one population; its spends name \['b', 'default'\]"):
         policy.check([], mixed)
@@ -205,6 +208,9 @@ def test_the_data_card_states_the_person_and_names_what_leaves_it_unbounded():
     assert "## Where a passenger stands\n" in bounded and "3 release(s), this one included" in bounded
     # bounds are rounded up (6.0001e-09 is not printed as 6e-09)
     assert "one passenger's privacy loss was at most **ε = 9.5, δ = 6.01e-09** by basic composition" in bounded
+    # "a passenger" is one card (#40): someone with m cards counts m times
+    assert ("A passenger here is one card (a passenger's record is one card's): someone who uses m cards counts as "
+            "m passengers and can lose up to m times as much.") in bounded
     assert "| card-level Opal tap counts | 1 | 8 | 6e-09 |" in bounded
     others = mixed_week() + trip_release() + [replace(ngram_event("mtl", *WEEK), population="montreal-metro")]
     policy = _policy(True).public_summary()

@@ -90,7 +90,8 @@ TRIP_CAP = "{name: t, unit_of_privacy: trip, per: partition, epsilon: 8, delta: 
 
 
 @pytest.mark.parametrize("text,message", [
-    ("policy:\n  cap:\n    - " + TRIP_CAP, r"'policy:' must hold 'caps:' \(and optionally 'allow_unbounded_person_loss:'\); unknown keys \['cap'\]"),
+    ("policy:\n  cap:\n    - " + TRIP_CAP, r"'policy:' must hold 'caps:' \(and optionally 'populations:' and "
+                                              r"'allow_unbounded_person_loss:'\); unknown keys \['cap'\]"),
     ("policy:\n  caps: []", "'caps:' must be a non-empty list"),
     ("policy:\n  caps: 5", "'caps:' must be a non-empty list"),
     ("policy:\n  caps:\n    - " + TRIP_CAP + "\n  extra: 1", r"unknown keys \['extra'\]"),

@@ -191,7 +191,7 @@ def test_the_other_mechanisms_refuse_the_flags_they_do_not_take():
 
 
 @pytest.mark.parametrize("mechanism,budget,event_kind", [("safepath", "joint", "safepath_joint"),
-                                                         ("markov", None, "trajectory_markov")])
+                                                         ("markov", None, "trajectory_markov_parts")])
 def test_the_other_mechanisms_publish_through_the_same_outputs(mechanism, budget, event_kind):
     trajs = _trajs()
     setup = kind.trajectory_setup(METRO, 2, 6, mechanism=mechanism, budget=budget)
@@ -215,3 +215,28 @@ def test_the_other_mechanisms_publish_through_the_same_outputs(mechanism, budget
     margins = uncertainty_table(manifest)
     assert margins is not None and len(margins) >= 1 and set(margins["file"]) == {"trajectories.csv"}
     assert "## Margins of error" in card_section(manifest)
+
+
+def test_a_markov_release_names_each_parts_sensitivity_and_says_its_lines_are_drawn(tmp_path):
+    """#40: the event's sensitivity names the day histogram's (1) and each n-gram model's per level (ℓmax = h + 1);
+    a Markov release recorded before (its sensitivity 1) is still read, and is still the same release; the
+    published text's header says its lines are synthetic."""
+    from dataclasses import asdict
+
+    from tasks.trajectories import same_release
+    from transit_release.accounting.events import TrajectoryMarkovEvent, TrajectoryMarkovPartsEvent
+
+    setup = kind.trajectory_setup(METRO, 2, 6, mechanism="markov")
+    e = kind.plan_spend("r1", WEEK, setup, "f" * 64, "0")
+    assert isinstance(e, TrajectoryMarkovPartsEvent) and e.sensitivity == "days 1; stations 7; hours 7"
+    with pytest.raises(ValueError, match="sensitivity must name each part's"):
+        TrajectoryMarkovPartsEvent(**{**asdict(e), "sensitivity": "1"})
+    older = TrajectoryMarkovEvent(**{**asdict(e), "sensitivity": 1})
+    assert event_from_json(older.to_json()) == older and older.kind == "trajectory_markov"
+    assert same_release(setup, "f" * 64)([older]) and same_release(setup, "f" * 64)([e])
+    assert not same_release(setup, "g" * 64)([older])
+    header = kind.trajectory_header("trajectories-markov-x", setup)
+    assert "synthetic trajectories" in header and "drawn from noisy models" in header
+    text = kind.trajectory_text([(((0, 7),), 2)], METRO, header)
+    assert text.splitlines()[0] == f"# {header}"
+    assert "synthetic" not in kind.trajectory_header("t", kind.trajectory_setup(METRO, 2, 6))

@@ -71,6 +71,9 @@ class AuditResult:
     discrepancies: list[Discrepancy] = field(default_factory=list)
     loss: dict = field(default_factory=dict)
     loss_counts_mirrored: dict[str, int] = field(default_factory=dict)  # release id -> spends only MLflow holds
+    #: every population, declared in the budget policy or named on the ledger: name, covers (None: undeclared),
+    #: declared, the first release that named it, its releases
+    populations: list[dict] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

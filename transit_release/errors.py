@@ -117,6 +117,18 @@ class PopulationError(ConfigError):
     released about another population (the same people cannot be two populations)."""
 
 
+class UndeclaredPopulationError(PopulationError):
+    """A release names a population the budget policy does not declare (exit code 2): refused before any input is
+    read. A population is a declared set of people (``populations:`` in the policy), not a word on the command
+    line."""
+
+
+class PopulationOverlapError(BudgetError):
+    """A release would read the records of people already released under another population: the same input (its
+    content, in any order) or cards an earlier release of another population read (exit code 3, nothing charged).
+    Names the earlier release, never a card id."""
+
+
 class UnboundedPersonLossError(BudgetError):
     """A trip-level release (or one after it) under a cap on a person's loss, which a trip-level release leaves
     unbounded, and the policy does not allow that (``allow_unbounded_person_loss``)."""

@@ -50,12 +50,13 @@ class AuditSizes:
     ngram: int  # whole n-gram sanitizer runs, the tight case
     ngram_control: int
     streamed_seeds: int  # card level: test seeds the streamed input path (and its bounding) runs with, per side
+    share: int  # whole runs of the cases that watch one share of a mechanism's ε on its own (#40)
 
 
 CI_SIZES = AuditSizes(long=False, sbh=1_000_000, tree=3_000, tree_unique=1_500, sbh_control=100_000,
-                      tree_control=1_500, ngram=3_000, ngram_control=2_000, streamed_seeds=4)
+                      tree_control=1_500, ngram=3_000, ngram_control=2_000, streamed_seeds=4, share=1_000)
 LONG_SIZES = AuditSizes(long=True, sbh=10_000_000, tree=100_000, tree_unique=100_000, sbh_control=1_000_000,
-                        tree_control=10_000, ngram=100_000, ngram_control=10_000, streamed_seeds=20)
+                        tree_control=10_000, ngram=100_000, ngram_control=10_000, streamed_seeds=20, share=30_000)
 
 
 def _long(config) -> bool:

@@ -276,3 +276,66 @@ def test_set_manifest_with_the_fanout_rule_is_the_same_for_neighbours(files):
     assert manifests[0]["privacy"]["fanout"] == 4
     assert manifests[0]["privacy"]["fanout_rule"] == set_release.FANOUT_RULE
     assert_same_public_manifest(*manifests)
+
+
+# ---- each share on its own: the splits' and the leaves' (#40) -------------------------------------------------------
+#
+# The rare-set case composes the root's split test (ε/6) with a leaf that D leaves empty (its count drawn by the
+# empty-candidate sampler): split counts, or leaf counts, drawn with half their noise stay below what its runs can
+# refute. Over the same taxonomy ({S1,S2} {S3,S4}: three internal nodes, so the root's test spends ε/(2·3) = ε/6 and
+# a last split's leaves ε − ε/6 = 5ε/6, module docstring), each case below watches one share:
+#
+# * the split: D holds θ_root − 1 passengers under {S1,S2}, all with the set {S2}, whose leaf count passes at once;
+#   the passenger is one more {S2}: "{S2} is released" is the root's split test passing for {S1,S2}, ratio e^{ε/6};
+# * the leaf: a busy {S1,S2} (always created), {S1} held by θ_leaf − 1 passengers of D (a real count, not an
+#   empty candidate): "{S1} released with at least θ_leaf + j copies" has ratio e^{5ε/6}.
+#
+# Data sit one below the release's own thresholds whatever they are; the claims are the docstring's shares.
+
+SHARES = {"split": dict(epsilon=6.0, share=Fraction(1, 6)), "leaf": dict(epsilon=1.5, share=Fraction(5, 6))}
+
+
+def share_case(which: str, runs, seed, tmp, control=""):
+    spec = SHARES[which]
+    eps = spec["epsilon"]
+    locations = tmp / "locations.txt"
+    locations.write_text("\n".join(STATIONS) + "\n", encoding="utf-8")
+    universe = read_locations_file(locations)
+    b = set_release.set_budget(universe, eps, FANOUT)
+    root = b.split_epsilon(b.root_unspent, b.taxonomy.n_internal)
+    leaf = b.leaf_epsilon(b.child_unspent(b.root_unspent, b.taxonomy.n_internal))
+    assert (root, leaf) == (Fraction(eps) / 6, 5 * Fraction(eps) / 6), "the docstring's shares"
+    theta_root, theta_leaf = b.split_threshold(root, 2), b.leaf_threshold(leaf)
+    others = [("S3", "S4")] * (3 * theta_root)  # {S3,S4} busy too: the root's candidates are not all empty
+    if which == "split":
+        d, passenger = [("S2",)] * (theta_root - 1) + others, ("S2",)
+        # (its copies are the leaf's count, which moves with the passenger too: not an event of the split alone)
+        events = {"{S2} released": copies_at_least(("S2",), 1), "{S1,S2} or {S2} released": per_run(
+            lambda out: out.get(("S2",), 0) >= 1 or out.get(("S1", "S2"), 0) >= 1)}
+    else:
+        d = [("S1",)] * (theta_leaf - 1) + [("S2",)] * (3 * theta_root) + others
+        passenger = ("S1",)
+        events = {f"{{S1}} released ≥ {theta_leaf + j}": copies_at_least(("S1",), theta_leaf + j) for j in range(3)}
+    f, f2 = write_sets(tmp / "d.txt", d), write_sets(tmp / "d2.txt", [*d, passenger])
+    data, data2 = read_public(f, locations), read_public(f2, locations)
+    claimed = float(spec["share"] * Fraction(eps))
+    name = f"DiffPart: the {which} share alone (θ−1 at the {which} test)"
+
+    def draw(dataset, side):
+        generator = noise(seed, name, side)
+        ids = dataset.universe.ids
+
+        def run(n: int) -> list:
+            return [{tuple(ids[i] for i in s): c for s, c in set_release.sanitize(dataset.sets, b, OneStream(generator),
+                                                                                 "audit")} for _ in range(n)]
+        return run
+
+    return run_case(f"{name}, ε={eps:g} (share {claimed:.3g})", "DiffPart", draw(data, "D"), draw(data2, "D′"),
+                    events, runs, claimed, dp.delta_slack(b), chunk=500, control=control,
+                    notes=f"θ_root={theta_root}, θ_leaf={theta_leaf}, |D|={len(d)}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", sorted(SHARES))
+def test_each_share_of_the_partitioning_alone(which, tmp_path, audit_sizes, audit_seed, audit_report):
+    check(share_case(which, audit_sizes.share, audit_seed, tmp_path), audit_report, "PASS", power=0.6)

@@ -308,3 +308,73 @@ def test_the_sequence_release_draws_what_the_cases_draw(which, variant, neighbou
     for _, released in ours:
         got = sequence_release.sanitize(data.sequences, budget, release_taxonomy, OneStream(generator), "audit")
         assert {tuple(vocabulary[i] for i in p): c for p, c in got.sequences} == released
+
+
+# ---- the hybrid tree's station sub-level against its own share, level by level (#40) ------------------------------
+#
+# The near-threshold hybrid case composes, along the passenger's path, a group and a station count at each level
+# (ratio e^ε): station counts drawn with half their noise (at one level or all) leave it below what CI's runs can
+# refute. Here the group is busy (always kept, in D and D′) and only the passenger's station node sits at the
+# release's own θ_ng − 1, at level 1 or (under a busy first station) at level 2: "that node ≥ θ_ng + j" has ratio
+# exactly e^{ε_ng}, the station sub-level's documented share (f − 2)/f · ε/h, taken from the charged event's ε, h
+# and fan-out.
+
+SHARE_EPSILON, SHARE_HEIGHT = 6.0, 2
+
+
+def station_share_claim(event) -> float:
+    f = int(event.fanout)
+    return (f - 2) / f * event.epsilon / event.height
+
+
+def station_share_case(level: int, runs, seed, tmp, neighbours, control=""):
+    from datetime import date
+
+    from transit_release.inputs.screening import Period
+    from transit_release.releases import sequences as sequence_release
+
+    vocabulary = STATIONS
+    tax_file_data = read_public(write_sequences(tmp / "v.txt", [(s,) for s in vocabulary]), vocabulary)
+    taxonomy = public_taxonomy(tmp, tax_file_data.vocabulary)
+    universe = read_taxonomy_file(tmp / "taxonomy.csv")
+    budget, _ = sequence_release.budget_for("prefix-tree", universe, SHARE_EPSILON, SHARE_HEIGHT, "hybrid")
+    event = sequence_release.plan_spend("audit", Period(date(2026, 1, 1), date(2026, 1, 31)), budget, "fp", "0")
+    theta = budget.station_threshold  # the release's own: the node sits one below it whatever it is
+    busy = 3 * max(theta, budget.generalized_threshold)
+    if level == 1:  # S2 at θ − 1 among a busy group {S1, S2, S3}
+        passenger, node = ("S2",), ("S2",)
+        d = [("S2",)] * (theta - 1) + [("S1",)] * busy + [("S4", "S5")] * busy
+    else:  # S1 busy at level 1; (S1, S2) at θ − 1 under a busy group (S1, {S1, S2, S3})
+        passenger, node = ("S1", "S2"), ("S1", "S2")
+        d = [("S1", "S2")] * (theta - 1) + [("S1", "S3")] * busy + [("S1",)] * busy + [("S4", "S5")] * busy
+    paths = neighbours(d, passenger)
+    d_in, d2_in = read_public(paths[0], vocabulary), read_public(paths[1], vocabulary)
+    claimed = station_share_claim(event)
+    events = {f"{node} ≥ θ+{j}": node_at_least(node, theta + j) for j in range(3)}
+    events[f"{node} in the tree"] = node_at_least(node, -10**8)
+    name = f"prefix tree hybrid: a station node at θ−1 at level {level} under a busy group, against the station share"
+    return run_case(f"{name}, ε={SHARE_EPSILON:g} (share {claimed:.3g})", "prefix tree (hybrid)",
+                    tree_draw(d_in, SHARE_EPSILON, SHARE_HEIGHT, "hybrid", taxonomy, noise(seed, name, "D")),
+                    tree_draw(d2_in, SHARE_EPSILON, SHARE_HEIGHT, "hybrid", taxonomy, noise(seed, name, "D′")),
+                    events, runs, claimed, event.delta, chunk=500, control=control,
+                    notes=f"h={SHARE_HEIGHT}, θ_ng={theta}, θ_g={budget.generalized_threshold}, busy={busy}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", [1, 2])
+def test_a_station_node_at_the_threshold_against_the_station_share(level, neighbours, tmp_path, audit_sizes,
+                                                                    audit_seed, audit_report):
+    check(station_share_case(level, audit_sizes.share, audit_seed, tmp_path, neighbours), audit_report, "PASS",
+          power=0.6)
+
+
+def test_control_station_counts_at_half_noise_fail(monkeypatch, neighbours, tmp_path, audit_sizes, audit_seed,
+                                                   audit_report):
+    """The hybrid tree's station tables at scale/2 (the group tables and the empty candidates untouched)."""
+    original = pt.discrete_laplace_table
+    budget = pt.TreeBudget.of(SHARE_EPSILON, SHARE_HEIGHT, "hybrid", public_taxonomy(tmp_path, STATIONS))
+    station_scale = 1 / budget.station_epsilon
+    monkeypatch.setattr(pt, "discrete_laplace_table",
+                        lambda scale: original(scale / 2 if scale == station_scale else scale))
+    check(station_share_case(1, audit_sizes.share // 2, audit_seed, tmp_path, neighbours,
+                             control="station counts' noise at scale/2"), audit_report, "FAIL")

@@ -341,3 +341,51 @@ def test_control_joint_rule_noise_scale_halved_fails(monkeypatch, neighbours, tm
     result = joint_case(audit_sizes.tree_control, audit_seed, neighbours, tmp_path,
                         control="noise scale halved (tables at scale/2)")
     check(result, audit_report, "FAIL")
+
+
+# ---- the joint rule at h ≥ 2: a whole path at θ − 1 (#40) -------------------------------------------------------
+#
+# At h = 1 the joint rule's ε_ℓ = ε/h is ε itself: neither ε_ℓ = ε at every level nor noise drawn at h·ε_ℓ shows.
+# At h = 2 the passenger's whole path — its (station, hour) at depth 1 and its second point at depth 2 — is held by
+# θ − 1 passengers of D (θ the release's own threshold), so "the depth-2 node is in the tree" (and "both its counts
+# are at least θ + j") has probability ratio exactly e^{2ε_ℓ} = e^ε: each of those regressions makes it e^{2ε}.
+
+JOINT_H = 2
+JOINT_PATH = ("S1@8", "S2@9")
+
+
+def joint_path_case(runs, seed, tmp, control=""):
+    public = public_universe(tmp)
+    setup = trajectory_release.trajectory_setup(public, EPSILON, JOINT_H, budget="joint")
+    theta = setup.budget.threshold  # the release's own: the data sit one below it whatever it is
+    d_lines = [" ".join(JOINT_PATH)] * (theta - 1) + ["S3@20"] * 5
+    d_path = write_trajectories(tmp / "d.txt", d_lines)
+    d2_path = write_trajectories(tmp / "d2.txt", [*d_lines, " ".join(JOINT_PATH)])
+    d, d2 = read(d_path, public), read(d2_path, public)
+    first, path = JOINT_PATH[:1], JOINT_PATH
+    events = {"the path's depth-2 node in the tree": per_run(lambda out: path in out[0]),
+              "its depth-1 node in the tree": per_run(lambda out: first in out[0])}
+    for j in range(3):
+        events[f"both its nodes ≥ θ+{j}"] = per_run(
+            lambda out, j=j: out[0].get(first, -10**9) >= theta + j and out[0].get(path, -10**9) >= theta + j)
+    for k in (1, 2):
+        events[f"the path released ≥ {k}"] = per_run(lambda out, k=k: out[1].get(path, 0) >= k)
+    event = trajectory_release.plan_spend("audit", WEEK, setup, "f", "0")  # what the release charges
+    name = f"SafePath joint rule: a whole path at θ−1, h={JOINT_H}"
+    return run_case(f"{name}, ε={event.epsilon:g}", "SafePath (joint)",
+                    joint_draw(d, setup, noise(seed, name, "D")), joint_draw(d2, setup, noise(seed, name, "D′")),
+                    events, runs, event.epsilon, event.delta, chunk=500, control=control,
+                    notes=f"h={JOINT_H}, θ={theta}, ε_ℓ={float(setup.budget.level_epsilon):g}, |D|={len(d_lines)}")
+
+
+@pytest.mark.slow
+def test_joint_rule_a_whole_path_at_the_threshold(tmp_path, audit_sizes, audit_seed, audit_report):
+    check(joint_path_case(audit_sizes.share, audit_seed, tmp_path), audit_report, "PASS", power=0.6)
+
+
+def test_control_joint_rule_path_noise_halved_fails(monkeypatch, tmp_path, audit_sizes, audit_seed, audit_report):
+    for module in (sp, empty_candidates):
+        original = module.discrete_laplace_table
+        monkeypatch.setattr(module, "discrete_laplace_table", lambda scale, original=original: original(scale / 2))
+    check(joint_path_case(audit_sizes.tree_control // 2, audit_seed, tmp_path,
+                          control="noise scale halved (tables at scale/2)"), audit_report, "FAIL")

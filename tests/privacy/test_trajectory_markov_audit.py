@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import transit_release.mechanisms.ngram as ngram
 import transit_release.mechanisms.trajectory_markov as tm
-from tests.privacy.audit import per_run, run_case
+from tests.privacy.audit import OneStream, per_run, run_case
 from tests.privacy.test_prefix_tree_audit import check
 from tests.privacy.test_safepath_audit import public_universe, read, universe_from_data, write_trajectories
 from transit_release.noise import NoiseSource
@@ -135,3 +136,116 @@ def test_runs_are_deterministic_with_a_seed(tmp_path):
     a = markov_draw(d, setup, noise(1, "x", "D"))(10)
     assert a == markov_draw(d, setup, noise(1, "x", "D"))(10) and any(a)
     assert np.mean([on_monday(x) for x in a]) < 1  # D has no Monday passenger
+
+
+# ---- each n-gram model against its own share (#40: their noise halved went unnoticed) -------------------------------
+#
+# The day case above watches ε_d; a passenger at an unused station watches the whole release, where the n-gram
+# models' shares are diluted by the generation. These watch each model's own noisy counts (the models the
+# trajectories are drawn from, :class:`~transit_release.mechanisms.trajectory_markov.MarkovModel`): a passenger repeats, at h = 2 points, a station (or an hour
+# of the day) nobody in D has. Its level-1 count moves by h, drawn at the model's level-1 budget ε_s/nmax with
+# scale ℓmax/(ε_s/nmax), ℓmax = h + 1 (``NGramBudget``'s documented noise): "that count ≥ k" has probability ratio
+# exactly e^{h·ε_s/(nmax·ℓmax)} for k ≥ h, the claim of the case, taken from the event the release charges (its
+# ε_stations, ε_hours, max_gram and height), never from the budget objects a regression would change with the noise.
+
+H2 = 2
+#: The passenger repeats, at two points, a station (S4) and an hour of the day (3 am, on Monday and Tuesday) nobody in
+#: D has: one case watches both models (their shares are equal: ε_s = ε_t = 9ε/20).
+PASSENGER_REPEATING = "S4@3 S4@27"
+MODELS = {"stations": (3, "epsilon_stations"), "hours": (3, "epsilon_hours")}  # (the repeated symbol, the share)
+
+
+def release_models(data, setup, generator):
+    """One run of the trajectory release's own ``sanitize`` (releases/trajectories.py: what the task calls), and the
+    noisy models the Markov mechanism drew for it (observed, not changed: the call goes through unaltered)."""
+    seen = []
+    original = tm.sanitize_markov
+
+    def observed(*args, **kwargs):
+        out = original(*args, **kwargs)
+        seen.append(out.models)
+        return out
+
+    tm.sanitize_markov = observed
+    try:
+        trajectory_release.sanitize(data.trajectories, setup, OneStream(generator), "privacy-audit")
+    finally:
+        tm.sanitize_markov = original
+    (models,) = seen
+    return models
+
+
+def share_claims(setup) -> dict[str, float]:
+    """Each model's level-1 share the event charges, for a count the passenger moves by ``H2``."""
+    from datetime import date
+
+    from transit_release.inputs.screening import Period
+
+    event = trajectory_release.plan_spend("audit", Period(date(2026, 1, 5), date(2026, 1, 11)), setup, "f", "0")
+    return {model: getattr(event, share) / event.max_gram * H2 / (event.height + 1)
+            for model, (_, share) in MODELS.items()}
+
+
+def repeat_case(runs: int, seed, tmp, control=""):
+    d_lines = UNIQUE["d"]
+    d_path = write_trajectories(tmp / "d.txt", d_lines)
+    d2_path = write_trajectories(tmp / "d2.txt", [*d_lines, PASSENGER_REPEATING])
+    public = public_universe(tmp)
+    d, d2 = read(d_path, public), read(d2_path, public)
+    setup = trajectory_release.trajectory_setup(public, EPSILON, H2, mechanism="markov")
+    claims = share_claims(setup)
+    assert len(set(claims.values())) == 1, "one case claims one ε: the two shares must be equal"
+    claimed = claims["stations"]
+    name = "trajectory Markov: a passenger repeating an unusual station and hour, against each model's share"
+
+    def draw_of(data, side):
+        gen = noise(seed, name, side)
+
+        def draw(n: int) -> np.ndarray:
+            out = []
+            for _ in range(n):
+                models = release_models(data, setup, gen)
+                out.append([int(getattr(models, tree).levels[0].noisy[symbol])
+                            for tree, (symbol, _) in MODELS.items()])
+            return np.asarray(out, dtype=np.int64).reshape(n, len(MODELS))
+        return draw
+
+    events = {f"{tree}: its level-1 count ≥ {k}": (lambda batch, i=i, k=k: batch[:, i] >= k)
+              for i, tree in enumerate(MODELS) for k in (1, 2, 3, 4)}
+    return run_case(f"{name}, ε={EPSILON:g} (share {claimed:g})", "trajectory Markov", draw_of(d, "D"),
+                    draw_of(d2, "D′"), events, runs, claimed, tm.delta_slack(setup.budget), chunk=250,
+                    control=control, notes=f"h={H2}, nmax={setup.budget.max_gram}, passenger {PASSENGER_REPEATING}")
+
+
+@pytest.mark.slow
+def test_a_passenger_repeating_an_unusual_station_and_hour_against_each_models_share(tmp_path, audit_sizes,
+                                                                                    audit_seed, audit_report):
+    check(repeat_case(audit_sizes.share, audit_seed, tmp_path), audit_report, "PASS", power=0.6)
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_control_one_ngram_models_noise_halved_fails(model, monkeypatch, tmp_path, audit_sizes, audit_seed,
+                                                     audit_report):
+    """One model's n-gram budget at 2ε (its noise halved; the other model and the day histogram untouched); the
+    claim unchanged."""
+    which = {"stations": "station_budget", "hours": "hour_budget"}[model]
+    original = getattr(tm.MarkovBudget, which)
+
+    def doubled(self):
+        b = original(self)
+        return ngram.NGramBudget.of(2 * b.epsilon, b.max_length, b.max_gram, b.n_locations)
+
+    monkeypatch.setattr(tm.MarkovBudget, which, doubled)
+    check(repeat_case(200, audit_seed, tmp_path, control=f"the {model} model's noise halved"), audit_report, "FAIL")
+
+
+def test_the_release_draws_the_models_through_the_mechanism(tmp_path):
+    """What the cases observe is what the release draws: ``releases.trajectories.sanitize`` calls
+    ``trajectory_markov.sanitize_markov`` with the setup's budget, once."""
+    d = read(write_trajectories(tmp_path / "d.txt", UNIQUE["d"]), public_universe(tmp_path))
+    setup = trajectory_release.trajectory_setup(d.universe, EPSILON, H2, mechanism="markov")
+    a = release_models(d, setup, noise(3, "x", "D"))
+    b = tm.sanitize_markov(d.trajectories, setup.budget, noise(3, "x", "D")).models
+    assert np.array_equal(a.day_counts, b.day_counts)
+    assert np.array_equal(a.stations.levels[0].noisy, b.stations.levels[0].noisy)
+    assert share_claims(setup) == {"stations": pytest.approx(2.0), "hours": pytest.approx(2.0)}

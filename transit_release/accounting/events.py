@@ -569,6 +569,39 @@ class SetHistogramEvent(_PeriodScoped):
         return "set_histogram"
 
 
+@register
+@dataclass(frozen=True)
+class TrajectoryMarkovPartsEvent(TrajectoryMarkovEvent):
+    """:class:`TrajectoryMarkovEvent` with each part's sensitivity named, what releases record since #40 (that event's
+    ``sensitivity`` held 1, the day histogram's alone, though the n-gram parts are not of sensitivity 1).
+
+    ``sensitivity`` reads ``days 1; stations <ℓmax>; hours <ℓmax>`` (:func:`markov_sensitivity`): the day histogram's
+    L1 sensitivity (one passenger is one cell), and each n-gram model's L1 sensitivity of one level's counts,
+    ``ℓmax = height + 1`` (a sequence, its length marker included, has at most that many occurrences at a level;
+    the noise scale ``ℓmax/ε′`` of :class:`NGramEvent`). Everything else as :class:`TrajectoryMarkovEvent`; the
+    accountant reads both alike.
+    """
+
+    kind: ClassVar[str] = "trajectory_markov_parts"
+
+    sensitivity: str
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._require(self.sensitivity == markov_sensitivity(self.height),
+                      f"sensitivity must name each part's: {markov_sensitivity(self.height)!r}. "
+                      f"Found {self.sensitivity!r}.")
+
+
+def markov_sensitivity(height: int) -> str:
+    """The per-part sensitivities of a Markov trajectory release of ``height`` points (days, stations, hours)."""
+    return f"days 1; stations {height + 1}; hours {height + 1}"
+
+
+#: The kinds of spend of a Markov trajectory release (the older event, and the one naming each part's sensitivity).
+MARKOV_KINDS = (TrajectoryMarkovEvent.kind, TrajectoryMarkovPartsEvent.kind)
+
+
 def event_from_dict(data: dict[str, Any]):
     """Inverse of ``to_dict``; unknown kinds or fields are an error, not ignored. A record without ``population``
     (written before events named one) is about the default population."""

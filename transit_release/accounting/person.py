@@ -66,6 +66,7 @@ KIND_NAMES = {
     "safepath": "passenger trajectories (SafePath)",
     "safepath_joint": "passenger trajectories (SafePath, joint budget)",
     "trajectory_markov": "passenger trajectories (Markov model)",
+    "trajectory_markov_parts": "passenger trajectories (Markov model)",
     "diffpart": "passenger station sets (DiffPart)",
     "set_histogram": "passenger station sets (set histogram)",
 }
@@ -76,8 +77,8 @@ KIND_NAMES = {
 BOUNDS_A_PERSON = {
     "card_stability_histogram": "card", "truncated_card_stability_histogram": "card",
     "prefix_tree": "passenger-sequence", "ngram": "passenger-sequence", "safepath": "passenger-trajectory",
-    "safepath_joint": "passenger-trajectory", "trajectory_markov": "passenger-trajectory", "diffpart": "passenger-set",
-    "set_histogram": "passenger-set",
+    "safepath_joint": "passenger-trajectory", "trajectory_markov": "passenger-trajectory",
+    "trajectory_markov_parts": "passenger-trajectory", "diffpart": "passenger-set", "set_histogram": "passenger-set",
 }
 
 
@@ -227,26 +228,38 @@ def person_loss(events: Iterable, population: str = DEFAULT_POPULATION,
 
 
 def check_populations(recorded: Iterable, requested: list) -> None:
-    """Refuse what would make one person two populations: a charge naming several, or an input (its fingerprint)
-    already released about another population. A population is the custodian's declaration; this catches the
-    declarations the ledger itself contradicts (the same input files), not a copy or a derivative of them."""
+    """Refuse what would make one person two populations: a charge naming several (a configuration error), or an
+    input already released about another population (:func:`refuse_same_input_files`). A population is declared in
+    the budget policy; the records' own overlap with another population's (order-independent content, card ids) is
+    refused by :func:`transit_release.accounting.claims.refuse_overlap`."""
     from transit_release.errors import PopulationError
 
     names = sorted({e.population for e in requested})
     if len(names) > 1:
         raise PopulationError(f"one release is about one population; its spends name {names}")
-    if not requested:
-        return
-    population = names[0]
+    if requested:
+        refuse_same_input_files(recorded, requested)
+
+
+def refuse_same_input_files(recorded: Iterable, requested: list) -> None:
+    """Refuse a release whose input files (their joined keyed fingerprint, byte for byte) an earlier release of
+    another population was made from: what the ledger itself records, and all it records of releases charged
+    before per-input claims (:mod:`transit_release.accounting.claims`) were kept. Data-dependent (registered:
+    ``population-overlap``)."""
+    from transit_release.errors import PopulationOverlapError
+    from transit_release.inputs.refusals import refusal
+
+    population = requested[0].population
     inputs = {e.input_fingerprint for e in requested}
     clash = sorted({(e.population, e.release_id) for e in recorded
                     if e.population != population and e.input_fingerprint in inputs})
     if clash:
         other, rid = clash[0]
-        raise PopulationError(
+        raise refusal("population-overlap", PopulationOverlapError(
             f"release '{requested[0].release_id}' names population '{population}', but release '{rid}' was made "
             f"from the same input files about population '{other}': the same passengers cannot be two populations; "
-            f"use --population {other}" + (" (or leave --population out)" if other == DEFAULT_POPULATION else ""))
+            f"use --population {other}" + (" (or leave --population out)" if other == DEFAULT_POPULATION else "")
+            + "; nothing was charged"))
 
 
 def person_losses(events: Iterable, pld_delta: float = DEFAULT_PLD_DELTA) -> dict[str, PersonLoss]:

@@ -11,29 +11,42 @@ A trip-level release bounds no person, so under such a cap it is refused
 unless the policy says ``allow_unbounded_person_loss: true``; then the cap
 holds for the releases that bound a person, and data cards and the audit state
 a passenger's loss as unbounded.
+
+**Populations** are declared here (``populations:``, each a name and, in words,
+the people it covers): a release names one of them (``--population``, default
+``default``), and one naming any other is refused before anything is read
+(:meth:`BudgetPolicy.population`, exit 2). A policy without ``populations:``
+declares one, ``default`` (every release of the home is about the same people),
+as before declarations existed; in such a home a population the ledger already
+names (a release made before) is still accepted, so that its releases can be
+run again and found published.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from datetime import datetime, timezone
 from pathlib import Path
 
 from transit_release.accounting.accountant import PrivacyLoss, compose
+from transit_release.accounting.events import DEFAULT_POPULATION, InvalidEventError, check_population
 from transit_release.accounting.ledger import LedgerEntry
 from transit_release.accounting.units import PERSON, UNITS
 from transit_release.config import KNOWN_MODES, default_file, read_yaml
 from transit_release.errors import (BudgetError, BudgetExceededError, ConfigError, UnboundedPersonLossError,
-                                     UncappedSpendError)
+                                     UncappedSpendError, UndeclaredPopulationError)
 from transit_release.noise import exact_fraction
 
 PERIODS = ("all-time", "calendar-year")
 MEASURES = ("basic", "pld")
 _CAP_KEYS = {"name", "unit_of_privacy", "per", "period", "epsilon", "delta", "modes", "measure"}
-_POLICY_KEYS = {"caps", "allow_unbounded_person_loss"}
+_POLICY_KEYS = {"caps", "allow_unbounded_person_loss", "populations"}
+_POPULATION_KEYS = {"name", "covers"}
+#: The most populations a policy may declare.
+MAX_POPULATIONS = 64
 #: The most caps a policy may hold (a cap per unit, mode and period is 5 × 4 × 2 = 40).
 MAX_CAPS = 64
 
@@ -100,9 +113,51 @@ class NextRelease:
 
 
 @dataclass(frozen=True)
+class Population:
+    """A declared set of people: its name (what releases name) and, in words, whom it covers."""
+
+    name: str
+    covers: str
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "covers": self.covers}
+
+
+#: What a policy without ``populations:`` declares: one population, every release of the home about it.
+IMPLICIT_POPULATIONS = (Population(DEFAULT_POPULATION, "every passenger of the home's data (the budget policy "
+                                                       "declares no population: every release is about the same "
+                                                       "people)"),)
+
+
+@dataclass(frozen=True)
 class BudgetPolicy:
     caps: tuple[Cap, ...]
     allow_unbounded_person_loss: bool = False
+    populations: tuple[Population, ...] = IMPLICIT_POPULATIONS
+    #: whether the file declared its populations (else :data:`IMPLICIT_POPULATIONS`)
+    declares_populations: bool = False
+    source: str = "budget policy"
+
+    def population(self, name: str | None, recorded: Iterable[str] = ()) -> Population:
+        """The declared population a release names (``None``: ``default``), or
+        :class:`~transit_release.errors.UndeclaredPopulationError` (exit 2) before anything is read.
+        ``recorded``: the populations the ledger names already; a policy that declares none still accepts them
+        (releases made before populations were declared run again and are found published)."""
+        from transit_release.config import population_named
+
+        name = population_named(name)
+        for p in self.populations:
+            if p.name == name:
+                return p
+        if not self.declares_populations and name in set(recorded):
+            return Population(name, "named by a release made before populations were declared (not declared in "
+                                    "the budget policy)")
+        declared = ", ".join(p.name for p in self.populations)
+        raise UndeclaredPopulationError(
+            f"population '{name}' is not declared in the {self.source} (declared: {declared}): a population is a "
+            "declared set of people, not a word on the command line. Declare it under 'populations:' with the "
+            "people it covers (only if they are other people than every other population's), or name a declared "
+            "one; nothing was read or charged")
 
     def check(self, existing: list[LedgerEntry], events: Sequence, now: datetime | None = None) -> None:
         """Raise if ``events`` would break a cap, or if no cap covers one of them; the ledger calls this
@@ -213,6 +268,23 @@ class BudgetPolicy:
         return {"person_caps": [c.describe(now) for c in self.caps if c.on_person],
                 "allow_unbounded_person_loss": self.allow_unbounded_person_loss}
 
+    def population_list(self, entries: Iterable) -> list[dict]:
+        """Every population, declared or named on the ledger, with the people it covers and the first release
+        that named it (``entries``: the ledger's, in order), for the audit."""
+        from transit_release.accounting.claims import charged_populations
+
+        first: dict[str, str] = {}
+        count: dict[str, int] = {}
+        for rid, population in charged_populations(entries).items():
+            first.setdefault(population, rid)
+            count[population] = count.get(population, 0) + 1
+        out = [{**p.to_dict(), "declared": True, "first_release": first.get(p.name), "releases": count.get(p.name, 0)}
+               for p in self.populations]
+        declared = {p.name for p in self.populations}
+        out += [{"name": name, "covers": None, "declared": False, "first_release": rid, "releases": count[name]}
+                for name, rid in first.items() if name not in declared]
+        return out
+
     @classmethod
     def from_dict(cls, data, source: str = "budget policy") -> "BudgetPolicy":
         if not isinstance(data, dict) or set(data) != {"policy"} or not isinstance(data["policy"], dict):
@@ -220,7 +292,8 @@ class BudgetPolicy:
         body = data["policy"]
         if "caps" not in body or set(body) - _POLICY_KEYS:
             unknown = sorted(set(body) - _POLICY_KEYS)
-            raise ConfigError(f"{source}: 'policy:' must hold 'caps:' (and optionally 'allow_unbounded_person_loss:')"
+            raise ConfigError(f"{source}: 'policy:' must hold 'caps:' (and optionally 'populations:' and "
+                              "'allow_unbounded_person_loss:')"
                               + (f"; unknown keys {unknown}" if unknown else ""))
         allow = body.get("allow_unbounded_person_loss", False)
         if not isinstance(allow, bool):
@@ -247,7 +320,35 @@ class BudgetPolicy:
                 if set(covered) != set(KNOWN_MODES):
                     raise ConfigError(f"{source}: the caps of unit '{u}' cover only the modes {covered}; "
                                       "add a cap without 'modes:' or for the other modes")
-        return cls(tuple(caps), allow)
+        declared = "populations" in body
+        populations = _populations(body["populations"], source) if declared else IMPLICIT_POPULATIONS
+        return cls(tuple(caps), allow, populations, declared, source)
+
+
+def _populations(raw, source: str) -> tuple[Population, ...]:
+    """The ``populations:`` list: each ``name`` (a population's name) and ``covers`` (text), names unique."""
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(f"{source}: 'populations:' must be a non-empty list of populations (name, covers)")
+    if len(raw) > MAX_POPULATIONS:
+        raise ConfigError(f"{source}: {len(raw):,} populations; at most {MAX_POPULATIONS} are supported")
+    out = []
+    for i, p in enumerate(raw):
+        where = f"{source}: populations[{i}]"
+        if not isinstance(p, dict) or set(p) != _POPULATION_KEYS:
+            raise ConfigError(f"{where} must be a mapping of exactly 'name' and 'covers' (the people it covers, in "
+                              "words)" + (f"; found keys {sorted(p)}" if isinstance(p, dict) else ""))
+        try:
+            name = check_population(p["name"])
+        except InvalidEventError as exc:
+            raise ConfigError(f"{where}: 'name': {exc}") from None
+        if not isinstance(p["covers"], str) or not p["covers"].strip():
+            raise ConfigError(f"{where}: 'covers' must say in words whom population '{name}' covers")
+        out.append(Population(name, " ".join(p["covers"].split())))
+    names = [p.name for p in out]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{source}: population names must be unique; repeated: "
+                          f"{sorted({n for n in names if names.count(n) > 1})}")
+    return tuple(out)
 
 
 def _check_pld(cap: Cap, before: list, requested: list, now: datetime) -> None:
@@ -437,6 +538,33 @@ def _cap(c, where: str) -> Cap:
         raise ConfigError(f"{where}: a cap by privacy-loss distributions needs a positive δ")
     return Cap(name=c["name"], unit_of_privacy=unit.name, epsilon=eps, delta=delta, period=period, per=unit.per,
                modes=tuple(modes) if modes is not None else None, measure=measure)
+
+
+def recorded_populations(ledger_path: Path):
+    """The populations the ledger at ``ledger_path`` names (a generator, read when first asked: the ledger is read
+    only where a policy without declarations meets a population other than ``default``). A ledger that cannot be
+    read names none here; the release's own checks say why."""
+    import sqlite3
+
+    from transit_release.accounting.ledger import Ledger
+    from transit_release.errors import TransitReleaseError
+
+    if not Path(ledger_path).exists():
+        return
+    try:
+        entries = Ledger(ledger_path, read_only=True).entries()
+    except (sqlite3.Error, TransitReleaseError, OSError):
+        return
+    seen = set()
+    for e in entries:
+        if e.entry_type == "spend":
+            try:
+                population = e.event().population
+            except ValueError:
+                continue
+            if population not in seen:
+                seen.add(population)
+                yield population
 
 
 def default_policy_path() -> Path:

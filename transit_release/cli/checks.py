@@ -20,6 +20,16 @@ def check_ledger_key(home: Home) -> None:
     check_key_place(home.root, home.ledger)
 
 
+def check_population(args, home: Home):
+    """Before anything is read or started: the budget policy (``--policy``) and the population the release names,
+    which the policy must declare (:class:`~transit_release.errors.UndeclaredPopulationError`, exit 2: a
+    configuration to correct, not a budget spent). Returns ``(policy, population name)``."""
+    from transit_release.accounting.policy import load_budget_policy, recorded_populations
+
+    policy = load_budget_policy(args.policy)
+    return policy, policy.population(args.population, recorded_populations(home.ledger)).name
+
+
 def check_home_state(home: Home, args) -> list:
     """The home's open-data settings and the ledger's integrity (every check the charge makes, read only: a refusal
     exits 4 with the audit's reason, for a dry run too); returns the ledger's entries. Cheap (YAML and SQLite, no
@@ -65,6 +75,7 @@ def check_release_args(args, trips: str, stops: str, home: Home) -> None:
     from transit_release.cluster import check_workers_setting
     from transit_release.inputs.stored_types import STOP_COLUMN_TYPES, TRIP_COLUMN_TYPES
 
+    policy, population = check_population(args, home)  # before any file is read
     check_workers_setting(args.workers, args.dask_address)
     preflight.readable_file(trips, "trips")
     preflight.readable_file(stops, "stops")
@@ -83,28 +94,24 @@ def check_release_args(args, trips: str, stops: str, home: Home) -> None:
     existing = check_home_state(home, args)
     preflight.check_trip_inputs(trips, stops)
     preflight.check_stop_table(stops)
-    from transit_release.accounting.policy import load_budget_policy
-    from transit_release.config import load_release_config, population_named, release_unit
+    from transit_release.config import load_release_config, release_unit
 
-    population = population_named(args.population)
     cfg = load_release_config(args.config, release_unit(args.config, args.unit)).with_overrides(
         epsilons=args.epsilons, delta=args.delta, quarantine_limit=args.quarantine_limit)
-    policy = load_budget_policy(args.policy)
     if period is not None:
         check_release_budget(args, home, period, cfg, population, policy, existing)
 
 
-def check_passenger_release_args(args) -> tuple:
-    """What every passenger-level kind checks first, without Prefect: the declared period, the id, the population,
-    the policy; returns ``(period, population, policy)``."""
-    from transit_release.accounting.policy import load_budget_policy
-    from transit_release.config import population_named
+def check_passenger_release_args(args, home: Home | None = None) -> tuple:
+    """What every passenger-level kind checks first, without Prefect: the policy and the population it must
+    declare (before anything is read), the declared period, the id; returns ``(period, population, policy)``."""
     from transit_release.inputs.screening import parse_period
 
+    policy, population = check_population(args, home or Home.at(args.home, getattr(args, "ledger", None)))
     period = parse_period(args.period_start, args.period_end)
     if args.release_id is not None:
         check_release_id(args.release_id)
-    return period, population_named(args.population), load_budget_policy(args.policy)
+    return period, population, policy
 
 
 def validated_stops(args):
@@ -141,7 +148,7 @@ def check_sequence_args(args, home: Home | None = None) -> None:
     from transit_release.inputs.universe import load_universe
     from transit_release.releases.sequences import budget_for
 
-    declared = check_passenger_release_args(args)
+    declared = check_passenger_release_args(args, home)
     if args.trips:
         if not args.stops or args.locations or args.taxonomy:
             raise InputDataError("with --trips give --stops (its stations are the universe), not --locations or "
@@ -167,7 +174,7 @@ def check_trajectory_args(args, home: Home | None = None) -> None:
     from transit_release.inputs.universe import load_universe, read_taxonomy_file, with_taxonomy
     from transit_release.releases.trajectories import check_period, trajectory_setup
 
-    declared = check_passenger_release_args(args)
+    declared = check_passenger_release_args(args, home)
     check_period(declared[0])
     if args.trips:
         if not args.stops or args.locations:
@@ -203,7 +210,7 @@ def check_set_args(args, home: Home | None = None) -> None:
     from transit_release.inputs.universe import from_stop_locations, read_locations_file
     from transit_release.releases.sets import set_setup
 
-    declared = check_passenger_release_args(args)
+    declared = check_passenger_release_args(args, home)
     if args.trips:
         if not args.stops or args.locations:
             raise InputDataError("with --trips give --stops (its locations are the universe), not --locations")

@@ -61,8 +61,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def release(args, trips: str, stops: str, home: Home) -> int:
-    """Release ``trips`` and ``stops`` (checked while the server starts) with the Opal flow; before the charge, what
-    it can be expected to publish is printed here, on the custodian's terminal (:mod:`transit_release.custodian`)."""
+    """Release ``trips`` and ``stops`` (checked while the server starts; the population before it starts) with the
+    Opal flow; before the charge, what it can be expected to publish is printed here, on the custodian's terminal
+    (:mod:`transit_release.custodian`)."""
+    checks.check_population(args, home)  # an undeclared population: refused before anything is read or started
     with _custodian_listening(), server.prefect_api(home, args.verbose, preload=("flows.opal_release",), warm=RELEASE_MODULES,
                             prewarm_workers=not args.dask_address and local_workers(args.workers) != IN_PROCESS,
                             checks=lambda: checks.check_release_args(args, trips, stops, home)):

@@ -81,6 +81,8 @@ def print_summary(summary: dict) -> None:
         print("  budget policy: " + ("allows it" if summary["allowed"] else f"REFUSES it: {summary['reason']}"))
         return
     print(f"Release {summary['release_id']}: {summary['status']}")
+    for warning in summary.get("warnings", []):
+        print(f"  warning: {warning}")
     print(f"  period: {summary['period']}")
     print(f"  privacy: (ε={summary['epsilon']:g}, δ={summary['delta']:.3g})-DP per {summary['unit_of_privacy']} "
           f"({summary['neighbouring']})")
@@ -112,7 +114,9 @@ def print_summary(summary: dict) -> None:
         from transit_release.passenger_report import headline
 
         for label, value in headline(summary.get("kind", ""), summary["metrics"], summary["epsilon"]):
-            print(f"  {label}: {value}")
+            # figures computed from the true records are for the custodian: never published
+            internal = label.endswith(" in") or label.startswith(("passengers whose", "error of"))
+            print(f"  {label}: {value}" + (" (internal figure)" if internal and value != "not measured" else ""))
     print(f"  release: {summary['release_dir']}")
     if summary.get("noise_source") == "test-seed":
         print("  (made with the test-only noise seed: kept under private/test-releases/, never published)")
@@ -144,9 +148,16 @@ def print_audit(result: dict) -> None:
               "no bound on a card's trips)")
     from transit_release.audit import PERSON, unit_losses
 
+    if result.get("populations"):
+        print("Populations (declared in the budget policy, or named on the ledger):")
+        for p in result["populations"]:
+            first = f"first named by {p['first_release']}" if p["first_release"] else "no release yet"
+            about = p["covers"] if p["declared"] else "NOT DECLARED in the budget policy"
+            print(f"  {p['name']}: {about}; {first}, {p['releases']} release(s)")
     for population, person in result["loss"].get(PERSON, {}).items():
         print(f"Cumulative privacy loss of one passenger of population '{population}' ({person['releases']} "
-              "release(s), every kind):")
+              "release(s), every kind; a passenger is one card: someone who uses m cards can lose up to m times "
+              "as much):")
         for u in person["unbounded_by"]:
             print(f"  UNBOUNDED: trip-level release {u['release_id']} covers {u['period']} (it bounds a trip, not a "
                   "passenger)")

@@ -84,6 +84,16 @@ REFUSALS: dict[str, Refusal] = {r.key: r for r in (
              "transit_release.inputs.trajectories.read_trajectory_file", "transit_release.inputs.sets.read_set_file"),
             "no record (only comments or nothing)",
             "an empty file is no export of a period"),
+    Refusal("population-overlap", "the records of people already released under another population",
+            ("transit_release.accounting.claims.refuse_overlap",
+             "transit_release.accounting.person.refuse_same_input_files"),
+            "one input whose content (its clean rows or valid records, in any order) equals an input of a charged "
+            "release of another population, or one card id in common with one; for releases recorded before "
+            "per-input claims: the same input files, byte for byte",
+            "a person's loss composes the releases of their population only: the same person under two "
+            "populations would have each loss stated without the other. It refuses (nothing is charged or "
+            "published), never publishes; one passenger moves it only by being in both populations' records, "
+            "which is what it refuses"),
 )}
 
 

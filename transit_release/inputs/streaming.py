@@ -549,13 +549,15 @@ class PreparedPartition:
 
 def prepare_partition(spill: Path, staging: Path, quarantine_parts: Path, pairs: Path, mode: str, date: str,
                       mode_index: int, index, bin_minutes: int, max_rows: int | None, noise,
-                      check_clean, check_encoded, shards: int = 1) -> PreparedPartition:
+                      check_clean, check_encoded, shards: int = 1, content: Path | None = None) -> PreparedPartition:
     """The partition step: duplicates to the quarantine, the clean rows' checks (``check_clean(rows)`` raises if
     the rows break their contract; what it returns is kept as the partition's ``checks``: the flow's tasks
-    return aggregates there, which the partitions' suite then replaces by its results), the per-partition
-    bound (``max_rows``, card level; its pairs saved in ``shards`` card shards), the encoding and its check
-    (``check_encoded(encoded)``), the partition's file; then the spill of the partition is removed."""
+    return aggregates there, which the partitions' suite then replaces by its results), the content of the clean
+    rows (their digest and distinct card ids, to ``content``: :mod:`transit_release.inputs.content`), the
+    per-partition bound (``max_rows``, card level; its pairs saved in ``shards`` card shards), the encoding and
+    its check (``check_encoded(encoded)``), the partition's file; then the spill of the partition is removed."""
     from transit_release import partition_store
+    from transit_release.inputs import content as contents
 
     for stale in (pairs_path(pairs, mode, date), _offsets(pairs_path(pairs, mode, date))):
         stale.unlink(missing_ok=True)  # a re-run of this step (Dask re-runs a task whose worker died)
@@ -566,6 +568,9 @@ def prepare_partition(spill: Path, staging: Path, quarantine_parts: Path, pairs:
                                                           index=False)
         rows = {c: v[~dup] for c, v in rows.items()}
     checks = check_clean(rows)
+    if content is not None:  # what the overlap check between populations compares (private: the run's work dir)
+        contents.save_partition(content, mode, date, contents.trip_rows(
+            contents.mode_code(mode), rows["on_ns"], rows["on_stop"], rows["off_ns"], rows["off_stop"]), rows["card"])
     kept = pair = None
     if max_rows is not None:
         kept, pair, pp = bound_rows(rows, max_rows, noise, f"{mode}/{date}")

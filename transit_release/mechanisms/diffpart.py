@@ -108,7 +108,11 @@ DEFAULT_PHANTOMS_PER_LEAF_SPLIT = Fraction(2)
 MAX_FANOUT = 16
 #: refuse configurations where one split is expected to spawn more phantom partitions than this
 MAX_EXPECTED_PHANTOMS_PER_SPLIT = 1_000.0
-_TAIL_BITS = 80  # as in noise.py: the tables cover all but 2^-80 of the ideal mass
+#: The cut count :func:`_table_tv_bound` assumes, ``M = ⌈t·80·ln 2⌉ + 1``: more than noise.py's tables have (they stop
+#: at the last cut with ``R_M ≥ 1``, ``M ≈ 64·ln 2·t``); the extra cuts' ``2^-64`` each cover the tails those tables
+#: leave out (below ``2^-65`` a side) at every scale the samplers allow (``t ≥ 1/16``). A closed-form, conservative
+#: bound (about 4× each table's exact ``η``; ``tests/test_diffpart.py`` checks it above the exact value).
+_TAIL_BITS = 80
 
 
 class PartitionTooLargeError(ValueError):
@@ -376,6 +380,14 @@ def _pass_bound(c: Fraction, height: int, eps: Fraction) -> float:
     return math.exp(-math.sqrt(2) * float(c) * height) / (1 + math.exp(-float(eps)))
 
 
+def expected_phantom_leaves(fanout: int, c_leaf: float | Fraction, epsilon: float | Fraction) -> float:
+    """Data-independent: the expected number of *released* sets nobody had per last split, at most: each of the
+    ``2^f − 1`` empty candidates of a split at the taxonomy's last level passes the leaf threshold
+    ``⌈√2·C1/β⌉`` with probability at most ``e^{−√2·C1}/(1 + e^{−ε})`` (:func:`_pass_bound`, height 1). From
+    the manifest's public parameters (fan-out, C1, ε): what the data card states."""
+    return (2 ** int(fanout) - 1) * _pass_bound(Fraction(c_leaf), 1, Fraction(epsilon))
+
+
 def expected_phantoms_per_split(budget: DiffPartBudget) -> dict[str, float]:
     """Data-independent: expected phantom partitions one split creates, at most.
 
@@ -387,7 +399,7 @@ def expected_phantoms_per_split(budget: DiffPartBudget) -> dict[str, float]:
     """
     m = 2 ** budget.fanout - 1
     g = m * _pass_bound(budget.c_split, 1, budget.epsilon)
-    leaf = m * _pass_bound(budget.c_leaf, 1, budget.epsilon)
+    leaf = expected_phantom_leaves(budget.fanout, budget.c_leaf, budget.epsilon)
     n = budget.taxonomy.n_internal
     chain = sum(g ** k for k in range(1, n + 1)) if g < 1e6 else math.inf
     return {"split": g, "leaf": leaf, "growth": chain * (1 + leaf) + leaf}
@@ -407,9 +419,10 @@ def check_partition_size(budget: DiffPartBudget) -> None:
 def _table_tv_bound(scale: Fraction) -> float:
     """Public upper bound on the TV distance of noise.py's tables at ``scale`` (both kinds).
 
-    Each of the ``2M + 1`` cut points is rounded to the nearest multiple of ``2^-64`` (so each probability is
-    off by at most ``2^-64``) and the tail beyond ``±M`` holds at most ``2^-80``:
-    ``TV ≤ ((2M + 1)·2^-64 + 2·2^-80)/2`` with ``M = ⌈t·80·ln 2⌉ + 1``.
+    Each of a table's cut points is rounded to the nearest multiple of ``2^-64`` (so each probability is off by
+    at most ``2^-64``), and the table stops at its last cut with ``R_M ≥ 1`` (the ideal tail beyond it below
+    ``2^-65`` a side, :mod:`transit_release.noise`). Counting ``2M + 1`` cuts with ``M = ⌈t·80·ln 2⌉ + 1``, more than
+    the table has, covers both: ``TV ≤ ((2M + 1)·2^-64 + 2·2^-80)/2`` (:data:`_TAIL_BITS`).
     """
     m = int(math.ceil(float(scale) * _TAIL_BITS * math.log(2))) + 1
     return ((2 * m + 1) * 2.0 ** -64 + 2 * 2.0 ** -80) / 2

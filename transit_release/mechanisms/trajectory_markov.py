@@ -45,7 +45,7 @@ exact total variation only (:func:`delta_slack`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
@@ -207,10 +207,11 @@ def day_sequence(cell: int, offsets: np.ndarray, height: int) -> tuple[int, ...]
 
 @dataclass(frozen=True)
 class MarkovRelease:
-    """The released ``(trajectory, copies)``, sorted, and internal figures (never published)."""
+    """The released ``(trajectory, copies)``, sorted, internal figures (never published) and the noisy models."""
 
     released: list[tuple[tuple[tuple[int, int], ...], int]]
     stats: dict[str, int]
+    models: "MarkovModel | None" = field(default=None, compare=False)  # what the release drew from
 
 
 def _with_marker(symbols: np.ndarray, offsets: np.ndarray, marker_base: int, height: int) -> Sequences:
@@ -300,7 +301,7 @@ def draw_trajectories(model: MarkovModel, generator: np.random.Generator) -> Mar
     released = _count_distinct(st[:, 1:], out_days[:, :width] * HOURS_PER_DAY + hr[:, 1:], out_len)
     stats = {"day_cells_kept": int(cells.size), "station_grams": model.stations.n_nodes,
              "hour_grams": model.hours.n_nodes}
-    return MarkovRelease(released, stats)
+    return MarkovRelease(released, stats, model)
 
 
 def sanitize_markov(trajs: Trajectories, budget: MarkovBudget, generator: np.random.Generator) -> MarkovRelease:

@@ -120,7 +120,8 @@ def _tree_rows(manifest: dict) -> list[dict]:
         h, coverage, sd = analysis.ideal_half_width(1 / leaf)
         return [_row("sets.csv", "all rows", "leaf counts (the released sets)", float(leaf), 1 / leaf, None,
                      threshold, h, coverage, sd,
-                     "published count ± half_width_95, at most (each leaf's noise scale is at most this one)")]
+                     "each set's noisy count ± half_width_95, at most (each leaf's noise scale is at most this one); "
+                     "per count, not conditional on publication: among published rows it holds less often")]
     return []
 
 
@@ -237,11 +238,22 @@ def _tree_section(manifest: dict) -> str:
     table = "\n".join(f"| `{r['file']}` | {r['count_of']} | {r['epsilon']:.4g} | {r['noise_scale']} | "
                       f"{r['threshold']} | ± {r['half_width_95']} |" for r in rows)
     if manifest["privacy"].get("mechanism_id") == "diffpart":
-        how = (f"A released set's count is the noisy count of its group, drawn with noise at scale at most "
-               f"{rows[0]['noise_scale']}: the true number of passengers with that set lies within **± "
-               f"{rows[0]['half_width_95']}** of it with probability at least 95% (a sum of k counts: about "
-               f"√k times that; sets rarer than the threshold are missing, and published counts near it are biased "
-               "upward, as only noisy counts that reached it were kept).")
+        from transit_release.mechanisms.diffpart import expected_phantom_leaves
+
+        p = manifest["privacy"]
+        phantoms = expected_phantom_leaves(p["fanout"], _exact(p["c1"]), _exact(p["epsilon"]))
+        how = (f"Each set's count is the noisy count of its group, drawn with noise at scale at most "
+               f"{rows[0]['noise_scale']}: for any one set, the noisy count lies within **± "
+               f"{rows[0]['half_width_95']}** of the true number of passengers with that set with probability at "
+               f"least 95% (a sum of k counts: about √k times that). This is a statement about each count, "
+               f"published or not, **not about the published rows**: a set is published only when its noisy count "
+               f"reached the threshold, which favours noise that pushed it up, so among published rows the interval "
+               f"holds less often (94.6% of them in 20 runs on the synthetic metro at ε = 0.5), and counts near the "
+               f"threshold are biased upward. Sets rarer than the threshold are missing. Some published rows are sets **nobody "
+               f"had**: each group of sets split at the taxonomy's last level tests its {2 ** p['fanout'] - 1} "
+               f"possible subsets, and on average at most **{phantoms:.3g}** of those nobody had are published per "
+               f"such group (from the fan-out {p['fanout']}, C1 = {p['c1']:g} and ε = {p['epsilon']:g}; each with a "
+               f"count of at least the threshold {rows[0]['threshold']}).")
     elif manifest["privacy"].get("mechanism_id") == "set-histogram":
         how = (f"Every possible set's count got noise at scale {rows[0]['noise_scale']} (within **± "
                f"{rows[0]['half_width_95']}** with probability 95%). The published counts are estimated from those "

@@ -62,6 +62,8 @@ def person_text(p: dict) -> str:
     others = person.get("other_populations") or []
     assumption = (f"This assumes, as the agency declares, that the people of population `{population}` are in no "
                   f"release of its other population(s) ({', '.join(f'`{o}`' for o in others)}).\n\n" if others else "")
+    assumption += ("A passenger here is one card (a passenger's record is one card's): someone who uses m cards "
+                   "counts as m passengers and can lose up to m times as much.\n\n")
     if person["bounded"]:
         return (f"\n## Where a passenger stands\n\n{intro}, one passenger's privacy loss was at most {composed}.\n\n"
                 f"{assumption}{table}\n{policy_text(p)}")

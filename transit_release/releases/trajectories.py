@@ -10,7 +10,7 @@ charged before any noise is drawn:
   :class:`SafePathJointEvent`);
 * ``markov``: the factored Markov model (days, stations, hours of the day;
   :mod:`transit_release.mechanisms.trajectory_markov`, a
-  :class:`TrajectoryMarkovEvent`), whose trajectories are drawn from three
+  :class:`TrajectoryMarkovPartsEvent`), whose trajectories are drawn from three
   noisy n-gram and histogram releases.
 
 Everything public — taxonomies, budget splits, thresholds, guards and size
@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from transit_release.accounting.events import (DEFAULT_POPULATION, SafePathEvent, SafePathJointEvent,
-                                               TrajectoryMarkovEvent, period_label)
+                                               TrajectoryMarkovPartsEvent, markov_sensitivity, period_label)
 from transit_release.errors import InputDataError
 from transit_release.inputs.universe import LocationUniverse
 from transit_release.mechanisms import safepath, trajectory_markov
@@ -277,10 +277,10 @@ def plan_spend(release_id: str, period, setup: Setup, fingerprint: str, code_ver
                                   threshold=b.threshold, time_rule=TIME_RULE, release_form=RELEASE_FORM, **common)
     if isinstance(setup, MarkovSetup):
         b = setup.budget
-        return TrajectoryMarkovEvent(epsilon=float(b.epsilon), delta=trajectory_markov.delta_slack(b), height=b.height,
-                                     max_gram=b.max_gram, locations=b.n_locations,
-                                     epsilon_days=float(b.day_epsilon), epsilon_stations=float(b.station_epsilon),
-                                     epsilon_hours=float(b.hour_epsilon), **common)
+        return TrajectoryMarkovPartsEvent(
+            epsilon=float(b.epsilon), delta=trajectory_markov.delta_slack(b), height=b.height, max_gram=b.max_gram,
+            locations=b.n_locations, epsilon_days=float(b.day_epsilon), epsilon_stations=float(b.station_epsilon),
+            epsilon_hours=float(b.hour_epsilon), **{**common, "sensitivity": markov_sensitivity(b.height)})
     b = setup.budget
     return SafePathEvent(release_id=release_id, period_start=period.start.isoformat(),
                          period_end=period.end.isoformat(), epsilon=float(b.epsilon), delta=delta_slack(b),
@@ -378,6 +378,15 @@ def evaluate(trajs: Trajectories, release: list, height: int, n_queries: int, to
         out.update({k: float(v) for k, v in utility.trajectory_pattern_utility(cut, expanded, tuple(top_k)).items()})
         out.update({k: float(v) for k, v in utility.top_pair_utility(trajs, release, tuple(top_k)).items()})
     return out
+
+
+def trajectory_header(release_id: str, setup: Setup) -> str:
+    """The first line of ``trajectories.txt``: what its lines are. A Markov release's lines are synthetic, drawn from
+    its noisy models; a SafePath release's are the noisy tree's trajectories, one line per released copy."""
+    if isinstance(setup, MarkovSetup):
+        return (f"{release_id}: synthetic trajectories (station@hour of the week), one per line, drawn from noisy "
+                "models of the days, stations and hours of the day: no line is a real passenger's")
+    return f"{release_id}: one passenger trajectory per line (station@hour of the week)"
 
 
 def trajectory_text(release: list, universe: LocationUniverse, header: str) -> str:

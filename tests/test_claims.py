@@ -1,0 +1,309 @@
+"""One person, one population (#40): declared populations, what each release read (its order-independent content
+and keyed card ids, kept privately), and the refusal of a release that overlaps another population's."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.test_accounting import ngram_event
+from tests.test_card_level import card_events
+from transit_release.accounting import claims
+from transit_release.accounting.claims import ClaimStore, claim_of, refuse_overlap
+from transit_release.accounting.ledger import Ledger
+from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
+from transit_release.errors import ConfigError, PopulationOverlapError, UndeclaredPopulationError
+from transit_release.inputs import content
+from transit_release.inputs.content import InputContent
+from transit_release.inputs.sequences import read_sequence_file
+from transit_release.inputs.sets import read_set_file
+from transit_release.inputs.trajectories import read_trajectory_file
+from transit_release.inputs.universe import LocationUniverse
+
+WEEK = ("2016-08-08", "2016-08-14")
+KEY = bytes(range(32))
+
+
+# ---- what "the same input" means: the order-independent content -----------------------------------------------
+
+def _write(path: Path, lines: list[str], header: str = "") -> Path:
+    path.write_text(header + "".join(f"{x}\n" for x in lines), encoding="utf-8")
+    return path
+
+
+SEQS = ["A B C", "B C", "A B C", "C A", "A"]
+
+
+@pytest.mark.parametrize("role,reader,lines", [
+    ("sequences", read_sequence_file, SEQS),
+    ("trajectories", read_trajectory_file, ["A@1 B@3", "B@30", "A@1 B@3", "C@100 C@101"]),
+    ("sets", read_set_file, ["A B", "B C A", "C", "A B"]),
+])
+def test_a_record_file_matches_reordered_commented_or_without_its_last_newline(tmp_path, role, reader, lines):
+    universe = LocationUniverse(("A", "B", "C", "D"), "public list")
+    other_universe = LocationUniverse(("A", "B", "C", "D", "E"), "a copied and extended list")
+    digest = lambda p, u=universe: content.of_record_input(role, reader(p, u)).digests[0]  # noqa: E731
+    base = digest(_write(tmp_path / "a.txt", lines))
+    same = [_write(tmp_path / "b.txt", lines[::-1]),  # rows reordered
+            _write(tmp_path / "c.txt", lines, "# an added comment\n"),  # a comment line
+            tmp_path / "d.txt"]
+    same[2].write_text("\n".join(lines), encoding="utf-8")  # no trailing newline
+    for p in same:
+        assert digest(p) == base, p.name
+    assert digest(tmp_path / "a.txt", other_universe) == base  # the ids, not their place in the universe
+    assert base.records == len(lines) and base.role == role
+    # one record less, one more, or one changed: another content
+    assert digest(_write(tmp_path / "e.txt", lines[1:])) != base
+    assert digest(_write(tmp_path / "f.txt", lines + lines[:1])) != base
+    changed = [lines[0].replace("A", "D", 1)] + lines[1:]
+    assert digest(_write(tmp_path / "g.txt", changed)) != base
+
+
+def test_a_set_is_its_items_whatever_their_order_and_repeats(tmp_path):
+    u = LocationUniverse(("A", "B", "C"), "public list")
+    a = content.of_record_input("sets", read_set_file(_write(tmp_path / "a.txt", ["A B", "C"]), u)).digests[0]
+    b = content.of_record_input("sets", read_set_file(_write(tmp_path / "b.txt", ["B A A", "C"]), u)).digests[0]
+    s = content.of_record_input("sequences", read_sequence_file(_write(tmp_path / "s.txt", ["A B", "C"]), u))
+    assert a == b and s.digests[0].lanes != a.lanes  # a sequence is ordered: another kind of content
+
+
+def trips_frame(n: int = 200, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    on = pd.Timestamp("2016-08-08 06:00") + pd.to_timedelta(rng.integers(0, 7 * 1440, n), unit="min")
+    off_missing = rng.random(n) < 0.1
+    return pd.DataFrame({
+        "card_id": rng.integers(1, 60, n).astype(np.int64),
+        "mode": rng.choice(["bus", "train", "ferry"], n),
+        "tap_on_time": on, "tap_on_stop": rng.integers(1, 30, n).astype(np.int64),
+        "tap_off_time": (on + pd.Timedelta(minutes=12)).where(~off_missing),
+        "tap_off_stop": pd.array(np.where(off_missing, None, rng.integers(1, 30, n)), dtype="Int64")})
+
+
+def test_trips_match_whatever_their_order_and_their_card_numbers():
+    clean = trips_frame()
+    base = content.of_clean_trips(clean)
+    shuffled = clean.sample(frac=1.0, random_state=3).reset_index(drop=True)
+    assert content.of_clean_trips(shuffled).digests == base.digests
+    np.testing.assert_array_equal(content.of_clean_trips(shuffled).cards, base.cards)
+    renumbered = clean.assign(card_id=clean["card_id"] + 1000)  # the same trips under other card ids
+    assert content.of_clean_trips(renumbered).digests == base.digests
+    assert content.of_clean_trips(clean.iloc[1:]).digests != base.digests
+    assert list(base.cards) == sorted(set(clean["card_id"]))
+
+
+def test_the_streamed_partitions_give_the_in_memory_content(tmp_path):
+    """The Opal release (streamed, partition by partition) and a passenger kind read from taps (one frame) must
+    see the same trips file as the same content: the overlap between them is what #40's first escape was."""
+    from schemas import TripsFile
+    from schemas.validation import check
+    from transit_release.config import load_release_config
+    from transit_release.inputs import screening, streaming
+    from transit_release.inputs.screening import parse_period
+    from transit_release.preprocessing import build_location_index
+
+    clean = trips_frame(400)
+    clean = pd.concat([clean, clean.iloc[:5]], ignore_index=True)  # exact repeats: quarantined either way
+    stops = pd.DataFrame({"stop_id": np.arange(1, 31), "mode": ["bus"] * 10 + ["train"] * 10 + ["ferry"] * 10,
+                          "name": [f"S{i}" for i in range(1, 31)], "postcode": pd.array([2000] * 30, "Int64")})
+    stops = pd.concat([stops.assign(mode=m) for m in ("bus", "train", "ferry")], ignore_index=True)
+    stops["stop_id"] = stops.groupby("mode").cumcount() + 1
+    path = tmp_path / "trips.csv"
+    clean.to_csv(path, index=False)
+    cfg = load_release_config()
+    period = parse_period(*WEEK)
+    work = tmp_path / "work"
+    streamed = streaming.stream_trips(path, stops, period, cfg.quality, cfg.modes, work / "spill", work / "q",
+                                      partial(check, TripsFile), batch_bytes=4096)
+    index = build_location_index(stops, cfg.modes)
+    for mode, date in streaming.partition_labels(period, cfg.modes):
+        streaming.prepare_partition(work / "spill", work / "staging", work / "q", work / "pairs", mode, date,
+                                    cfg.modes.index(mode), index, cfg.bin_minutes, None, None,
+                                    lambda rows: None, lambda enc: None, content=work / "content")
+    streamed_content = content.gather_partitions(work / "content")
+    from transit_release.inputs.tables import read_trips
+
+    in_memory = screening.screen_trips(read_trips(path), stops, period, cfg.quality, cfg.modes).clean
+    frame = content.of_clean_trips(in_memory)
+    assert streamed.tally.rows == 405
+    assert streamed_content.digests == frame.digests and streamed_content.digests[0].records == len(in_memory) > 350
+    np.testing.assert_array_equal(streamed_content.cards, frame.cards)
+
+
+# ---- keyed claims and the store ---------------------------------------------------------------------------------
+
+def test_card_hashes_are_keyed_distinct_and_sorted():
+    cards = np.array([0, 1, 256, 2**40, -5, 7], dtype=np.int64)
+    h = claims.card_hashes(KEY, content.card_ids(cards))
+    assert h.dtype == np.uint64 and h.size == 6 and (np.diff(h.astype(np.float64)) > 0).all()
+    assert not np.array_equal(h, claims.card_hashes(bytes(32), content.card_ids(cards)))  # another home's key
+    np.testing.assert_array_equal(h, claims.card_hashes(KEY, content.card_ids(cards[::-1])))
+
+
+def test_fingerprints_are_keyed_and_name_no_content():
+    d = content.ContentDigest("sets", 3, (1, 2))
+    fp = claims.input_fingerprint(KEY, d)
+    assert fp.startswith("claim-v1:sets:") and fp != claims.input_fingerprint(bytes(32), d)
+    assert fp != claims.input_fingerprint(KEY, content.ContentDigest("sets", 3, (1, 3)))
+
+
+def _ledger(tmp_path: Path) -> Ledger:
+    return Ledger(tmp_path / "ledger.sqlite")
+
+
+def _charge(store: ClaimStore, ledger: Ledger, events: list, what: InputContent) -> str:
+    """A release as the tail makes it: its claim refused or recorded before the charge, the charge checking again."""
+    claim = claim_of(KEY, what)
+    existing = ledger.entries()
+    refuse_overlap(store, claim, existing, events)
+    same = [r for r, p in claims.charged_populations(existing).items() if p == events[0].population]
+    attempt = store.record(events[0].release_id, claim, same)
+    ledger.charge(events, check=claims.overlap_check(store, attempt))
+    return attempt
+
+
+def _sets(rid: str, population: str = "default", fingerprint: str = "f") -> list:
+    return [replace(ngram_event(rid, *WEEK, 0.5), population=population, input_fingerprint=fingerprint + rid)]
+
+
+def taps(cards, n=50) -> InputContent:
+    return InputContent((content.ContentDigest("trips", n, (n, 7 * n)),), content.card_ids(np.asarray(cards)))
+
+
+def test_one_shared_card_with_another_population_is_refused_naming_the_release_never_the_card(tmp_path):
+    store, ledger = ClaimStore(tmp_path / "private" / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets("first"), taps(range(1000, 2000)))
+    # the same taps (any form) under the same population: they compose, as before
+    _charge(store, ledger, _sets("again"), taps(range(1000, 2000), n=51))
+    # other people under another population: their own population
+    _charge(store, ledger, _sets("mtl", "montreal"), taps(range(5000, 6000), n=52))
+    # one card of 'first' among other people's under another population: refused
+    with pytest.raises(PopulationOverlapError) as info:
+        _charge(store, ledger, _sets("mixed", "montreal"), taps([*range(7000, 7100), 1999], n=53))
+    msg = str(info.value)
+    assert info.value.refusal == "population-overlap"
+    assert msg == ("release 'mixed' of population 'montreal' reads records of people already released under "
+                   "population 'default': release 'first' read at least 1 of the 101 cards; one person cannot be in "
+                   "two populations. Release it under population 'default' (--population default), or release "
+                   "other people's records; nothing was charged")
+    assert "1999" not in msg
+    assert "mixed" not in {e.release_id for e in ledger.entries()}
+
+
+def test_the_same_id_less_content_under_another_population_is_refused(tmp_path):
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    file = InputContent((content.ContentDigest("sequences", 20, (11, 12)),))
+    _charge(store, ledger, _sets("seq"), file)
+    with pytest.raises(PopulationOverlapError, match=r"release 'seq' read the same sequences file content"):
+        _charge(store, ledger, _sets("copy", "riders-d"), file)
+    other = InputContent((content.ContentDigest("sequences", 19, (11, 13)),))  # one record less: other content
+    _charge(store, ledger, _sets("fewer", "riders-d"), other)
+
+
+def test_a_claim_whose_release_was_never_charged_is_ignored_and_forgotten(tmp_path):
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    attempt = store.record("refused", claim_of(KEY, taps(range(10))), [])
+    _charge(store, ledger, _sets("elsewhere", "other"), taps(range(10)))  # 'refused' never charged
+    store.forget(attempt)
+    with closing_store(store) as con:
+        assert con.execute("SELECT count(*) FROM attempts WHERE release_id = 'refused'").fetchone() == (0,)
+
+
+def closing_store(store):
+    from contextlib import closing
+
+    return closing(sqlite3.connect(store.path))
+
+
+def test_the_charge_checks_again_inside_its_transaction(tmp_path):
+    """Two releases of one card set under two populations, both claimed before either is charged: the second
+    charge sees the first and refuses (the ledger runs the check again once its head moved)."""
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    a = store.record("a", claim_of(KEY, taps(range(100))), [])
+    b = store.record("b", claim_of(KEY, taps(range(50, 60), n=10)), [])
+    ledger.charge(_sets("a"), check=claims.overlap_check(store, a))
+    with pytest.raises(PopulationOverlapError, match="release 'a' read at least 10 of the 10 cards"):
+        ledger.charge(_sets("b", "riders-d"), check=claims.overlap_check(store, b))
+
+
+def test_a_population_stores_each_card_once(tmp_path):
+    """Weekly releases of the same riders store only the cards new to their population."""
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets("w1"), taps(range(0, 1000)))
+    w2 = _charge(store, ledger, _sets("w2"), taps(range(100, 1100), n=60))
+    assert store.claim(w2).cards.size == 100 and store.claim(w2).n_cards == 1000
+    with closing_store(store) as con:
+        assert sum(len(b) for (b,) in con.execute("SELECT hashes FROM card_hashes")) == 8 * 1100
+    with pytest.raises(PopulationOverlapError, match="release 'w2' read at least 1 of the 1 cards"):
+        _charge(store, ledger, _sets("x", "riders-d"), taps([1050], n=61))
+
+
+def test_the_store_is_private(tmp_path):
+    store = ClaimStore(tmp_path / "private" / "claims.sqlite", KEY)
+    store.record("r", claim_of(KEY, taps(range(3))), [])
+    assert (store.path.stat().st_mode & 0o077) == 0
+
+
+# ---- declared populations ---------------------------------------------------------------------------------------
+
+def _policy_data(populations=None) -> dict:
+    import yaml
+
+    from transit_release.accounting.policy import default_policy_path
+
+    data = yaml.safe_load(default_policy_path().read_text())
+    if populations is not None:
+        data["policy"]["populations"] = populations
+    return data
+
+
+def test_a_policy_without_declarations_keeps_one_population():
+    policy = load_budget_policy()
+    assert not policy.declares_populations and [p.name for p in policy.populations] == ["default"]
+    assert policy.population(None).name == "default"
+    with pytest.raises(UndeclaredPopulationError) as info:
+        policy.population("riders-d")
+    assert str(info.value).startswith("population 'riders-d' is not declared in the budget policy ")
+    assert str(info.value).endswith("(declared: default): a population is a declared set of people, not a word "
+                                    "on the command line. Declare it under 'populations:' with the people it "
+                                    "covers (only if they are other people than every other population's), or "
+                                    "name a declared one; nothing was read or charged")
+    # a population a release named before declarations existed is still accepted (its releases run again)
+    assert policy.population("montreal", iter(["default", "montreal"])).name == "montreal"
+
+
+def test_declared_populations_and_their_errors():
+    policy = BudgetPolicy.from_dict(_policy_data([{"name": "default", "covers": "Sydney's Opal cards"},
+                                                  {"name": "mtl", "covers": "Montréal's\n  OPUS cards"}]))
+    assert policy.declares_populations and policy.population("mtl").covers == "Montréal's OPUS cards"
+    with pytest.raises(UndeclaredPopulationError):
+        policy.population("montreal", ["montreal"])  # a declaring policy accepts its declarations only
+    for bad, message in [
+        ([], "'populations:' must be a non-empty list"),
+        ([{"name": "a"}], r"populations\[0\] must be a mapping of exactly 'name' and 'covers'"),
+        ([{"name": "A b", "covers": "x"}], r"populations\[0\]: 'name': population must be lower-case"),
+        ([{"name": "a", "covers": " "}], "'covers' must say in words whom population 'a' covers"),
+        ([{"name": "a", "covers": "x"}, {"name": "a", "covers": "y"}], r"population names must be unique; "
+                                                                        r"repeated: \['a'\]"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            BudgetPolicy.from_dict(_policy_data(bad))
+
+
+def test_the_audit_lists_every_population_with_the_first_release_that_named_it(tmp_path):
+    policy = BudgetPolicy.from_dict(_policy_data([{"name": "default", "covers": "Sydney"},
+                                                  {"name": "mtl", "covers": "Montréal"}]))
+    ledger = _ledger(tmp_path)
+    ledger.charge(card_events("card"))
+    ledger.charge(_sets("n1", "mtl"))
+    ledger.charge(_sets("n2", "mtl"))
+    ledger.charge(_sets("old", "brisbane"))  # named before the policy declared its populations
+    assert policy.population_list(ledger.entries()) == [
+        {"name": "default", "covers": "Sydney", "declared": True, "first_release": "card", "releases": 1},
+        {"name": "mtl", "covers": "Montréal", "declared": True, "first_release": "n1", "releases": 2},
+        {"name": "brisbane", "covers": None, "declared": False, "first_release": "old", "releases": 1}]

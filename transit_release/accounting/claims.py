@@ -1,0 +1,311 @@
+"""One person, one population: what each release read, kept privately, and the refusal of an overlap.
+
+A person's loss composes every release of their population (:mod:`transit_release.accounting.person`). That holds
+only if the people of one population are never released under another, so every release records, before it is
+charged, what it read (its *claim*):
+
+* a keyed fingerprint of each private input on its own — the trips, sequence, trajectory or set file — over its
+  order-independent content (:mod:`transit_release.inputs.content` says precisely what is compared: the clean rows
+  or valid records as a multiset, never the bytes, so rows reordered, a comment line, a trailing newline, another
+  format or a copied stop table do not change it);
+* where the records carry card ids (a tap file), keyed hashes of the distinct card ids it read: SipHash-2-4 under
+  a 128-bit key derived from the home's secret (``private/fingerprint.key``), 64 bits each.
+
+A release whose claim **overlaps** a release of another population that the ledger charged — one of its input
+fingerprints equal to one of that release's, or one card hash in common — is refused (exit 3, nothing charged)
+with one line naming the earlier release; never a card id. The check runs before the charge and again inside the
+ledger's write transaction (:func:`overlap_check`, part of the charge's check), so two releases of different
+populations charged at the same time cannot both pass. The same records under the same population compose, as
+before.
+
+**Storage.** ``<home>/private/claims.sqlite`` (0600; never under ``releases/``, never in MLflow): per attempt of a
+release (its id and a random token), its input fingerprints and, as one blob of sorted little-endian uint64, the
+card hashes that no release of *its own population* charged before it had (a weekly release of the same riders
+stores only the cards new to its population: the store grows with the distinct cards ever released, 8 bytes
+each, not with the releases). Rows of an attempt whose release the ledger never charged are ignored (and removed
+by the run that was refused); a release's population is read from the ledger, never from this file. The checks
+compare sorted arrays (a merge by binary search of sorted needles): no per-card Python work.
+
+This is not the ledger: the ledger's schema is checked exactly and is left as it is; losing this file loses
+the overlap check for the releases it recorded (docs/threat-model.md lists it among what an operator with bad
+intent can still do).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import sqlite3
+from collections.abc import Iterable, Sequence
+from contextlib import closing
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from transit_release.errors import PopulationOverlapError
+from transit_release.inputs.content import ContentDigest, InputContent
+from transit_release.inputs.refusals import refusal
+
+#: The store's file name under ``private/``.
+STORE = "claims.sqlite"
+FINGERPRINT_SCHEME = "claim-v1"
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS attempts (
+    attempt     TEXT PRIMARY KEY,
+    release_id  TEXT NOT NULL,
+    recorded_at TEXT NOT NULL,
+    cards       INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS attempts_release ON attempts (release_id);
+CREATE TABLE IF NOT EXISTS inputs (
+    attempt     TEXT NOT NULL,
+    role        TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    PRIMARY KEY (attempt, role)
+);
+CREATE INDEX IF NOT EXISTS inputs_fingerprint ON inputs (fingerprint);
+CREATE TABLE IF NOT EXISTS card_hashes (
+    attempt TEXT PRIMARY KEY,
+    hashes  BLOB NOT NULL
+);
+"""
+
+
+def _derive(key: bytes, label: str) -> bytes:
+    return hmac.new(key, f"transit-release/claims/{label}".encode("ascii"), hashlib.sha256).digest()
+
+
+def input_fingerprint(key: bytes, digest: ContentDigest) -> str:
+    """The keyed fingerprint of one private input's content (HMAC-SHA-256 of its digest under a key derived from
+    the home's secret)."""
+    body = json.dumps([digest.role, digest.records, *digest.lanes], separators=(",", ":"))
+    mac = hmac.new(_derive(key, "input"), body.encode("ascii"), hashlib.sha256).hexdigest()
+    return f"{FINGERPRINT_SCHEME}:{digest.role}:{mac}"
+
+
+def card_hashes(key: bytes, cards: np.ndarray) -> np.ndarray:
+    """Keyed 64-bit hashes (SipHash-2-4, 128-bit key derived from the home's secret) of distinct int64 card ids,
+    sorted. Each id is hashed as its 8 little-endian bytes (trailing zero bytes dropped: still one string per id)."""
+    from pandas._libs.hashing import hash_object_array
+
+    cards = np.asarray(cards, dtype="<i8")
+    if cards.size == 0:
+        return np.zeros(0, dtype=np.uint64)
+    sip_key = _derive(key, "card-ids")[:16].decode("latin1")
+    hashed = hash_object_array(cards.view("S8").astype(object), sip_key, "latin1")
+    return np.sort(hashed.astype(np.uint64, copy=False))
+
+
+def _common(a: np.ndarray, b: np.ndarray) -> int:
+    """How many values two sorted arrays of distinct uint64 share."""
+    if a.size == 0 or b.size == 0:
+        return 0
+    if a.size > b.size:
+        a, b = b, a
+    at = np.searchsorted(b, a)
+    at[at == b.size] = 0
+    return int((b[at] == a).sum())
+
+
+def _without(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The values of sorted ``a`` not in sorted ``b``."""
+    if a.size == 0 or b.size == 0:
+        return a
+    at = np.searchsorted(b, a)
+    at[at == b.size] = 0
+    return a[b[at] != a]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a release read, keyed: one fingerprint per private input (by role) and the sorted card hashes."""
+
+    fingerprints: dict[str, str]
+    cards: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+    n_cards: int = 0  # every card the release read (``cards`` may hold only those new to its population)
+
+
+def claim_of(key: bytes, content: InputContent) -> Claim:
+    """Key ``content`` (:class:`~transit_release.inputs.content.InputContent`) with the home's secret."""
+    hashes = card_hashes(key, content.cards)
+    return Claim({d.role: input_fingerprint(key, d) for d in content.digests}, hashes, int(hashes.size))
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """The first charged release of another population that read some of the same records."""
+
+    release_id: str
+    population: str
+    roles: tuple[str, ...]  # inputs whose content is the same
+    cards: int  # card hashes in common (at least)
+
+    def describe(self, n_cards: int) -> str:
+        parts = [f"the same {role} file content" if role != "trips" else "the same trips (its clean rows, in any "
+                 "order)" for role in self.roles]
+        if self.cards:
+            parts.append(f"at least {self.cards:,} of the {n_cards:,} cards" if n_cards else
+                         f"at least {self.cards:,} cards")
+        return " and ".join(parts)
+
+
+def charged_populations(entries: Iterable) -> dict[str, str]:
+    """Release id → population of every release the ledger charged, in ledger order (spends only)."""
+    out: dict[str, str] = {}
+    for e in entries:
+        if getattr(e, "entry_type", "spend") != "spend":
+            continue
+        ev = e.event() if hasattr(e, "event") else e
+        out.setdefault(ev.release_id, ev.population)
+    return out
+
+
+class ClaimStore:
+    """The home's private store of claims (module docstring)."""
+
+    def __init__(self, path: str | Path, key: bytes, timeout_s: float = 60.0):
+        self.path = Path(path)
+        self.key = key
+        self.timeout_s = timeout_s
+
+    @classmethod
+    def of(cls, home) -> "ClaimStore":
+        return cls(home.private / STORE, home.fingerprint_key())
+
+    def _connect(self, write: bool = False) -> sqlite3.Connection:
+        if not write and not self.path.exists():
+            return sqlite3.connect(":memory:")  # nothing recorded yet: an empty store, nothing created
+        if write and not self.path.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600))
+        con = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
+        if write:
+            con.execute("PRAGMA journal_mode=WAL")
+            con.execute("PRAGMA synchronous=FULL")
+            con.executescript(_SCHEMA)
+        return con
+
+    @staticmethod
+    def _tables(con: sqlite3.Connection) -> bool:
+        return con.execute("SELECT 1 FROM sqlite_master WHERE name = 'attempts'").fetchone() is not None
+
+    def _attempts(self, con: sqlite3.Connection, release_ids: Sequence[str]) -> dict[str, list[str]]:
+        """Release id → its recorded attempts, for ``release_ids``."""
+        out: dict[str, list[str]] = {}
+        if not release_ids or not self._tables(con):
+            return out
+        ids = list(release_ids)
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            for attempt, rid in con.execute(
+                    f"SELECT attempt, release_id FROM attempts WHERE release_id IN ({','.join('?' * len(chunk))}) "
+                    "ORDER BY recorded_at", chunk):
+                out.setdefault(rid, []).append(attempt)
+        return out
+
+    @staticmethod
+    def _hashes(con: sqlite3.Connection, attempt: str) -> np.ndarray:
+        row = con.execute("SELECT hashes FROM card_hashes WHERE attempt = ?", (attempt,)).fetchone()
+        return np.frombuffer(row[0], dtype="<u8").astype(np.uint64) if row else np.zeros(0, dtype=np.uint64)
+
+    def record(self, release_id: str, claim: Claim, same_population: Sequence[str]) -> str:
+        """Write ``claim`` as a new attempt of ``release_id`` before its charge; ``same_population``: the releases
+        of its population the ledger charged (their cards are not stored again). Returns the attempt's token."""
+        attempt = f"{release_id}.{secrets.token_hex(8)}"
+        now = datetime.now(timezone.utc).isoformat(timespec="microseconds")
+        with closing(self._connect(write=True)) as con:
+            known = self._attempts(con, list(same_population))
+            seen = [self._hashes(con, a) for attempts in known.values() for a in attempts]
+            cards = claim.cards
+            if seen and cards.size:
+                cards = _without(cards, np.sort(np.concatenate(seen)))
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                con.execute("INSERT INTO attempts (attempt, release_id, recorded_at, cards) VALUES (?, ?, ?, ?)",
+                            (attempt, release_id, now, claim.n_cards))
+                con.executemany("INSERT INTO inputs (attempt, role, fingerprint) VALUES (?, ?, ?)",
+                                [(attempt, role, fp) for role, fp in sorted(claim.fingerprints.items())])
+                con.execute("INSERT INTO card_hashes (attempt, hashes) VALUES (?, ?)",
+                            (attempt, cards.astype("<u8").tobytes()))
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        return attempt
+
+    def claim(self, attempt: str) -> Claim:
+        """What an attempt recorded (its cards: those new to its population when it was recorded)."""
+        with closing(self._connect()) as con:
+            if not self._tables(con):
+                return Claim({})
+            row = con.execute("SELECT cards FROM attempts WHERE attempt = ?", (attempt,)).fetchone()
+            fps = dict(con.execute("SELECT role, fingerprint FROM inputs WHERE attempt = ?", (attempt,)).fetchall())
+            return Claim(fps, self._hashes(con, attempt), int(row[0]) if row else 0)
+
+    def forget(self, attempt: str) -> None:
+        """Remove an attempt that was refused before its charge (best effort: a row left of a release never
+        charged is ignored anyway)."""
+        if not self.path.exists():
+            return
+        with closing(self._connect(write=True)) as con:
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                for table in ("attempts", "inputs", "card_hashes"):
+                    con.execute(f"DELETE FROM {table} WHERE attempt = ?", (attempt,))
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+
+    def overlap(self, claim: Claim, others: dict[str, str]) -> Overlap | None:
+        """The first release among ``others`` (release id → population, in ledger order: the charged releases of
+        other populations) whose recorded claim shares an input fingerprint or a card hash with ``claim``."""
+        if not others:
+            return None
+        with closing(self._connect()) as con:
+            attempts = self._attempts(con, list(others))
+            if not attempts:
+                return None
+            mine = set(claim.fingerprints.values())
+            for rid, population in others.items():
+                roles, common = set(), 0
+                for attempt in attempts.get(rid, ()):
+                    for role, fp in con.execute("SELECT role, fingerprint FROM inputs WHERE attempt = ?", (attempt,)):
+                        if fp in mine:
+                            roles.add(role)
+                    if claim.cards.size:
+                        common += _common(claim.cards, self._hashes(con, attempt))
+                if roles or common:
+                    return Overlap(rid, population, tuple(sorted(roles)), common)
+        return None
+
+
+def refuse_overlap(store: ClaimStore, claim: Claim, existing: Iterable, events: Sequence) -> None:
+    """Refuse (:class:`~transit_release.errors.PopulationOverlapError`, exit 3) a release whose ``claim`` overlaps
+    a release of another population the ledger charged (``existing``: its entries). A data-dependent refusal
+    (registered: ``population-overlap``): it refuses, it never publishes."""
+    if not events:
+        return
+    release_id, population = events[0].release_id, events[0].population
+    others = {rid: p for rid, p in charged_populations(existing).items() if p != population and rid != release_id}
+    found = store.overlap(claim, others)
+    if found is not None:
+        raise refusal("population-overlap", PopulationOverlapError(
+            f"release '{release_id}' of population '{population}' reads records of people already released under "
+            f"population '{found.population}': release '{found.release_id}' read {found.describe(claim.n_cards)}; "
+            f"one person cannot be in two populations. Release it under population '{found.population}' "
+            f"(--population {found.population}), or release other people's records; nothing was charged"))
+
+
+def overlap_check(store: ClaimStore, attempt: str):
+    """The check the charge runs with the budget policy's, inside the ledger's write transaction: the attempt's
+    recorded claim against every charged release of another population."""
+    def check(existing: list, events: Sequence) -> None:
+        refuse_overlap(store, store.claim(attempt), existing, events)
+
+    return check

@@ -1,0 +1,262 @@
+"""What a private input holds, whatever its order or form: the digest the overlap check between populations keys.
+
+A release of one population must not read the records of people already released under another population
+(:mod:`transit_release.accounting.claims`). Two inputs are compared by what they hold, not by their bytes, so a
+copy of a file with its rows reordered, a comment line added, a trailing newline, another quoting, CSV instead of
+Parquet or another (copied) stop table or universe still matches. Precisely:
+
+* **trips** (a tap file, read by the Opal release or by a passenger kind ``--trips``): the *multiset of its clean
+  rows* — the rows the validation gate kept in the declared period, exact repeats removed — each row as
+  ``(mode, tap-on time, tap-on stop, tap-off time, tap-off stop)`` at the file's resolution (the stop ids, the
+  times in nanoseconds, a missing tap-off as missing), **without the card id** (a copy whose card ids were
+  renumbered still matches); quarantined rows and rows outside the period take no part;
+* **sequences**: the multiset of the valid records (lines the reader kept), each record the ordered list of its
+  location ids (the ids as written, e.g. station names, not their position in the universe);
+* **trajectories**: the multiset of the valid records, each the ordered list of its ``(location id, hour of the
+  week)`` points;
+* **sets**: the multiset of the valid records, each the *set* of its location ids (their order and repeats on a
+  line are ignored, as the reader ignores them).
+
+The digest is the number of records and, over the records, the sums modulo 2⁶⁴ of a 64-bit hash of each record
+under two seeds (a multiset hash: order-independent, one record more or less changes it). It is computed
+here without a key and never stored: :mod:`~transit_release.accounting.claims` keys it with the home's secret
+(HMAC) before anything is written. The card ids of a tap file (sorted, distinct) go along as they are, to be keyed
+there too (:func:`card_ids`); id-less record files carry none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+#: The private inputs a release reads, by kind of record: the role of a digest.
+ROLES = ("trips", "sequences", "trajectories", "sets")
+#: Seeds of the two lanes of the multiset hash (public constants: the digest is keyed afterwards).
+_LANES = (np.uint64(0x243F6A8885A308D3), np.uint64(0x13198A2E03707344))
+_NAMES_KEY = "transit-release1"  # a fixed SipHash key for location ids: an unkeyed hash of their text
+_MODES = ("bus", "ferry", "lightrail", "train")  # transit_release.config.KNOWN_MODES, in a fixed order for the digest
+_MASK = (1 << 64) - 1
+
+
+def mix(x: np.ndarray, inplace: bool = False) -> np.ndarray:
+    """SplitMix64's finaliser on uint64 values (a bijection that spreads every input bit over the output);
+    ``inplace``: ``x`` is a temporary of the caller's, changed in place."""
+    x = np.asarray(x, dtype=np.uint64)
+    if not inplace:
+        x = x.copy()
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint64(30)
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(27)
+        x *= np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+    return x
+
+
+#: Odd multipliers of the columns of a row (public constants; the digest is keyed afterwards).
+_COLUMN_KEYS = tuple(np.uint64(k) for k in (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,
+                                            0xD6E8FEB86659FD93, 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53))
+
+
+def _fold(*columns: np.ndarray) -> np.ndarray:
+    """One 64-bit hash per row of int64 columns: each column times its odd constant added in, mixed after every
+    two columns and at the end (few passes over the rows: the full-size week's partitions hold 13.5 M)."""
+    n = np.asarray(columns[0]).size
+    h = np.full(n, 0x243F6A8885A308D3, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for i, c in enumerate(columns):
+            term = np.asarray(c, dtype=np.int64).view(np.uint64) * _COLUMN_KEYS[i % len(_COLUMN_KEYS)]
+            h += term
+            if i % 2 == 1:
+                h = mix(h, inplace=True)
+        return mix(h, inplace=True)
+
+
+@dataclass(frozen=True)
+class ContentDigest:
+    """The unkeyed, order-independent digest of one private input (module docstring): its role, its number of
+    records and the two lane sums. Digests of parts of one input (a tap file's partitions) add up."""
+
+    role: str
+    records: int
+    lanes: tuple[int, int]
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"unknown role of a private input {self.role!r}; known: {ROLES}")
+
+    def __add__(self, other: "ContentDigest") -> "ContentDigest":
+        if other.role != self.role:
+            raise ValueError(f"cannot add a digest of {other.role} to one of {self.role}")
+        return ContentDigest(self.role, self.records + other.records,
+                             tuple((a + b) & _MASK for a, b in zip(self.lanes, other.lanes)))
+
+    @classmethod
+    def empty(cls, role: str) -> "ContentDigest":
+        return cls(role, 0, (0, 0))
+
+
+def _digest(role: str, record_hashes: np.ndarray) -> ContentDigest:
+    """Sum each lane's hash of the records' hashes (modulo 2⁶⁴)."""
+    lanes = []
+    for seed in _LANES:
+        with np.errstate(over="ignore"):
+            lanes.append(int(mix(record_hashes ^ seed, inplace=True).sum(dtype=np.uint64))
+                         if record_hashes.size else 0)
+    return ContentDigest(role, int(record_hashes.size), (lanes[0], lanes[1]))
+
+
+def mode_code(mode: str) -> int:
+    return _MODES.index(mode) if mode in _MODES else len(_MODES)
+
+
+def trip_rows(mode: np.ndarray | int, on_ns: np.ndarray, on_stop: np.ndarray, off_ns: np.ndarray,
+              off_stop: np.ndarray) -> ContentDigest:
+    """The digest of clean trip rows (exact repeats already removed) given as int64 columns: ``mode`` a code of
+    :func:`mode_code` per row (or one for all), times in nanoseconds (a missing tap-off time as the int64 minimum),
+    stops as ids (a missing tap-off stop as -1). The card id takes no part."""
+    n = np.asarray(on_ns).size
+    modes = np.broadcast_to(np.asarray(mode, dtype=np.int64), (n,))
+    return _digest("trips", _fold(modes, on_ns, on_stop, off_ns, off_stop))
+
+
+def trips_of_frame(clean: pd.DataFrame) -> ContentDigest:
+    """:func:`trip_rows` of a frame of clean trips (the validation gate's clean rows, exact repeats quarantined)."""
+    from transit_release.inputs.screening import _ints, _ns
+
+    mode = pd.Categorical(clean["mode"].astype(str), categories=list(_MODES)).codes.astype(np.int64)
+    mode = np.where(mode < 0, len(_MODES), mode)
+    return trip_rows(mode, _ns(clean["tap_on_time"]), _ints(clean["tap_on_stop"]), _ns(clean["tap_off_time"]),
+                     _ints(clean["tap_off_stop"]))
+
+
+def card_ids(cards: np.ndarray) -> np.ndarray:
+    """The distinct card ids of ``cards``, sorted (int64). A sort and a diff: ``np.unique`` takes seconds on
+    millions of ids with this project's NumPy."""
+    s = np.sort(np.asarray(cards, dtype=np.int64))
+    return s[np.r_[True, s[1:] != s[:-1]]] if s.size else s
+
+
+def merge_card_ids(parts) -> np.ndarray:
+    """The distinct card ids of several sorted distinct arrays (a tap file's partitions)."""
+    parts = [np.asarray(p, dtype=np.int64) for p in parts if np.asarray(p).size]
+    return card_ids(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+
+def name_hashes(names: tuple[str, ...]) -> np.ndarray:
+    """An unkeyed 64-bit hash of each location id's text (SipHash under a fixed key)."""
+    from pandas._libs.hashing import hash_object_array
+
+    if not names:
+        return np.zeros(0, dtype=np.uint64)
+    return hash_object_array(np.asarray(names, dtype=object), _NAMES_KEY, "utf8")
+
+
+def _segment_sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Per record (``offsets``), the sum of its ``values`` modulo 2⁶⁴ (0 for an empty record)."""
+    n = offsets.size - 1
+    if values.size == 0:
+        return np.zeros(n, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        csum = np.concatenate([[np.uint64(0)], np.cumsum(values, dtype=np.uint64)])
+        return csum[offsets[1:]] - csum[offsets[:-1]]
+
+
+def _positions(offsets: np.ndarray) -> np.ndarray:
+    lengths = np.diff(offsets)
+    return np.arange(int(offsets[-1]), dtype=np.int64) - np.repeat(offsets[:-1], lengths)
+
+
+def _ordered(role: str, token: np.ndarray, offsets: np.ndarray) -> ContentDigest:
+    """Records as ordered lists of token hashes: each token mixed with its position, summed, with the length."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    pos = _positions(offsets)
+    with np.errstate(over="ignore"):
+        parts = mix(token ^ mix(pos.view(np.uint64) + np.uint64(0x5851F42D4C957F2D)))
+        lengths = np.diff(offsets).astype(np.uint64)
+        return _digest(role, mix(_segment_sums(parts, offsets) ^ mix(lengths * np.uint64(0x2545F4914F6CDD1D))))
+
+
+def sequence_records(names: tuple[str, ...], locations: np.ndarray, offsets: np.ndarray) -> ContentDigest:
+    """The digest of sequences (location indices into ``names``, the universe's ids; records by ``offsets``)."""
+    return _ordered("sequences", name_hashes(names)[np.asarray(locations, dtype=np.int64)], offsets)
+
+
+def trajectory_records(names: tuple[str, ...], locations: np.ndarray, hours: np.ndarray,
+                       offsets: np.ndarray) -> ContentDigest:
+    """The digest of trajectories (each point a location index into ``names`` and an hour of the week)."""
+    with np.errstate(over="ignore"):
+        token = mix(name_hashes(names)[np.asarray(locations, dtype=np.int64)]
+                    ^ mix(np.asarray(hours, dtype=np.int64).view(np.uint64) + np.uint64(0x94D049BB133111EB)))
+    return _ordered("trajectories", token, offsets)
+
+
+def set_records(names: tuple[str, ...], items: np.ndarray, offsets: np.ndarray) -> ContentDigest:
+    """The digest of sets (each record's items distinct): each item hashed, summed, with the set's size."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    with np.errstate(over="ignore"):
+        parts = mix(name_hashes(names)[np.asarray(items, dtype=np.int64)])
+        sizes = np.diff(offsets).astype(np.uint64)
+        return _digest("sets", mix(_segment_sums(parts, offsets) ^ mix(sizes * np.uint64(0x2545F4914F6CDD1D))))
+
+
+@dataclass(frozen=True)
+class InputContent:
+    """What a release read from its private inputs: one digest per private input and, where the records carry
+    card ids, the distinct card ids (sorted int64; private: never a parameter, a log line or a published figure).
+    """
+
+    digests: tuple[ContentDigest, ...]
+    cards: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    @property
+    def n_cards(self) -> int:
+        return int(self.cards.size)
+
+
+def of_record_input(role: str, data) -> InputContent:
+    """The content of a record file as its reader returned it (a sequence, trajectory or set input)."""
+    names = data.universe.ids
+    if role == "sequences":
+        s = data.sequences
+        return InputContent((sequence_records(names, s.locations, s.offsets),))
+    if role == "trajectories":
+        t = data.trajectories
+        return InputContent((trajectory_records(names, t.locations, t.hours, t.offsets),))
+    if role == "sets":
+        s = data.sets
+        return InputContent((set_records(names, s.items, s.offsets),))
+    raise ValueError(f"no record file of role {role!r}")
+
+
+def of_clean_trips(clean: pd.DataFrame) -> InputContent:
+    """The content of a tap file as the passenger kinds read it (the gate's clean trips in one frame)."""
+    from transit_release.inputs.screening import _ints
+
+    return InputContent((trips_of_frame(clean),), card_ids(_ints(clean["card_id"])))
+
+
+# ---- a tap file streamed partition by partition (the Opal release) -----------------------------------------------
+
+def save_partition(folder: Path, mode: str, date: str, digest: ContentDigest, cards: np.ndarray) -> None:
+    """One partition's digest and distinct card ids, under the run's private work directory."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    np.save(folder / f"{mode}-{date}.cards.npy", card_ids(cards))
+    np.save(folder / f"{mode}-{date}.digest.npy",
+            np.array([digest.records, digest.lanes[0], digest.lanes[1]], dtype=np.uint64))
+
+
+def gather_partitions(folder: Path) -> InputContent:
+    """The tap file's content from its partitions' files (:func:`save_partition`), whatever the partitions."""
+    folder = Path(folder)
+    total = ContentDigest.empty("trips")
+    parts = []
+    for f in sorted(folder.glob("*.digest.npy")):
+        n, a, b = (int(x) for x in np.load(f))
+        total = total + ContentDigest("trips", n, (a, b))
+        parts.append(np.load(f.with_name(f.name.replace(".digest.npy", ".cards.npy"))))
+    return InputContent((total,), merge_card_ids(parts))
