@@ -70,10 +70,11 @@ def datapackage_view(package: dict) -> dict:
 
 
 def catalog_view(catalog: dict) -> dict:
-    """A catalogue without checksums, sizes and issue times."""
+    """A catalogue without checksums, sizes and issue and modification times."""
     def strip(x):
         if isinstance(x, dict):
-            return {k: strip(v) for k, v in x.items() if k not in ("spdx:checksum", "dcat:byteSize", "dct:issued")}
+            return {k: strip(v) for k, v in x.items()
+                    if k not in ("spdx:checksum", "dcat:byteSize", "dct:issued", "dct:modified")}
         if isinstance(x, list):
             return [strip(v) for v in x]
         return x

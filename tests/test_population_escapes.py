@@ -114,8 +114,8 @@ def test_an_id_less_record_file_copied_under_another_population_is_refused(prefe
               "--queries", "100", "--home", str(home), "--policy", declaring_policy, *WEEK_FLAGS]
     assert main([*common, "--input", str(metro["sequences"])]) == 0
     capsys.readouterr()
-    # the dry run says so too, and writes nothing
-    assert main([*common, "--input", str(copy), "--release-id", "copy", "--population", "riders-d", "--dry-run"]) == 0
+    # the dry run says so too (exit 3, as a dry run the policy refuses), and writes nothing
+    assert main([*common, "--input", str(copy), "--release-id", "copy", "--population", "riders-d", "--dry-run"]) == 3
     out = capsys.readouterr().out
     assert ("  budget policy: REFUSES it: release 'copy' of population 'riders-d' reads records of people already "
             "released under population 'default': release 'sequences-ngram-20160808-20160814' read the same "

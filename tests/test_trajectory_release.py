@@ -239,4 +239,4 @@ def test_a_markov_release_names_each_parts_sensitivity_and_says_its_lines_are_dr
     assert "synthetic trajectories" in header and "drawn from noisy models" in header
     text = kind.trajectory_text([(((0, 7),), 2)], METRO, header)
     assert text.splitlines()[0] == f"# {header}"
-    assert "synthetic" not in kind.trajectory_header("t", kind.trajectory_setup(METRO, 2, 6))
+    assert "synthetic" not in kind.trajectory_header("t", kind.trajectory_setup(METRO, 2, 6, mechanism="safepath"))

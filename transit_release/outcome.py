@@ -64,8 +64,9 @@ def summary_line(summary: dict, shared: bool = False) -> str:
         eps = sum(s["epsilon"] for s in summary["spends"])
         verdict = ("the policy allows it" if summary["allowed"] else "the policy refuses it (the reason is in the "
                    "home's private run log)" if shared else f"the policy refuses it: {summary['reason']}")
+        code = 0 if summary["allowed"] else int(summary.get("exit") or EXIT_BUDGET)
         return (f"dry run of {summary['release_id']}: {summary['events']} spend(s), ε={eps:g} in all; {verdict}; "
-                "nothing charged, drawn or written (exit 0)")
+                f"nothing charged, drawn or written (exit {code})")
     if "entries" in summary and "ok" in summary:  # an audit
         verdict = "PASSED" if summary["ok"] else "FAILED"
         code = 0 if summary["ok"] else EXIT_AUDIT_FAILED
