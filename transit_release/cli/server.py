@@ -5,10 +5,10 @@ the checks refuse a new one) and :meth:`Home.prepare`; runs the checks it is giv
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
-import secrets
 import shutil
 import sys
 import time
@@ -18,10 +18,6 @@ from contextlib import contextmanager
 from transit_release.cli.aftermath import forgettable
 from transit_release.home import Home
 from transit_release.telemetry import telemetry_off
-
-
-#: the tag of every run a command starts on its own loopback server (then the tag's hex part)
-COMMAND_TAG_PREFIX = "transit-release-command-"
 
 
 #: The servers the tool starts in a home (a command's, serve's) keep no event feed: Prefect's events repeat every
@@ -50,27 +46,41 @@ def scrub_database(home: Home) -> None:
               f"until another command's server stops ({exc})", file=sys.stderr)
 
 
-def forget_refused_runs(mark: str, home: Home, wait_s: float = 15.0) -> bool:
-    """A refused command leaves nothing in ``<home>/.prefect``: every flow run tagged ``mark`` goes, with what the
-    server deletes with it (task runs, states), its artifacts (an outcome's) and its logs (which the server
-    deletes after the run, in the background: waited for, up to ``wait_s``). A failure to forget is one warning,
-    never in place of the refusal. True when runs were deleted (the file is then scrubbed:
-    :func:`scrub_database`)."""
+def runs_here() -> list:
+    """The ids of the outermost flow runs this process has started (none before a flow has run in it)."""
+    summary = sys.modules.get("tasks.summary")  # imported by every flow the commands run, in this process
+    return list(getattr(summary, "RUNS_HERE", ()))
+
+
+def forget_refused_runs(ids: list, home: Home, wait_s: float = 15.0) -> bool:
+    """A refused command leaves nothing in ``<home>/.prefect``: the flow runs ``ids`` (the runs this command
+    started) and their subflows go, with what the server deletes with them (task runs, states), their artifacts
+    (an outcome's) and their logs (which the server deletes after the run, in the background: waited for, up to
+    ``wait_s``). A failure to forget is one warning, never in place of the refusal. True when runs were deleted
+    (the file is then scrubbed: :func:`scrub_database`).
+
+    The runs are found by id, not by a tag: a tag on the command's runs is a tag on every task run too, and
+    Prefect's engine then asks the server for the tag's concurrency slots before each task starts."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter,
-                                                FlowRunFilterTags, LogFilter, LogFilterFlowRunId)
+                                                FlowRunFilterParentFlowRunId, LogFilter, LogFilterFlowRunId)
+    from prefect.exceptions import ObjectNotFound
 
+    if not ids:
+        return False
     try:
         with get_client(sync_client=True) as client:
-            ids = [r.id for r in client.read_flow_runs(flow_run_filter=FlowRunFilter(
-                tags=FlowRunFilterTags(all_=[mark])))]
-            if not ids:
-                return False
+            ids, parents = list(ids), list(ids)
+            while parents:  # subflows, and theirs
+                parents = [r.id for r in client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                    parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=parents))) if r.id not in ids]
+                ids += parents
             for artifact in client.read_artifacts(artifact_filter=ArtifactFilter(
                     flow_run_id=ArtifactFilterFlowRunId(any_=ids))):
                 client.delete_artifact(artifact.id)
-            for run_id in ids:
-                client.delete_flow_run(run_id)
+            for run_id in reversed(ids):  # subflows first
+                with contextlib.suppress(ObjectNotFound):  # gone already: nothing to forget
+                    client.delete_flow_run(run_id)
             logs = LogFilter(flow_run_id=LogFilterFlowRunId(any_=ids))
             deadline = time.monotonic() + wait_s
             while client.read_logs(log_filter=logs, limit=1):
@@ -101,11 +111,16 @@ def prepare_environment(home: Home, verbose: bool) -> None:
 
 def quiet_logging(verbose: bool) -> None:
     """Other libraries' chatter only with ``--verbose``; on a terminal, progress is shown instead."""
-    from transit_release import progress
-
     for name in ("alembic", "mlflow", "distributed", "great_expectations"):
         logging.getLogger(name).setLevel(logging.INFO if verbose else logging.ERROR)
-    if not verbose and sys.stderr.isatty():
+    show_progress(verbose)
+
+
+def show_progress(verbose: bool) -> None:
+    """On a terminal, without ``--verbose``, the steps' progress on standard error (the first line at once)."""
+    from transit_release import progress
+
+    if not verbose and sys.stderr.isatty() and not isinstance(progress.current(), progress.RichReporter):
         progress.install(progress.RichReporter())
 
 
@@ -136,9 +151,13 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
 
             start()
 
+    from transit_release import progress
+
+    show_progress(verbose)
     if configured:
         if checks is not None:
-            checks()
+            with progress.stage("checking the inputs"):
+                checks()
         home.prepare()  # Prefect makes its home (<home>/.prefect) as soon as it is imported
         start_forkserver()
         quiet_logging(verbose)
@@ -165,15 +184,18 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
 
     server_home_existed = home.prefect_home.exists()
     forgot = False
+    starting = "checking the inputs and starting Prefect's server" if checks is not None else \
+        "starting Prefect's server"
     try:
-        with local_server(home.prefect_home, while_starting=while_starting, settings=HOME_SERVER_SETTINGS) as url:
+        with contextlib.ExitStack() as server:
+            with progress.stage(starting):
+                url = server.enter_context(local_server(home.prefect_home, while_starting=while_starting,
+                                                        settings=HOME_SERVER_SETTINGS, command=True))
             os.environ["PREFECT_API_URL"] = url
             from prefect.logging.handlers import APILogHandler
             from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
-            from prefect import tags
-
-            mark = f"{COMMAND_TAG_PREFIX}{secrets.token_hex(8)}"  # this command's runs, among the home's others
+            before = len(runs_here())  # this command's runs, among the home's others: the ones started from here on
             try:
                 # no heartbeats: they let a long-lived server find crashed runs, and this server dies with the
                 # command; a flow run's end joins its heartbeat thread, which sleeps in 1 s steps (up to 1 s per
@@ -181,12 +203,11 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
                 with temporary_settings(updates={PREFECT_API_URL: url, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
                     quiet_logging(verbose)
                     try:
-                        with tags(mark):
-                            yield
+                        yield
                     except BaseException as exc:
                         APILogHandler().flush()
                         if forgettable(exc):
-                            forgot = forget_refused_runs(mark, home)
+                            forgot = forget_refused_runs(runs_here()[before:], home)
                         raise
                     finally:
                         APILogHandler().flush()  # the run's last logs (a refusal's too) before the server stops
