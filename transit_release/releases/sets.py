@@ -250,4 +250,4 @@ def tracking(manifest: dict, metrics: dict, quarantine: dict) -> dict:
               "universe.sha256": manifest["universe"]["sha256"]}
     m = {**metrics, **{f"input.quarantined.{k}": v for k, v in quarantine.items()}}
     return {"kind": KIND, "mechanism": "diffpart", "tags": {"scope": manifest["scope"]}, "params": params,
-            "metrics": m, "children": [], "artifacts": {}}
+            "metrics": m, "artifacts": {}}
