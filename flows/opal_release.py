@@ -17,7 +17,7 @@ from tasks.evaluate import evaluate_utility
 from tasks.home import prepare_home
 from tasks.ingest import ingest_stops
 from tasks.inputs import fingerprint_inputs
-from tasks.opal import assemble_tables, build_manifest, plan_spends, same_release, space_needed, tracking_record
+from tasks.opal import assemble_tables, build_manifest, plan_spends, space_needed, tracking_record
 from tasks.preprocess import location_index
 from tasks.quality import check_raw_quality, check_release_tables
 from tasks.sanitize import check_cluster, describe_sanitizers, sanitize_chunk
@@ -26,7 +26,7 @@ from tasks.stream import (bound_partitions_per_card, commit_partitions, declared
 from tasks.report import draw_report_figures, write_report
 from tasks.summary import REPORTS_OUTCOME, summarize
 from tasks.validate import validate_release_tables, validate_stops
-from transit_release import partition_store, progress, warmup
+from transit_release import partition_store, progress, report_process, warmup
 from transit_release.config import ReleaseConfig, population_named
 from transit_release.inputs.screening import Period
 from transit_release.partition_store import PartitionDataset
@@ -123,12 +123,15 @@ class OpalKind(ReleaseKind):
         return fingerprint_inputs.submit(where, self.inputs)
 
     def same_release(self, fingerprint):
-        return same_release(self.config, fingerprint)
+        return opal.same_release(self.config, fingerprint)
 
     @contextmanager
     def workspace(self, run: ReleaseRun):
-        with work_dir(run.where, run.release_id) as work, dask_cluster(self.dask_address, self.workers) as cluster:
-            yield OpalWorkspace(work, cluster)
+        try:
+            with work_dir(run.where, run.release_id) as work, dask_cluster(self.dask_address, self.workers) as cluster:
+                yield OpalWorkspace(work, cluster)
+        finally:
+            report_process.discard_prestarted()  # a run that stopped before its report
 
     def read(self, run: ReleaseRun, workspace: OpalWorkspace) -> Records:
         where, rid, work, cfg = run.where, run.release_id, workspace.work, self.config
@@ -161,6 +164,7 @@ class OpalKind(ReleaseKind):
         return space_needed(self.period, self.config, records.data.index)
 
     def sanitize(self, run: ReleaseRun, records: Records, charged: list):
+        report_process.prestart()  # the report's figures are drawn in a process that imports meanwhile
         r = records.data
         return quote(run_on_partitions(sanitize_partitions, r.workspace.cluster, str(r.dataset.root), r.chunks,
                                        self.config, str(run.where.ledger), run.release_id))
