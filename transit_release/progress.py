@@ -59,5 +59,10 @@ def install(reporter: Reporter) -> None:
     _reporter = reporter
 
 
+def current() -> Reporter:
+    """The reporter installed (silent unless a command installed one)."""
+    return _reporter
+
+
 def stage(name: str, total: int | None = None):
     return _reporter.stage(name, total)

@@ -59,21 +59,28 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def release(args, trips: str, stops: str, home: Home) -> int:
-    """Release ``trips`` and ``stops`` (checked while the server starts) with the Opal flow."""
-    with server.prefect_api(home, args.verbose, preload=("flows.opal_release",), warm=RELEASE_MODULES,
-                            prewarm_workers=not args.dask_address and local_workers(args.workers) != IN_PROCESS,
-                            checks=lambda: checks.check_release_args(args, trips, stops, home)):
-        from flows.opal_release import opal_release
-
-        summary = opal_release(trips=str(Path(trips).resolve()), stops=str(Path(stops).resolve()),
-                               period_start=args.period_start, period_end=args.period_end, home=str(home.root),
-                               config=args.config, epsilons=args.epsilons, delta=args.delta,
-                               release_id=args.release_id, policy=args.policy, ledger=args.ledger,
-                               quarantine_limit=args.quarantine_limit, dask_address=args.dask_address,
-                               workers=args.workers, dry_run=args.dry_run, unit=args.unit,
-                               population=args.population)
+    """Release ``trips`` and ``stops`` (checked while the server starts) with the Opal flow; a release the home has
+    published from the same input and parameters is said so at once (no flow runs: nothing is drawn or spent)."""
+    try:
+        with server.prefect_api(home, args.verbose, preload=("flows.opal_release",), warm=RELEASE_MODULES,
+                                prewarm_workers=not args.dask_address and local_workers(args.workers) != IN_PROCESS,
+                                checks=lambda: checks.check_release_args(args, trips, stops, home)):
+            summary = _run_flow(args, trips, stops, home)
+    except checks.AlreadyPublished as published:
+        summary = published.summary
     print_summary(summary)
     return 0
+
+
+def _run_flow(args, trips: str, stops: str, home: Home) -> dict:
+    from flows.opal_release import opal_release
+
+    return opal_release(trips=str(Path(trips).resolve()), stops=str(Path(stops).resolve()),
+                        period_start=args.period_start, period_end=args.period_end, home=str(home.root),
+                        config=args.config, epsilons=args.epsilons, delta=args.delta, release_id=args.release_id,
+                        policy=args.policy, ledger=args.ledger, quarantine_limit=args.quarantine_limit,
+                        dask_address=args.dask_address, workers=args.workers, dry_run=args.dry_run, unit=args.unit,
+                        population=args.population)
 
 
 def demo(args, home: Home) -> int:
