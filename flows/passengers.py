@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import pandas as pd
+from prefect.utilities.annotations import quote
 
 from flows.tail import Records, ReleaseKind, ReleaseRun
 from flows.taps import clean_taps
@@ -77,7 +78,7 @@ class PassengerKind(ReleaseKind):
 
     def report(self, run: ReleaseRun, manifest: dict, records: Records, evaluation, outputs) -> str:
         metrics, figures = evaluation
-        return write_sequence_report(run.where, manifest, metrics, records.quarantine, figures)
+        return write_sequence_report(run.where, manifest, metrics, records.quarantine, quote(figures))
 
     def tracking_record(self, manifest: dict, records: Records, evaluation, outputs) -> dict:
         return self.tracking_task(manifest, evaluation[0], records.quarantine)
