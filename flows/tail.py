@@ -178,14 +178,16 @@ def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, popula
         if dry_run:
             return summarize_dry_run(rid, kind.period, kind.period_declared, events,
                                      check_budget(where, events, policy), records.quarantine)
-        precheck_budget(where, events, policy)
-        check_store(where)  # MLflow must work before anything is spent
-        check_free_space(where, kind.space_needed(records), rid)  # room to finish once charged
+        with progress.stage("checking the budget, MLflow and the free space"):
+            precheck_budget(where, events, policy)
+            check_store(where)  # MLflow must work before anything is spent
+            check_free_space(where, kind.space_needed(records), rid)  # room to finish once charged
         charged = None
         in_flight: list = []
         try:
-            charged = charge_budget(where, events, policy)
-            anchor_ledger(where, rid, "charge")
+            with progress.stage("charging the privacy ledger"):
+                charged = charge_budget(where, events, policy)
+                anchor_ledger(where, rid, "charge")
             with _stage(kind.sanitizing):
                 sanitized = kind.sanitize(run, records, charged)
             if kind.evaluating:

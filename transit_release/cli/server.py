@@ -62,19 +62,14 @@ def forget_refused_runs(ids: list, home: Home, wait_s: float = 15.0) -> bool:
     The runs are found by id, not by a tag: a tag on the command's runs is a tag on every task run too, and
     Prefect's engine then asks the server for the tag's concurrency slots before each task starts."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter,
-                                                FlowRunFilterParentFlowRunId, LogFilter, LogFilterFlowRunId)
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, LogFilter, LogFilterFlowRunId
     from prefect.exceptions import ObjectNotFound
 
     if not ids:
         return False
     try:
         with get_client(sync_client=True) as client:
-            ids, parents = list(ids), list(ids)
-            while parents:  # subflows, and theirs
-                parents = [r.id for r in client.read_flow_runs(flow_run_filter=FlowRunFilter(
-                    parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=parents))) if r.id not in ids]
-                ids += parents
+            ids = _with_subflows(client, ids)
             for artifact in client.read_artifacts(artifact_filter=ArtifactFilter(
                     flow_run_id=ArtifactFilterFlowRunId(any_=ids))):
                 client.delete_artifact(artifact.id)
@@ -92,6 +87,50 @@ def forget_refused_runs(ids: list, home: Home, wait_s: float = 15.0) -> bool:
         print(f"transit-release: warning: the refused run's records stay in {home.prefect_home} "
               f"({type(exc).__name__}: {exc})", file=sys.stderr)
         return False
+
+
+def _with_subflows(client, ids: list) -> list:
+    """The flow runs ``ids`` and their subflows (and theirs), by id."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    ids, parents = list(ids), list(ids)
+    while parents:
+        parents = [r.id for r in client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=parents))) if r.id not in ids]
+        ids += parents
+    return ids
+
+
+def record_before_stopping(ids: list, timeout_s: float = 5.0) -> None:
+    """Before a command's server stops: the run's last events (task runs' states, which the client sends in the
+    background) are sent, and recorded by the server's task-run recorder (it writes each as it arrives: waited
+    for until the task runs of ``ids`` and their subflows stop changing, up to ``timeout_s``). A server stopped
+    at once lost the last task run of a release now and then. Never raises: the command's outcome stands."""
+    from prefect.events.worker import EventsWorker
+
+    try:
+        EventsWorker.drain_all(timeout=timeout_s)
+        if not ids:
+            return
+        from prefect.client.orchestration import get_client
+        from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+        deadline = time.monotonic() + timeout_s
+        with get_client(sync_client=True) as client:
+            runs = FlowRunFilter(id=FlowRunFilterId(any_=_with_subflows(client, ids)))
+            seen = None
+            while time.monotonic() < deadline:
+                now = sorted((str(r.id), r.state_type) for r in client.read_task_runs(flow_run_filter=runs))
+                if now == seen and all(state is not None and state.value in FINAL for _, state in now):
+                    return
+                seen = now
+                time.sleep(0.05)
+    except Exception:  # noqa: BLE001 — what the server has not recorded only misses from its records
+        return
+
+
+#: Task run states that end a task run.
+FINAL = frozenset({"COMPLETED", "FAILED", "CRASHED", "CANCELLED"})
 
 
 def prepare_environment(home: Home, verbose: bool) -> None:
@@ -151,9 +190,14 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
 
             start()
 
-    from transit_release import progress
+    import threading
+
+    from transit_release import collector, progress
+    from transit_release.version import code_version
 
     show_progress(verbose)
+    # the code version a run records asks git (subprocesses: no GIL), once per process: meanwhile
+    threading.Thread(target=code_version, name="code-version", daemon=True).start()
     if configured:
         if checks is not None:
             with progress.stage("checking the inputs"):
@@ -161,7 +205,12 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
         home.prepare()  # Prefect makes its home (<home>/.prefect) as soon as it is imported
         start_forkserver()
         quiet_logging(verbose)
-        yield
+        collector.settle()  # the libraries imported so far: out of the collector's way (a command's process)
+        progress.open_stage("starting the run")
+        try:
+            yield
+        finally:
+            progress.close_stage()
         return
     from flows.deployments import local_server, server_answers
 
@@ -202,14 +251,21 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
                 # release, and per stop after a Ctrl-C)
                 with temporary_settings(updates={PREFECT_API_URL: url, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
                     quiet_logging(verbose)
+                    collector.settle()  # the libraries imported so far: out of the collector's way
+                    progress.open_stage("starting the run")  # until the flow's first step shows itself
                     try:
                         yield
                     except BaseException as exc:
                         APILogHandler().flush()
+                        if not isinstance(exc, KeyboardInterrupt):  # (a Ctrl-C stops at once)
+                            record_before_stopping(runs_here()[before:])  # (also: nothing recorded after a forget)
                         if forgettable(exc):
                             forgot = forget_refused_runs(runs_here()[before:], home)
                         raise
+                    else:
+                        record_before_stopping(runs_here()[before:])
                     finally:
+                        progress.close_stage()
                         APILogHandler().flush()  # the run's last logs (a refusal's too) before the server stops
             finally:
                 os.environ.pop("PREFECT_API_URL", None)
