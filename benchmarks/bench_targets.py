@@ -58,13 +58,45 @@ def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+#: The steps of a tiny release the per-step table shows (Prefect's task names; the ``-chunk`` tasks summed).
+STEPS = ("stream-trips", "prepare-chunk", "check-raw-quality", "plan-spends", "precheck-budget",
+         "check-mlflow-store", "charge-budget", "anchor-ledger-head", "sanitize-chunk", "draw-report-figures",
+         "check-release-tables", "stage-release", "write-report", "track-in-mlflow", "commit-release",
+         "update-release-index", "update-catalog")
+
+
+def steps_of(home: Path, started: float, ended: float) -> dict[str, float]:
+    """Seconds of a release's phases: before its flow started (the command's checks, imports and Prefect's server),
+    the flow, after it (the server's stop, the exit); and the named steps (Prefect's own records)."""
+    from datetime import datetime
+
+    def t(x: str) -> float:
+        return datetime.fromisoformat(x.replace("Z", "+00:00")).timestamp()
+
+    out: dict[str, float] = {}
+    with sqlite3.connect(home / ".prefect" / "prefect.db") as db:
+        root = db.execute("SELECT start_time, end_time FROM flow_run WHERE parent_task_run_id IS NULL "
+                          "ORDER BY start_time DESC LIMIT 1").fetchone()
+        if root is None or root[1] is None:
+            return out
+        out["before the flow"] = t(root[0]) - started
+        out["the flow"] = t(root[1]) - t(root[0])
+        out["after the flow"] = ended - t(root[1])
+        for name, start, end in db.execute("SELECT name, start_time, end_time FROM task_run WHERE end_time IS NOT "
+                                           "NULL AND start_time IS NOT NULL"):
+            base = name.rsplit("-", 1)[0]
+            if base in STEPS:
+                out[base] = out.get(base, 0.0) + t(end) - t(start)
+    return out
+
+
 def run(python: str, src: Path, args: list[str], expect: int | None = 0, env: dict | None = None,
         peaks: bool = False) -> dict:
     """``python -m transit_release.cli ARGS`` from ``src``: wall seconds, CPU seconds of it and its children,
     exit code (checked against ``expect``), and with ``peaks`` the largest process's peak memory."""
     env = {**os.environ, "PYTHONPATH": str(src), **(env or {})}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
+    start, started_at = time.perf_counter(), time.time()
     with tempfile.TemporaryFile() as out:
         proc = subprocess.Popen([python, "-m", "transit_release.cli", *args], stdout=out, stderr=subprocess.STDOUT,
                                 env=env, cwd=src)
@@ -77,7 +109,8 @@ def run(python: str, src: Path, args: list[str], expect: int | None = 0, env: di
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if expect is not None and proc.returncode != expect:
         raise SystemExit(f"{' '.join(args[:1])}: exit {proc.returncode}, expected {expect}:\n{text[-3000:]}")
-    result = {"wall_s": wall, "cpu_s": cpu, "exit": proc.returncode, "output": text}
+    result = {"wall_s": wall, "cpu_s": cpu, "exit": proc.returncode, "output": text,
+              "started_at": started_at, "ended_at": started_at + wall}
     if peaks:
         result["peak_gib"] = max((kib for _, kib in seen.values()), default=0) / 2**20
     return result
@@ -155,12 +188,17 @@ class Runner:
     def tiny(self, weeks: list[dict]) -> None:
         w0 = weeks[0]
 
+        steps: dict[str, list[dict]] = {"now": [], "base": []}
+
         def new_home(code, label, i):
             home = self.work / "homes" / f"new-{label}-{i}"
             shutil.rmtree(home, ignore_errors=True)
-            return run(*code, release_args(w0["trips"], w0["stops"], home))
+            r = run(*code, release_args(w0["trips"], w0["stops"], home))
+            steps[label].append(steps_of(home, r["started_at"], r["ended_at"]))
+            return r
 
         self.paired("tiny-new", "tiny week, new home ≤ 8 s", new_home)
+        self.steps = steps
 
         homes = {}
 
@@ -353,6 +391,20 @@ def task_gaps(prefect_db: Path) -> tuple[float, str]:
     return worst, where
 
 
+def steps_table(steps: dict[str, list[dict]]) -> str:
+    """Per step of the tiny release in a new home: the median seconds with this code and with the baseline's."""
+    names = [n for n in ("before the flow", "the flow", "after the flow", *STEPS)
+             if any(n in r for runs in steps.values() for r in runs)]
+    rows = ["| step | baseline (s) | now (s) |", "|---|---:|---:|"]
+    for n in names:
+        cells = []
+        for label in ("base", "now"):
+            values = [r.get(n, 0.0) for r in steps.get(label, [])]
+            cells.append(f"{statistics.median(values):.2f}" if values else "—")
+        rows.append(f"| {n} | {cells[0]} | {cells[1]} |")
+    return "\n".join(rows)
+
+
 def table(results: list[dict]) -> str:
     rows = ["| case | target | figure | CPU (user+sys) | load at start |", "|---|---|---|---|---|"]
     for r in results:
@@ -402,6 +454,9 @@ def main() -> None:
     if "full" not in skip:
         runner.full()
     print(table(runner.results))
+    if getattr(runner, "steps", None):
+        print()
+        print(steps_table(runner.steps))
     (args.work / "targets.json").write_text(json.dumps(runner.results, indent=1), encoding="utf-8")
     print(f"results: {args.work / 'targets.json'}")
 

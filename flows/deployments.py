@@ -267,7 +267,8 @@ def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error:
         from importlib.util import find_spec  # (not imported here: the command imports Prefect meanwhile)
 
         site = Path(find_spec("prefect").origin).resolve().parent.parent
-        args = ["-m", "uvicorn", "--app-dir", str(site), "--factory", "prefect.server.api.server:create_app",
+        args = ["-m", "transit_release.command_server", "--app-dir", str(site), "--factory",
+                "prefect.server.api.server:create_app",
                 "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--lifespan", "on"]
     else:
         args = ["-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui"]
