@@ -101,12 +101,13 @@ def check_published_before(args, trips: str, stops: str, home: Home, period, cfg
     """Before Prefect, as the flow would after it (:func:`tasks.budget.resolve_release`): an Opal release whose id
     (or an earlier default id of the same release) this home's ledger records as published, from the same input
     files (home-keyed fingerprint) and parameters, raises :class:`AlreadyPublished`; an id published or present
-    from other input is refused (:class:`~transit_release.errors.ReleaseExistsError`, the flow's own message). Reads
-    the ledger read only, and hashes the inputs only when the id is on it."""
+    from other input, or charged by another run and not published, is refused
+    (:class:`~transit_release.errors.ReleaseExistsError`, the flow's own message). Reads the ledger read only, and
+    hashes the inputs only when the id is published."""
     if not home.ledger.exists():
         return
     from transit_release import outcome
-    from transit_release.accounting.ledger import Ledger
+    from transit_release.accounting.ledger import Ledger, refuse_second_charge
     from transit_release.inputs import tables as io
     from transit_release.publish import MANIFEST, recognising_earlier_fingerprints, resolve_release_id
     from transit_release.releases import opal
@@ -115,6 +116,8 @@ def check_published_before(args, trips: str, stops: str, home: Home, period, cfg
     earlier = [] if args.release_id else list(opal.earlier_release_ids(period.start, period.end))
     ledger = Ledger(home.ledger, read_only=True)
     if not ({rid, *earlier} & set(ledger.published())) and not home.release_dir(rid).exists():
+        if not args.dry_run:  # charged by another run, not published: the charge's own first refusal, at once
+            refuse_second_charge(ledger.entries(), rid)
         return
     inputs = [str(Path(trips).resolve()), str(Path(stops).resolve())]
     fingerprint = io.fingerprint(*inputs, key=home.fingerprint_key())
