@@ -176,17 +176,19 @@ def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, popula
             records = kind.read(run, workspace)
         events = kind.plan(run, records, _value(fingerprint), population)
         if dry_run:
-            return summarize_dry_run(rid, kind.period, kind.period_declared, events,
-                                     check_budget(where, events, policy), records.quarantine)
+            return summarize_dry_run(rid, kind.period, kind.period_declared, quote(events),
+                                     check_budget(where, quote(events), policy), records.quarantine)
         with progress.stage("checking the budget, MLflow and the free space"):
-            precheck_budget(where, events, policy)
+            # the spends (168 of a card-level week) and the ledger's entries for them are quoted: Prefect would
+            # walk every one's fields at every task they are given to
+            precheck_budget(where, quote(events), policy)
             check_store(where)  # MLflow must work before anything is spent
             check_free_space(where, kind.space_needed(records), rid)  # room to finish once charged
         charged = None
         in_flight: list = []
         try:
             with progress.stage("charging the privacy ledger"):
-                charged = charge_budget(where, events, policy)
+                charged = charge_budget(where, quote(events), policy)
                 anchor_ledger(where, rid, "charge")
             with _stage(kind.sanitizing):
                 sanitized = kind.sanitize(run, records, charged)
@@ -198,7 +200,7 @@ def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, popula
                     evaluation = kind.evaluate(records, sanitized)
                 public = kind.outputs(run, events, records, sanitized, evaluation, in_flight)
                 staged = stage_release(where, rid, public.tables, public.texts, public.manifest, kind.render_datacard,
-                                       charged, policy)
+                                       quote(charged), policy)
                 report = kind.report(run, staged.manifest, records, evaluation, public)
                 mlflow_run_id = publish_staged(where, staged, charged,
                                                kind.tracking_record(staged.manifest, records, evaluation, public),
@@ -217,7 +219,7 @@ def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, popula
 def publish_staged(where: Home, staged: StagedRelease, charged: list, record: dict, report_dir: str) -> str:
     """Make a staged release public and recorded: track in MLflow → commit (intent, rename, ledger) → anchor the
     ledger head → mark the run published → index → DCAT catalogue. Returns the MLflow run id."""
-    run_id = track_release(where, staged.manifest, charged, record, report_dir)
+    run_id = track_release(where, staged.manifest, quote(charged), quote(record), report_dir)
     crash_point("after-mlflow-run")
     commit_release(where, staged, run_id)  # the release becomes visible here, and only here
     anchor_ledger(where, staged.manifest["release_id"], "publication")
