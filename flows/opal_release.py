@@ -144,6 +144,8 @@ class OpalKind(ReleaseKind):
         with progress.stage("reading and screening the trips"):
             streamed = stream_trips(work, self.trips, self.stop_table, self.period, cfg)  # card ids stay in work.spill
             early_gate(where, rid, work, self.trips, streamed, cfg, run.dry_run)
+        if not run.dry_run:  # the report's figures are drawn in a process that imports its libraries meanwhile
+            report_process.prestart()
         staging = str(partition_store.staging_for(work.partitions))
         prepared = quote(run_on_partitions(prepare_partitions, workspace.cluster, work, staging, chunks, cfg, index,
                                            pair_shards(self.period)))
@@ -164,7 +166,6 @@ class OpalKind(ReleaseKind):
         return space_needed(self.period, self.config, records.data.index)
 
     def sanitize(self, run: ReleaseRun, records: Records, charged: list):
-        report_process.prestart()  # the report's figures are drawn in a process that imports meanwhile
         r = records.data
         return quote(run_on_partitions(sanitize_partitions, r.workspace.cluster, str(r.dataset.root), r.chunks,
                                        self.config, str(run.where.ledger), run.release_id))

@@ -51,9 +51,10 @@ _READY_LOCK = threading.Lock()
 
 
 def prestart() -> None:
-    """Start the next drawing process now: it imports matplotlib and pandas (about a second of CPU) while the run
-    goes on, on a core the run leaves idle, and :func:`draw` gives it its job. One at most is waiting; one that is
-    never used is stopped by :func:`discard_prestarted` (and dies with this process)."""
+    """Start the next drawing process now (an Opal release: once its input has passed the screen): it imports
+    matplotlib and pandas (about a second of CPU) while the run goes on, on a core the run leaves idle, and
+    :func:`draw` gives it its job. One at most is waiting; one that is never used is stopped by
+    :func:`discard_prestarted` (and dies with this process)."""
     with _READY_LOCK:
         if not _READY:
             _READY.append(_spawn())
