@@ -80,12 +80,11 @@ def check_release_args(args, trips: str, stops: str, home: Home) -> None:
     cfg = load_release_config(args.config, release_unit(args.config, args.unit)).with_overrides(
         epsilons=args.epsilons, delta=args.delta, quarantine_limit=args.quarantine_limit)
     policy = load_budget_policy(args.policy)
-    if period is not None:
-        check_release_budget(args, home, period, cfg, population, policy)
-    preflight.check_trip_inputs(trips, stops)
+    preflight.check_trip_inputs(trips, stops)  # the files' own checks first: a second, the budget's take more
     preflight.check_stop_table(stops)
     if period is not None:
         check_published_before(args, trips, stops, home, period, cfg)
+        check_release_budget(args, home, period, cfg, population, policy)
 
 
 class AlreadyPublished(Exception):
