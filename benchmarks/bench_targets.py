@@ -340,9 +340,9 @@ class Runner:
             "sequences-ngram": ["sequences", "--input", str(metro / "sequences.txt"), "--locations",
                                 str(metro / "locations.txt"), "--mechanism", "ngram"],
             "trajectories-safepath": ["trajectories", "--input", str(metro / "trajectories.txt"), "--locations",
-                                      str(metro / "stations.txt"), "--height", "6", "--mechanism", "safepath"],
+                                      str(metro / "locations.txt"), "--height", "6", "--mechanism", "safepath"],
             "trajectories-markov": ["trajectories", "--input", str(metro / "trajectories.txt"), "--locations",
-                                    str(metro / "stations.txt"), "--height", "6", "--mechanism", "markov"],
+                                    str(metro / "locations.txt"), "--height", "6", "--mechanism", "markov"],
             "sets": ["sets", "--input", str(metro / "sets.txt"), "--locations", str(metro / "locations.txt")],
         }
         period = ["--period-start", "2016-08-08", "--period-end", "2016-08-14", "--epsilon", "1"]
