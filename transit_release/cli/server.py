@@ -118,12 +118,14 @@ def record_before_stopping(ids: list, timeout_s: float = 5.0) -> None:
         deadline = time.monotonic() + timeout_s
         with get_client(sync_client=True) as client:
             runs = FlowRunFilter(id=FlowRunFilterId(any_=_with_subflows(client, ids)))
-            seen = None
+            seen, since = None, time.monotonic()
             while time.monotonic() < deadline:
                 now = sorted((str(r.id), r.state_type) for r in client.read_task_runs(flow_run_filter=runs))
-                if now == seen and all(state is not None and state.value in FINAL for _, state in now):
+                if now != seen:
+                    seen, since = now, time.monotonic()
+                elif all(state is not None and state.value in FINAL for _, state in now) or \
+                        time.monotonic() - since > STILL_S:  # (a refused run's tasks that never ran stay pending)
                     return
-                seen = now
                 time.sleep(0.05)
     except Exception:  # noqa: BLE001 — what the server has not recorded only misses from its records
         return
@@ -131,6 +133,8 @@ def record_before_stopping(ids: list, timeout_s: float = 5.0) -> None:
 
 #: Task run states that end a task run.
 FINAL = frozenset({"COMPLETED", "FAILED", "CRASHED", "CANCELLED"})
+#: Task runs unchanged this long, some not ended, are taken as recorded.
+STILL_S = 0.5
 
 
 def prepare_environment(home: Home, verbose: bool) -> None:
