@@ -224,16 +224,50 @@ def _save_server_db_template(db: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
+#: What a command's own server runs (:func:`local_server` with ``command=True``), as Prefect's own temporary server
+#: does (``PREFECT__SERVER_EPHEMERAL``: the API and the services a flow run needs, such as the task run recorder;
+#: no scheduler, late-runs, foreman, cancellation or pause services, which only matter to a server that outlives
+#: its runs), and without what its start would do for nothing: registering block types (the tool keeps none on
+#: the server) and, on a database already at this Prefect's schema, looking for migrations; no automations
+#: (triggers and their actions) and no event or log streams to subscribers, which nothing of a command's run has.
+COMMAND_SERVER_SETTINGS = {"PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
+                           "PREFECT_API_BLOCKS_REGISTER_ON_START": "false",
+                           "PREFECT_MEMOIZE_BLOCK_AUTO_REGISTRATION": "false",
+                           "PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED": "false",
+                           "PREFECT_SERVER_EVENTS_STREAM_OUT_ENABLED": "false",
+                           "PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED": "false"}
+
+
+def _schema_version(db: Path) -> str | None:
+    """The Alembic revision a Prefect database is at (None: no database, or none readable)."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as con:
+            row = con.execute("SELECT version_num FROM alembic_version").fetchone()
+        return row[0] if row else None
+    except sqlite3.Error:
+        return None
+
+
+def _at_current_schema(db: Path) -> bool:
+    """Is ``db`` at the schema of the installed Prefect (the revision of the template its versions made)? Then the
+    server need not look for migrations when it starts (about a second)."""
+    template = server_db_template()
+    current = _schema_version(template) if template.exists() else None
+    return current is not None and _schema_version(db) == current
+
+
 @contextlib.contextmanager
 def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error: Callable[[str], None] | None = None,
                  while_starting: Callable[[str], None] | None = None, settings: dict[str, str] | None = None,
-                 ui: bool = False):
+                 ui: bool = False, command: bool = False):
     """A Prefect server (with its scheduler) on loopback for the duration; yields its API URL. With ``ui``, it
     serves Prefect's UI too, at the URL without ``/api`` (:func:`ui_url`), talking to this server's API.
 
     ``while_starting(url)`` is called once the server process is launched, before it answers (e.g. to import
     a flow's modules meanwhile: the server takes seconds to start). ``settings``: Prefect settings (environment
-    variables) of the server process alone.
+    variables) of the server process alone. ``command``: the server of one command's runs
+    (:data:`COMMAND_SERVER_SETTINGS`: Prefect's API app as its own temporary server runs it, without the
+    scheduler; ``prefect server start`` otherwise).
 
     Its output goes to ``<prefect_home>/server.log``; ``on_scheduler_error`` is called (from a reader
     thread) with a one-line summary of each failed scheduler loop.
@@ -241,20 +275,32 @@ def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error:
     prefect_home = Path(prefect_home)
     prefect_home.mkdir(parents=True, exist_ok=True)
     db = prefect_home / "prefect.db"  # Prefect's default database, unless the environment names another
-    new_db = not db.exists() and not any(os.environ.get(f"PREFECT_{k}_DATABASE_CONNECTION_URL")
-                                         for k in ("API", "SERVER"))
+    default_db = not any(os.environ.get(f"PREFECT_{k}_DATABASE_CONNECTION_URL") for k in ("API", "SERVER"))
+    new_db = not db.exists() and default_db
     seeded = new_db and _seed_server_db(db)
     port = free_port()
     url = f"http://127.0.0.1:{port}/api"
     ui_settings = ({"PREFECT_UI_ENABLED": "true", "PREFECT_UI_API_URL": url, "PREFECT_UI_URL": ui_url(url)} if ui
                    else {"PREFECT_UI_ENABLED": "false"})
-    env = {**os.environ, **TELEMETRY_OFF, "PREFECT_HOME": str(prefect_home), **ui_settings, **(settings or {})}
+    env = {**os.environ, **TELEMETRY_OFF, "PREFECT_HOME": str(prefect_home), **ui_settings,
+           **(COMMAND_SERVER_SETTINGS if command else {}), **(settings or {})}
+    if command and default_db and (seeded or _at_current_schema(db)):
+        env["PREFECT_API_DATABASE_MIGRATE_ON_START"] = "false"
     env.pop("PREFECT_API_URL", None)
     env.pop("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", None)  # the server logs in full to its own log file
+    if command:  # Prefect's API app, as its temporary server starts it (no CLI, no scheduler)
+        from importlib.util import find_spec  # (not imported here: the command imports Prefect meanwhile)
+
+        site = Path(find_spec("prefect").origin).resolve().parent.parent
+        args = ["-m", "transit_release.command_server", "--app-dir", str(site), "--factory",
+                "prefect.server.api.server:create_app",
+                "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--lifespan", "on"]
+    else:
+        args = ["-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port),
+                *(() if ui else ("--no-ui",))]
     # a session of its own: a terminal's Ctrl-C reaches the command, which stops the server last, once the run's
     # final state is recorded (a server that took the Ctrl-C itself left the command retrying a dead API)
-    proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                             "--port", str(port), *(() if ui else ("--no-ui",))], env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, encoding="utf-8", errors="replace",
                             preexec_fn=die_with_parent, start_new_session=True)
     tail: collections.deque[str] = collections.deque(maxlen=40)
@@ -295,6 +341,18 @@ def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error:
         except subprocess.TimeoutExpired:
             proc.kill()
         reader.join(timeout=5)
+        if command and default_db:
+            _checkpoint(db)
+
+
+def _checkpoint(db: Path) -> None:
+    """The server's write-ahead log folded into its database and removed (the API app leaves it behind when it
+    stops: megabytes of a command's records beside the file). Another command's server on the same home may
+    still hold it: then it stays for that one."""
+    if not db.exists():
+        return
+    with contextlib.suppress(sqlite3.Error), contextlib.closing(sqlite3.connect(db, timeout=1)) as con:
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 def ui_url(api_url: str) -> str:

@@ -17,8 +17,7 @@ from tasks.evaluate import evaluate_utility
 from tasks.home import prepare_home
 from tasks.ingest import ingest_stops
 from tasks.inputs import fingerprint_inputs
-from tasks.opal import (assemble_tables, build_manifest, count_true_cells, plan_spends, same_release, space_needed,
-                        tracking_record)
+from tasks.opal import assemble_tables, build_manifest, count_true_cells, plan_spends, space_needed, tracking_record
 from tasks.preprocess import location_index
 from tasks.quality import check_raw_quality, check_release_tables
 from tasks.sanitize import check_cluster, describe_sanitizers, sanitize_chunk
@@ -27,7 +26,7 @@ from tasks.stream import (bound_partitions_per_card, commit_partitions, content_
 from tasks.report import draw_report_figures, write_report
 from tasks.summary import REPORTS_OUTCOME, summarize
 from tasks.validate import validate_release_tables, validate_stops
-from transit_release import partition_store, progress, warmup
+from transit_release import partition_store, progress, report_process, warmup
 from transit_release.config import ReleaseConfig, population_named
 from transit_release.inputs.screening import Period
 from transit_release.partition_store import PartitionDataset
@@ -128,12 +127,15 @@ class OpalKind(ReleaseKind):
         return fingerprint_inputs.submit(where, self.inputs)
 
     def same_release(self, fingerprint):
-        return same_release(self.config, fingerprint)
+        return opal.same_release(self.config, fingerprint)
 
     @contextmanager
     def workspace(self, run: ReleaseRun):
-        with work_dir(run.where, run.release_id) as work, dask_cluster(self.dask_address, self.workers) as cluster:
-            yield OpalWorkspace(work, cluster)
+        try:
+            with work_dir(run.where, run.release_id) as work, dask_cluster(self.dask_address, self.workers) as cluster:
+                yield OpalWorkspace(work, cluster)
+        finally:
+            report_process.discard_prestarted()  # a run that stopped before its report
 
     def read(self, run: ReleaseRun, workspace: OpalWorkspace) -> Records:
         where, rid, work, cfg = run.where, run.release_id, workspace.work, self.config
@@ -146,6 +148,8 @@ class OpalKind(ReleaseKind):
         with progress.stage("reading and screening the trips"):
             streamed = stream_trips(work, self.trips, self.stop_table, self.period, cfg)  # card ids stay in work.spill
             early_gate(where, rid, work, self.trips, streamed, cfg, run.dry_run)
+        if not run.dry_run:  # the report's figures are drawn in a process that imports its libraries meanwhile
+            report_process.prestart()
         staging = str(partition_store.staging_for(work.partitions))
         prepared = quote(run_on_partitions(prepare_partitions, workspace.cluster, work, staging, chunks, cfg, index,
                                            pair_shards(self.period)))

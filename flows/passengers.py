@@ -84,7 +84,7 @@ class PassengerKind(ReleaseKind):
 
     def report(self, run: ReleaseRun, manifest: dict, records: Records, evaluation, outputs) -> str:
         metrics, figures = evaluation
-        return write_sequence_report(run.where, manifest, metrics, records.quarantine, figures)
+        return write_sequence_report(run.where, manifest, metrics, records.quarantine, quote(figures))
 
     def tracking_record(self, manifest: dict, records: Records, evaluation, outputs) -> dict:
         return self.tracking_task(manifest, evaluation[0], records.quarantine)

@@ -199,5 +199,8 @@ def run_on_partitions(subflow, cluster: ReleaseCluster, *args):
     thread, which sleeps in steps of one second: about 1 s of idle waiting per subflow, two per release."""
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
+    run = subflow.with_options(task_runner=partition_runner(cluster))
+    if PREFECT_FLOWS_HEARTBEAT_FREQUENCY.value() is None:  # none already (a command's run): Prefect's settings
+        return run(*args)  # are rebuilt at each temporary_settings, about 0.3 s
     with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-        return subflow.with_options(task_runner=partition_runner(cluster))(*args)
+        return run(*args)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from prefect import flow
+from prefect.utilities.annotations import quote
 
 from flows.passengers import PassengerKind, TapInput
 from flows.tail import PublicOutputs, Records, ReleaseRun, publish_release
@@ -70,18 +71,19 @@ class SetKind(PassengerKind):
     def plan_spend(self, release_id, fingerprint, population):
         return plan_set_spend(release_id, self.period, self.budget, fingerprint, code_version(), population)
 
+    # the records and the release are large plain collections: quote() spares Prefect visiting every item
     def sanitize(self, run: ReleaseRun, records: Records, charged: list):
-        return sanitize_sets(records.data, self.budget, charged, run.release_id)
+        return sanitize_sets(quote(records.data), self.budget, charged, run.release_id)
 
     def evaluate(self, records: Records, sanitized):
         release, _ = sanitized
-        return evaluate_sets(records.data, release, self.queries, self.top_k)
+        return evaluate_sets(quote(records.data), quote(release), self.queries, self.top_k)
 
     def outputs(self, run, events, records, sanitized, evaluation, in_flight) -> PublicOutputs:
         release, noise_kind = sanitized
         return PublicOutputs(*set_outputs(run.release_id, self.period, self.universe,
                                           sets.describe_input(self.taps is not None, self.modes), self.budget,
-                                          events[0], noise_kind, code_version(), release,
+                                          events[0], noise_kind, code_version(), quote(release),
                                           sets.fanout_rule(self.setup.fanout), self.setup.chosen))
 
 

@@ -247,19 +247,24 @@ def _publish(kind: ReleaseKind, where: Home, policy: BudgetPolicy, population: s
         events = kind.plan(run, records, _value(fingerprint), population)
         if run.dry_run:
             _tell_expectation(kind, run, records)
-            return summarize_dry_run(rid, kind.period, kind.period_declared, events,
-                                     check_budget(where, events, policy, quote(records.content)), records.quarantine)
-        precheck_budget(where, events, policy)
-        check_store(where)  # MLflow must work before anything is spent
-        check_free_space(where, kind.space_needed(records), rid)  # room to finish once charged
+            return summarize_dry_run(rid, kind.period, kind.period_declared, quote(events),
+                                     check_budget(where, quote(events), policy, quote(records.content)),
+                                     records.quarantine)
+        with progress.stage("checking the budget, MLflow and the free space"):
+            # the spends (168 of a card-level week) and the ledger's entries for them are quoted: Prefect would
+            # walk every one's fields at every task they are given to
+            precheck_budget(where, quote(events), policy)
+            check_store(where)  # MLflow must work before anything is spent
+            check_free_space(where, kind.space_needed(records), rid)  # room to finish once charged
         # what the records are, keyed, privately: refused at once if another population's release read them
-        attempt = record_claim(where, quote(records.content), events)
+        attempt = record_claim(where, quote(records.content), quote(events))
         _tell_expectation(kind, run, records)
         charged = None
         in_flight: list = []
         try:
-            charged = charge_budget(where, events, policy, attempt)
-            anchor_ledger(where, rid, "charge")
+            with progress.stage("charging the privacy ledger"):
+                charged = charge_budget(where, quote(events), policy, attempt)
+                anchor_ledger(where, rid, "charge")
             with _stage(kind.sanitizing):
                 sanitized = kind.sanitize(run, records, charged)
             if kind.evaluating:
@@ -270,7 +275,7 @@ def _publish(kind: ReleaseKind, where: Home, policy: BudgetPolicy, population: s
                     evaluation = kind.evaluate(records, sanitized)
                 public = kind.outputs(run, events, records, sanitized, evaluation, in_flight)
                 staged = stage_release(where, rid, public.tables, public.texts, public.manifest, kind.render_datacard,
-                                       charged, policy)
+                                       quote(charged), policy)
                 report = kind.report(run, staged.manifest, records, evaluation, public)
                 mlflow_run_id = publish_staged(where, staged, charged,
                                                kind.tracking_record(staged.manifest, records, evaluation, public),
@@ -292,7 +297,7 @@ def publish_staged(where: Home, staged: StagedRelease, charged: list, record: di
                    policy: BudgetPolicy | None = None) -> str:
     """Make a staged release public and recorded: track in MLflow → commit (intent, rename, ledger) → anchor the
     ledger head → mark the run published → index → DCAT catalogue. Returns the MLflow run id."""
-    run_id = track_release(where, staged.manifest, charged, record, report_dir)
+    run_id = track_release(where, staged.manifest, quote(charged), quote(record), report_dir)
     crash_point("after-mlflow-run")
     commit_release(where, staged, run_id)  # the release becomes visible here, and only here
     anchor_ledger(where, staged.manifest["release_id"], "publication")

@@ -88,12 +88,20 @@ def _context(docs_dir: Path | None):
     if docs_dir is None:
         return ctx
     docs_dir.mkdir(parents=True, exist_ok=True)
-    ctx.add_data_docs_site(site_name="internal", site_config={
-        "class_name": "SiteBuilder",
-        "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs_dir)},
-        "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-    })
+    ctx.add_data_docs_site(site_name="internal", site_config=site_config(docs_dir))
     return ctx
+
+
+def site_config(docs_dir: Path) -> dict:
+    """A Data Docs site in ``docs_dir``: GE's default builders (an index, the suites, the validations; no profiling,
+    which nothing here makes) with GE's views whose templates are compiled once (:mod:`schemas.data_docs_views`)."""
+    views = "schemas.data_docs_views"
+    page = {"view": {"module_name": views, "class_name": "CachedJinjaPageView"}}
+    return {"class_name": "SiteBuilder",
+            "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs_dir)},
+            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder",
+                                   "view": {"module_name": views, "class_name": "CachedJinjaIndexPageView"}},
+            "site_section_builders": {"expectations": page, "validations": page, "profiling": "None"}}
 
 
 def partition_aggregates(rows: dict[str, np.ndarray], date: str) -> dict:
@@ -235,9 +243,12 @@ def release_suite(name: str, columns: list[str], thresholds: dict[str, int], mod
     return suite
 
 
-def validate_frames(docs_dir: Path, frames: dict[str, tuple[pd.DataFrame, Callable[[], object]]]) -> dict:
+def validate_frames(docs_dir: Path, frames: dict[str, tuple[pd.DataFrame, Callable[[], object]]],
+                    static_dir: Path | None = None) -> dict:
     """Validate each frame against its suite through checkpoints, then build the Data Docs in ``docs_dir`` once for
-    all of them; counts only. (The partitions' own suite: :func:`validate_partitions`.)
+    all of them; counts only. (The partitions' own suite: :func:`validate_partitions`.) The pages' styles, scripts
+    and images go to ``static_dir`` (default: the site's own ``static/``), which several sites may share
+    (:func:`make_data_docs_offline`).
 
     Suites are passed as zero-argument builders (e.g. ``functools.partial(totals_suite, quality)``): GE builds
     expectations only inside an active data context.
@@ -259,7 +270,7 @@ def validate_frames(docs_dir: Path, frames: dict[str, tuple[pd.DataFrame, Callab
             out["suites"][name] = {"success": bool(result.success), "expectations": rows}
             out["success"] = out["success"] and bool(result.success)
         ctx.build_data_docs(site_names=["internal"])  # once: an action per checkpoint rebuilt the site each time
-    make_data_docs_offline(docs_dir)
+    make_data_docs_offline(docs_dir, static_dir)
     out["data_docs"] = str(docs_dir / "index.html")
     return out
 
@@ -308,22 +319,32 @@ def warm_up() -> None:
     validate_partitions({"warm/up": partition_aggregates(rows, "19700101")}, QualityPolicy())
 
 
-def make_data_docs_offline(docs_dir: Path) -> None:
-    """Point every Data Docs page under ``docs_dir`` at local copies of its CSS, JavaScript and images.
+def make_data_docs_offline(docs_dir: Path, static_dir: Path | None = None) -> None:
+    """Point every Data Docs page under ``docs_dir`` at local copies of its CSS, JavaScript and images, kept in
+    ``static_dir`` (default: the site's own ``static/``).
 
-    The vendored files go to ``<docs_dir>/static/vendor/``; each page refers to them by a path relative
-    to itself, so the site still works when the folder is copied (e.g. to MLflow). A remote asset that
-    is not in the table (a GE upgrade that changes its templates) is removed rather than fetched.
+    The vendored files go to ``<static_dir>/vendor/``; of Great Expectations' own static files, only those a page
+    loads (its logo and icon) are kept (its animated help images and fonts, about 4 MB a site, are loaded by no
+    page of these sites). Each page refers to them by a path relative to itself, so the site still works when the
+    folder is copied with ``static_dir`` (e.g. the report's folder), and sites built beside each other share one
+    copy. A remote asset that is not in the table (a GE upgrade that changes its templates) is removed rather
+    than fetched.
     """
     docs_dir = Path(docs_dir)
-    static = docs_dir / "static"
+    own = docs_dir / "static"  # where GE put its static files
+    static = Path(static_dir) if static_dir is not None else own
     shutil.copytree(ASSETS, static / "vendor", dirs_exist_ok=True, ignore=shutil.ignore_patterns("README.md"))
-    for page in docs_dir.rglob("*.html"):
+    pages = list(docs_dir.rglob("*.html"))
+    used: set[str] = set()  # GE's own static files the pages load, relative to its static folder
+    for page in pages:
         prefix = Path(os.path.relpath(static, page.parent)).as_posix()
+        ge_prefix = Path(os.path.relpath(own, page.parent)).as_posix()
 
         def local(match: re.Match) -> str:
             url = match["url"] or match["css"]
             target = _LOCAL_ASSETS.get(url.split("?", 1)[0])
+            if target and not target.startswith("vendor/"):  # one of GE's own (its logo)
+                used.add(target)
             if match["css"]:
                 return f"url('{prefix}/{target}')" if target else "none"
             if target is None:
@@ -331,7 +352,31 @@ def make_data_docs_offline(docs_dir: Path) -> None:
             # integrity/crossorigin make a file:// load a CORS request, which Chromium refuses
             return _CORS_ATTRS.sub("", match[0].replace(url, f"{prefix}/{target}"))
 
+        def shared(match: re.Match) -> str:  # a reference to one of GE's static files: kept, in ``static``
+            used.add(match["path"])
+            return f"{match['quote']}{prefix}/{match['path']}"
+
         html = page.read_text(encoding="utf-8")
         offline = _LOADED.sub(local, html)
+        if static != own:
+            offline = re.sub(rf"""(?P<quote>["'(]){re.escape(ge_prefix)}/(?P<path>(?!vendor/)[^"')?#]+)""", shared,
+                             offline)
+        else:
+            used.update(m["path"] for m in re.finditer(rf"""["'(]{re.escape(ge_prefix)}/(?P<path>(?!vendor/)"""
+                                                       r"""[^"')?#]+)""", offline))
         if offline != html:
             page.write_text(offline, encoding="utf-8")
+    for path in sorted(used):
+        source, target = own / path, static / path
+        if source.is_file() and source != target:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+    if static != own:
+        shutil.rmtree(own, ignore_errors=True)
+    else:  # GE's files that no page loads
+        for f in [f for f in own.rglob("*") if f.is_file() and not f.relative_to(own).as_posix().startswith("vendor/")
+                  and f.relative_to(own).as_posix() not in used]:
+            f.unlink()
+        for d in sorted((d for d in own.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True):
+            if not any(d.iterdir()):
+                d.rmdir()

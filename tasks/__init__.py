@@ -25,3 +25,21 @@ def data_task(fn=None, **options):
         return lambda f: data_task(f, **options)
     return task(refusals_kept_private(fn), **{"cache_policy": NO_CACHE, "persist_result": False, "retries": 0,
                                                 **options})
+
+
+def bulk_task(**options):
+    """:data:`data_task` for a step that builds millions of small objects (a passenger file's records, a release,
+    its evaluation): Python's cyclic collector pauses while it runs (:func:`transit_release.collector.bulk`)."""
+    from functools import wraps
+
+    from transit_release.collector import bulk
+
+    def decorate(fn):
+        @wraps(fn)
+        def run(*args, **kwargs):
+            with bulk():
+                return fn(*args, **kwargs)
+
+        return data_task(**options)(run)
+
+    return decorate

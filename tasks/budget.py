@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from tasks import data_task
 from transit_release.faults import crash_point
@@ -15,9 +15,8 @@ from transit_release.anchors import check_ledger_whole, check_records, home_anch
 from transit_release.outcome import exit_code
 from transit_release.recovery import live_release_ids
 from transit_release.home import Home, check_release_id
-from transit_release.inputs import tables as io
 from transit_release.errors import ConfigError, LedgerIntegrityError, ReleaseExistsError
-from transit_release.publish import already_published
+from transit_release.publish import recognising_earlier_fingerprints, resolve_release_id
 
 
 @dataclass(frozen=True)
@@ -46,29 +45,7 @@ def resolve_release(home: Home, release_id: str, same: Callable[[list], bool], f
     if fingerprint is not None and inputs:
         same = recognising_earlier_fingerprints(same, fingerprint, inputs, home.fingerprint_key)
         earlier_same = recognising_earlier_fingerprints(earlier_same, fingerprint, inputs, home.fingerprint_key)
-    ledger = Ledger(home.ledger)
-    for old in earlier_ids:
-        spends = ledger.spends(old) if old in ledger.published() else []
-        if spends and home.release_dir(old).exists() and earlier_same([e.event() for e in spends]):
-            return ReleaseTarget(old, True)
-    return ReleaseTarget(release_id, already_published(ledger, home.release_dir(release_id), release_id, same))
-
-
-def recognising_earlier_fingerprints(same: Callable[[list], bool], fingerprint, inputs: list[str],
-                                     key: Callable[[], bytes]) -> Callable[[list], bool]:
-    """``same`` for earlier spends of which some carry an HMAC-SHA-256 fingerprint (recorded before fingerprints
-    named their scheme): those equal to the earlier fingerprint of ``inputs`` are compared as carrying this run's
-    ``fingerprint``. The earlier fingerprint is computed only when there are such spends (a release published
-    before the upgrade, published again)."""
-
-    def check(earlier: list) -> bool:
-        if any(io.is_legacy_fingerprint(e.input_fingerprint) for e in earlier):
-            old = io.legacy_fingerprint(*inputs, key=key())
-            current = fingerprint.result() if hasattr(fingerprint, "result") else fingerprint
-            earlier = [replace(e, input_fingerprint=current) if e.input_fingerprint == old else e for e in earlier]
-        return same(earlier)
-
-    return check
+    return ReleaseTarget(*resolve_release_id(home, Ledger(home.ledger), release_id, same, earlier_ids, earlier_same))
 
 
 def same_spend(component: str, epsilon: float, fingerprint: str) -> Callable[[list], bool]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime, timezone
 
 import pandas as pd
@@ -12,18 +11,6 @@ from transit_release.accounting.events import DEFAULT_POPULATION
 from transit_release.config import ReleaseConfig
 from transit_release.partition_store import PartitionDataset
 from transit_release.releases import opal
-
-
-def same_release(config: ReleaseConfig, fingerprint) -> Callable[[list], bool]:
-    """Do earlier spends describe this very release (same input, same budgets)? ``fingerprint`` is the input's, or
-    a future of it (Prefect's): it is waited for only when there are earlier spends to compare with."""
-
-    def same(earlier: list) -> bool:
-        fp = fingerprint.result() if hasattr(fingerprint, "result") else fingerprint
-        wanted = {(name, b.epsilon, b.delta, config.unit_of_privacy, fp) for name, b in config.budgets.items()}
-        return wanted <= {(e.component, e.epsilon, e.delta, e.unit_of_privacy, e.input_fingerprint) for e in earlier}
-
-    return same
 
 
 @data_task(name="plan-spends")
@@ -71,4 +58,4 @@ def space_needed(period, config, index_path: str) -> int:
     vocab = load_location_index(index_path).vocab  # the stop table's locations: public
     rows = storage.opal_public_rows(len(period.days), {m: len(vocab.get(m, ())) for m in config.modes},
                                     1440 // config.bin_minutes)
-    return storage.release_needs(rows, docs_sites=1, docs_copies=2)
+    return storage.release_needs(rows, docs_sites=1, docs_copies=1)

@@ -23,6 +23,11 @@ from transit_release.inputs.screening import GateFigures
 from transit_release.inputs.streaming import PreparedPartition
 
 
+#: The folder beside the two Data Docs sites (``data_docs/raw``, ``data_docs/release``) that holds their pages'
+#: styles, scripts and images, once for both.
+DOCS_STATIC = "static"
+
+
 class RawQualityError(InputDataError):
     """The raw-data quality suite failed."""
 
@@ -65,7 +70,8 @@ def check_raw_quality(home: Home, work: str, release_id: str, figures: GateFigur
     rows = pd.DataFrame([row(m, d) for m, d in partitions])
     result = expectations.validate_frames(out / "data_docs" / "raw", {
         "raw_trips": (totals, partial(expectations.totals_suite, config.quality)),
-        "raw_trips_partitions": (rows, partial(expectations.partitions_suite, len(partitions)))})
+        "raw_trips_partitions": (rows, partial(expectations.partitions_suite, len(partitions)))},
+        static_dir=out / "data_docs" / DOCS_STATIC)
     result["partitions"] = {p.label: p.checks for p in prepared}
     (out / "validation-raw.json").write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
     if not result["success"]:
@@ -129,7 +135,8 @@ def check_release_tables(home: Home, work: str, release_id: str, tables: dict[st
             expectations.release_suite, name, OUTPUT_COLUMNS[name], thresholds, config.modes,
             public_times if has_time else None, None))
     out = Path(work) / "validation"
-    result = expectations.validate_frames(out / "data_docs" / "release", frames)
+    result = expectations.validate_frames(out / "data_docs" / "release", frames,
+                                          static_dir=out / "data_docs" / DOCS_STATIC)
     (out / "validation-release.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     if not result["success"]:
         raise ReleaseCheckError(f"release tables failed their expectations ({_failures(result)}); nothing published")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tasks import data_task
+from tasks import bulk_task, data_task
 from tasks.inputs import check_quarantine
 from transit_release.accounting.events import DEFAULT_POPULATION
 from transit_release.inputs import universe as universes
@@ -16,7 +16,7 @@ from transit_release.noise import NoiseSource
 from transit_release.releases import sequences
 
 
-@data_task(name="read-sequences")
+@bulk_task(name="read-sequences")
 def read_sequences(path: str, universe: universes.LocationUniverse, quarantine_limit: float) -> SequenceInput:
     """Read and screen the sequences against the public universe; too many bad lines abort (counts and line
     numbers only)."""
@@ -25,7 +25,7 @@ def read_sequences(path: str, universe: universes.LocationUniverse, quarantine_l
     return data
 
 
-@data_task(name="sequences-from-taps")
+@bulk_task(name="sequences-from-taps")
 def sequences_from_taps(trips, stops, mode: str) -> SequenceInput:
     """One sequence per card over the period (its tap-ons in time order), the stop table's names as universe."""
     return sequences_from_trips(trips, stops, mode)
@@ -46,7 +46,7 @@ def plan_sequence_spend(release_id: str, period: Period, budget: sequences.Budge
     return sequences.plan_spend(release_id, period, budget, fingerprint, code_version, population)
 
 
-@data_task(name="sanitize-sequences")
+@bulk_task(name="sanitize-sequences")
 def sanitize_sequences(data: SequenceInput, budget: sequences.Budget, taxonomy: Taxonomy | None, charged: list,
                        release_id: str) -> tuple[sequences.SequenceRelease, str]:
     """Sanitize only after the spend is on the ledger; returns the release and the noise source kind."""
@@ -57,7 +57,7 @@ def sanitize_sequences(data: SequenceInput, budget: sequences.Budget, taxonomy: 
     return sequences.sanitize(data.sequences, budget, taxonomy, noise, release_id), noise.kind
 
 
-@data_task(name="evaluate-sequences")
+@bulk_task(name="evaluate-sequences")
 def evaluate_sequences(data: SequenceInput, release: sequences.SequenceRelease, budget: sequences.Budget,
                        queries: int, top_k: list[int]) -> tuple[dict, dict]:
     """(metrics, figures): the utility figures against the raw sequences and the arrays the report plots."""
@@ -67,7 +67,7 @@ def evaluate_sequences(data: SequenceInput, release: sequences.SequenceRelease, 
     return metrics, figures
 
 
-@data_task(name="sequence-outputs")
+@bulk_task(name="sequence-outputs")
 def sequence_outputs(release_id: str, period: Period, universe: universes.LocationUniverse, budget: sequences.Budget,
                      event, noise_kind: str, code_version: str,
                      release: sequences.SequenceRelease) -> tuple[dict, dict, dict]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tasks import data_task
+from tasks import bulk_task, data_task
 from tasks.inputs import check_quarantine
 from transit_release.accounting.events import DEFAULT_POPULATION
 from transit_release.inputs import universe as universes
@@ -38,7 +38,7 @@ def set_setup(universe: universes.LocationUniverse, epsilon: float, mechanism: s
     return sets.set_setup(universe, epsilon, mechanism, fanout)
 
 
-@data_task(name="read-sets")
+@bulk_task(name="read-sets")
 def read_sets(path: str, universe: universes.LocationUniverse, quarantine_limit: float) -> SetInput:
     """Read and screen the sets against the public universe; too many bad lines abort (counts and line numbers)."""
     data = read_set_file(path, universe)
@@ -46,7 +46,7 @@ def read_sets(path: str, universe: universes.LocationUniverse, quarantine_limit:
     return data
 
 
-@data_task(name="sets-from-taps")
+@bulk_task(name="sets-from-taps")
 def sets_from_taps(trips, stops, period: Period, universe: universes.LocationUniverse,
                    modes: tuple[str, ...] | None) -> SetInput:
     """One set per card over the period (its distinct tap-on and tap-off locations), as items of ``universe``."""
@@ -59,7 +59,7 @@ def plan_set_spend(release_id: str, period: Period, budget: DiffPartBudget | Set
     return sets.plan_spend(release_id, period, budget, fingerprint, code_version, population)
 
 
-@data_task(name="sanitize-sets")
+@bulk_task(name="sanitize-sets")
 def sanitize_sets(data: SetInput, budget: DiffPartBudget | SetHistogramBudget, charged: list,
                   release_id: str) -> tuple[list, str]:
     """Draw only after the spend is on the ledger; returns the release and the noise source kind."""
@@ -70,7 +70,7 @@ def sanitize_sets(data: SetInput, budget: DiffPartBudget | SetHistogramBudget, c
     return sets.sanitize(data.sets, budget, noise, release_id), noise.kind
 
 
-@data_task(name="evaluate-sets")
+@bulk_task(name="evaluate-sets")
 def evaluate_sets(data: SetInput, release: list, queries: int, top_k: list[int]) -> tuple[dict, dict]:
     """(metrics, figures): the utility figures against the raw sets and the arrays the report plots."""
     figures: dict = {}
@@ -78,7 +78,7 @@ def evaluate_sets(data: SetInput, release: list, queries: int, top_k: list[int])
     return metrics, figures
 
 
-@data_task(name="set-outputs")
+@bulk_task(name="set-outputs")
 def set_outputs(release_id: str, period: Period, universe: universes.LocationUniverse, described: dict,
                 budget: DiffPartBudget | SetHistogramBudget, event, noise_kind: str, code_version: str,
                 release: list, fanout_rule: str = sets.FANOUT_RULE,

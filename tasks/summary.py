@@ -3,46 +3,14 @@
 from __future__ import annotations
 
 from tasks import data_task
+from transit_release import outcome
 from transit_release.home import Home
 
 
 @data_task(name="summarize-release")
 def summarize(home: Home, manifest: dict, status: str, mlflow_run_id: str | None = None,
               report: str | None = None, quarantine: dict | None = None) -> dict:
-    rid = manifest["release_id"]
-    files = {k: v["rows"] for k, v in manifest["files"].items() if "rows" in v and k.endswith((".csv", ".txt"))}
-    p = manifest["privacy"]
-    return {
-        "release_id": rid,
-        "kind": manifest.get("kind", ""),
-        "status": status,
-        "period": f"{manifest['period']['start']} .. {manifest['period']['end']}",
-        "epsilon": p["epsilon"],
-        "delta": p["delta"],
-        "unit_of_privacy": p["unit_of_privacy"],
-        "neighbouring": p["neighbouring_relation"],
-        "cumulative": p.get("cumulative_at_publication"),
-        "person": p.get("person_at_publication"),
-        "rows": files,
-        "thresholds": _thresholds(p),
-        "release_dir": str(home.release_dir(rid)),
-        "noise_source": manifest["noise_source"],
-        "report": report or str(home.reports / rid / "report.html"),
-        "mlflow_run_id": mlflow_run_id,
-        "mlflow_ui": home.mlflow_ui_command(),
-        "quarantine": quarantine,
-    }
-
-
-def _thresholds(p: dict) -> dict:
-    """The public thresholds: per marginal (Opal), generalized and station (sequences), per taxonomy step
-    (trajectories)."""
-    if "marginals" in p:
-        return {k: v["threshold"] for k, v in p["marginals"].items()}
-    steps = {k[: -len("_taxonomy")]: "/".join(map(str, p[k]["thresholds"]))
-             for k in ("location_taxonomy", "time_taxonomy") if isinstance(p.get(k), dict) and "thresholds" in p[k]}
-    return steps or {k: p[k] for k in ("generalized_threshold", "station_threshold", "level1_threshold",
-                                       "pair_threshold", "day_threshold") if p.get(k) is not None}
+    return outcome.release_summary(home, manifest, status, mlflow_run_id, report, quarantine)
 
 
 @data_task(name="summarize-dry-run")
@@ -74,7 +42,7 @@ def _report(flow, flow_run, state) -> None:
     from prefect.artifacts import MarkdownArtifact
     from prefect.logging.loggers import flow_run_logger
 
-    from transit_release import disclosure, outcome
+    from transit_release import disclosure
 
     shared = disclosure.shared_api()
     summary = None
@@ -125,5 +93,17 @@ def _discard_pickled_exception(state) -> None:
 
 #: the key of a flow's outcome artifacts is this prefix and the flow's name (its history in Prefect's UI)
 OUTCOME_KEY_PREFIX = "outcome-"
+#: The outermost flow runs this process has started, by id, in order: what a command that stops short forgets
+#: (:func:`transit_release.cli.server.forget_refused_runs`, with their subflows).
+RUNS_HERE: list = []
+
+
+def _remember(flow, flow_run, state) -> None:
+    """Note the run's id as it starts (an outermost run: a scheduled run's release flow is its subflow)."""
+    if flow_run.parent_task_run_id is None:
+        RUNS_HERE.append(flow_run.id)
+
+
 #: the hooks a flow that reports its outcome declares: ``@flow(..., **REPORTS_OUTCOME)``
-REPORTS_OUTCOME = {"on_completion": [_report], "on_failure": [_report], "on_crashed": [_report]}
+REPORTS_OUTCOME = {"on_running": [_remember], "on_completion": [_report], "on_failure": [_report],
+                   "on_crashed": [_report]}

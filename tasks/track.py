@@ -1,11 +1,16 @@
-"""MLflow: one run per release (one nested run per partition for Opal), ledger anchors, audits.
+"""MLflow: one run per release, ledger anchors, audits.
 
-The run mirrors the ledger (every spend as a ``spend.<seq>`` parameter) and
-carries the internal utility metrics, the manifest and the report. The ledger
-head is anchored in MLflow after every charge and every publication (the
-experiment ``transit-release-ledger``), so rewriting or truncating the ledger
-file alone is noticed by the audit. MLflow is for review; the ledger stays the
-source of truth.
+A release's run (experiment ``transit-release``, named by the release id, tagged ``transit_release.role =
+release``) mirrors the ledger (every spend as a ``spend.<seq>`` parameter) and carries the internal utility metrics
+(the same names in every release of a kind, so that the runs view compares weeks side by side; an Opal release's
+partitions as metric histories, one value per day of the period, and as the table ``partitions.csv``), the
+manifest, the report and its figures. The ledger head is anchored in MLflow after every charge and every
+publication (the experiment ``transit-release-ledger``, role ``ledger-anchor``), so rewriting or truncating the
+ledger file alone is noticed by the audit; audits are runs of ``transit-release-audit`` (role ``audit``). MLflow is
+for review; the ledger stays the source of truth.
+
+Each run is written in a few transactions (one ``log_batch`` per hundred parameters), and the report's files are
+copied once, without the Data Docs (they stay in the report's folder, which the run names).
 """
 
 from __future__ import annotations
@@ -32,6 +37,12 @@ from transit_release.publish import rows_released
 EXPERIMENT = "transit-release"
 AUDIT_EXPERIMENT = "transit-release-audit"
 ANCHOR_EXPERIMENT = "transit-release-ledger"
+
+#: The tag that says what a run of the tool is: a release's own run (:data:`RELEASE_ROLE`), a ledger anchor or an
+#: audit. A release's run is the one run of the experiment ``transit-release`` with ``release_id = <id>`` and this
+#: tag ``= release`` (anchor runs carry the release id too, in their own experiment).
+ROLE_TAG = "transit_release.role"
+RELEASE_ROLE, ANCHOR_ROLE, AUDIT_ROLE = "release", "ledger-anchor", "audit"
 
 
 @contextmanager
@@ -116,15 +127,24 @@ def experiment_id(client, home: Home) -> str:
     return _experiment(client, home, EXPERIMENT, home.mlflow_artifacts)
 
 
-def log_to_run(client, run_id: str, params: dict, metrics: dict, tags: dict | None = None) -> None:
+def log_to_run(client, run_id: str, params: dict, metrics: dict, tags: dict | None = None,
+               series: dict[str, list[tuple[int, int, float]]] | None = None) -> None:
+    """Parameters, metrics (``series``: metric histories, ``key → [(step, timestamp in ms, value)]``) and tags in as
+    few ``log_batch`` calls (transactions) as MLflow's limits allow (100 parameters, 1000 metrics, 100 tags each);
+    missing and NaN values are left out."""
     from mlflow.entities import Metric, Param, RunTag
+
+    def finite(v) -> bool:
+        return v is not None and not math.isnan(float(v))
 
     now = int(time.time() * 1000)
     p = [Param(k, str(v)) for k, v in params.items()]
-    m = [Metric(k, float(v), now, 0) for k, v in metrics.items() if v is not None and not math.isnan(float(v))]
+    m = [Metric(k, float(v), now, 0) for k, v in metrics.items() if finite(v)]
+    m += [Metric(k, float(v), at, step) for k, points in (series or {}).items() for step, at, v in points if finite(v)]
     t = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
-    for i in range(0, max(len(p), len(m), len(t)), 100):
-        client.log_batch(run_id, metrics=m[i:i + 100], params=p[i:i + 100], tags=t[i:i + 100])
+    for i in range(max(math.ceil(len(p) / 100), math.ceil(len(m) / 1000), math.ceil(len(t) / 100), 1)):
+        client.log_batch(run_id, metrics=m[i * 1000:(i + 1) * 1000], params=p[i * 100:(i + 1) * 100],
+                         tags=t[i * 100:(i + 1) * 100])
 
 
 @data_task(name="check-mlflow-store")
@@ -143,7 +163,7 @@ def anchor_ledger(home: Home, release_id: str, event: str) -> dict:
     client = mlflow_client(home)
     exp = _experiment(client, home, ANCHOR_EXPERIMENT, home.mlflow_artifacts / "ledger")
     tags = {"release_id": release_id, "event": event, "head_seq": str(head.seq), "head_hash": head.hash,
-            "keyed": str(ledger.keyed()).lower()}
+            "keyed": str(ledger.keyed()).lower(), ROLE_TAG: ANCHOR_ROLE}
     if ledger.key:  # only the key's holder can make an anchor that passes for this tool's
         tags["head_mac"] = anchor_mac(ledger.key, head.seq, head.hash)
     run = client.create_run(exp, run_name=f"{release_id} {event}", tags=tags).info.run_id
@@ -160,6 +180,11 @@ def spend_mirror(charged: list) -> dict[str, str]:
     return out
 
 
+#: What of a release's report folder its run keeps (the report and its figures; the validation results): the Data
+#: Docs stay in the folder, which the run's ``report`` tag names.
+REPORT_ARTIFACTS = ("*.html", "*.png", "*.json")
+
+
 @data_task(name="track-in-mlflow")
 def track_release(home: Home, manifest: dict, charged: list, record: dict, report_dir: str | None) -> str:
     """One run per release (named by its id) with the same tags and metric names for every kind; returns its id."""
@@ -168,14 +193,16 @@ def track_release(home: Home, manifest: dict, charged: list, record: dict, repor
     privacy = manifest["privacy"]
     rid = manifest["release_id"]
     period = manifest.get("period") or {}
-    tags = {"release_id": rid, "kind": record["kind"], "mechanism": record["mechanism"],
+    tags = {"release_id": rid, ROLE_TAG: RELEASE_ROLE, "kind": record["kind"], "mechanism": record["mechanism"],
             "unit_of_privacy": privacy["unit_of_privacy"],
             "neighbouring": charged[0].event().neighbouring if charged else "",
             "period_start": period.get("start", ""), "period_end": period.get("end", ""),
             "period": f"{period.get('start', '')}..{period.get('end', '')}",
             "noise_source": manifest["noise_source"], "code_version": manifest["code_version"],
             "published": "false", **record.get("tags", {})}
-    parent = client.create_run(exp, run_name=rid, tags=tags).info.run_id
+    if report_dir:
+        tags["report"] = str(Path(report_dir) / "report.html")
+    run = client.create_run(exp, run_name=rid, tags=tags).info.run_id
     seqs = [e.seq for e in charged]
     cumulative = privacy.get("cumulative_at_publication") or {}
     params = {"mechanism": record["mechanism"], "epsilon": privacy["epsilon"], "delta": privacy["delta"],
@@ -187,23 +214,19 @@ def track_release(home: Home, manifest: dict, charged: list, record: dict, repor
                "privacy.cumulative_delta": cumulative.get("delta"),
                "rows.released": rows_released(manifest["files"]),
                **record.get("metrics", {})}
-    log_to_run(client, parent, params, metrics)
-    for child in record.get("children", []):
-        run = client.create_run(exp, run_name=f"{rid}/{child['name']}",
-                                tags={**tags, "mlflow.parentRunId": parent, **child.get("tags", {})}).info.run_id
-        log_to_run(client, run, child.get("params", {}), child.get("metrics", {}))
-        client.set_terminated(run, "FINISHED")
+    log_to_run(client, run, params, metrics, series=record.get("series"))
     with tempfile.TemporaryDirectory() as tmp:
         files = {"ledger_spends.json": [{"seq": e.seq, "hash": e.hash, "event": e.data()} for e in charged],
                  "manifest.json": manifest, **record.get("artifacts", {})}
-        for name, content in files.items():
-            path = Path(tmp) / name
-            path.write_text(json.dumps(content, indent=1, ensure_ascii=False), encoding="utf-8")
-            client.log_artifact(parent, str(path))
+        texts = {name: json.dumps(content, indent=1, ensure_ascii=False) for name, content in files.items()}
+        for name, text in {**texts, **record.get("texts", {})}.items():
+            (Path(tmp) / name).write_text(text, encoding="utf-8")
+        client.log_artifacts(run, tmp)
     if report_dir and Path(report_dir).is_dir():
-        client.log_artifacts(parent, report_dir, artifact_path="report")
-    client.set_terminated(parent, "FINISHED")
-    return parent
+        for f in sorted(f for pattern in REPORT_ARTIFACTS for f in Path(report_dir).glob(pattern)):
+            client.log_artifact(run, str(f), artifact_path="report")  # copied once, straight from the report
+    client.set_terminated(run, "FINISHED")
+    return run
 
 
 @data_task(name="mark-published")
@@ -343,7 +366,7 @@ def track_audit(home: Home, result: dict, report_path: str) -> str:
     """One run per audit in the ``transit-release-audit`` experiment."""
     client = mlflow_client(home)
     exp_id = _experiment(client, home, AUDIT_EXPERIMENT, home.mlflow_artifacts / "audit")
-    tags = {"kind": "audit", "status": "passed" if result["ok"] else "failed"}
+    tags = {"kind": "audit", "status": "passed" if result["ok"] else "failed", ROLE_TAG: AUDIT_ROLE}
     run = client.create_run(exp_id, run_name=Path(report_path).parent.name, tags=tags).info.run_id
     metrics = {"entries": result["entries"], "releases_published": len(result["releases_published"]),
                "releases_charged_not_published": len(result["charged_not_published"]),

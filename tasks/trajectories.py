@@ -6,7 +6,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tasks import data_task
+from tasks import bulk_task, data_task
 from tasks.inputs import check_quarantine
 from transit_release.accounting.events import DEFAULT_POPULATION, MARKOV_KINDS
 from transit_release.inputs import universe as universes
@@ -88,7 +88,7 @@ def same_release(setup: Setup, fingerprint: str) -> Callable[[list], bool]:
                                        e.input_fingerprint, _public_parameters(e)) for e in earlier}
 
 
-@data_task(name="read-trajectories")
+@bulk_task(name="read-trajectories")
 def read_trajectories(path: str, universe: universes.LocationUniverse, quarantine_limit: float) -> TrajectoryInput:
     """Read and screen the ``station@hour`` lines against the public universe; too many bad lines abort (counts and
     line numbers only)."""
@@ -97,7 +97,7 @@ def read_trajectories(path: str, universe: universes.LocationUniverse, quarantin
     return data
 
 
-@data_task(name="trajectories-from-taps")
+@bulk_task(name="trajectories-from-taps")
 def trajectories_from_taps(trips, stops, period: Period, mode: str) -> TrajectoryInput:
     """One trajectory per card over the week (its tap-ons in time order, hours of the week), the stop table's
     names as universe."""
@@ -110,7 +110,7 @@ def plan_trajectory_spend(release_id: str, period: Period, setup: Setup, fingerp
     return trajectories.plan_spend(release_id, period, setup, fingerprint, code_version, population)
 
 
-@data_task(name="sanitize-trajectories")
+@bulk_task(name="sanitize-trajectories")
 def sanitize_trajectories(data: TrajectoryInput, setup: Setup, charged: list,
                           release_id: str) -> tuple[list, int, str]:
     """Build the tree (or the models) only after its spend is on the ledger; returns the release, the tree's or
@@ -123,7 +123,7 @@ def sanitize_trajectories(data: TrajectoryInput, setup: Setup, charged: list,
     return release, size, noise.kind
 
 
-@data_task(name="evaluate-trajectories")
+@bulk_task(name="evaluate-trajectories")
 def evaluate_trajectories(data: TrajectoryInput, release: list, height: int, queries: int, top_k: list[int],
                           n_nodes: int) -> tuple[dict, dict]:
     """(metrics, figures): the utility figures against the raw trajectories and the arrays the report plots."""
@@ -132,7 +132,7 @@ def evaluate_trajectories(data: TrajectoryInput, release: list, height: int, que
     return metrics, figures
 
 
-@data_task(name="trajectory-outputs")
+@bulk_task(name="trajectory-outputs")
 def trajectory_outputs(release_id: str, period: Period, universe: universes.LocationUniverse, setup: Setup,
                        event, noise_kind: str, code_version: str, release: list) -> tuple[dict, dict, dict]:
     """(tables, texts, manifest) of a trajectory release."""

@@ -7,6 +7,10 @@ import os
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+# No flow runs outside the session's harness (:func:`prefect_harness`) or a command's own server: a flow started
+# without an API fails at once instead of starting Prefect's own temporary server, which on a loaded machine can
+# exceed its start-up timeout (20 s) and outlive the test.
+os.environ.setdefault("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", "false")
 
 import pytest  # noqa: E402
 
@@ -22,26 +26,68 @@ def _compile_project() -> None:
         compileall.compile_dir(root / package, quiet=1)
 
 
-#: Set to 1 to run the ``long`` tests too (see :func:`pytest_collection_modifyitems`).
-LONG_ENV = "TRANSIT_RELEASE_LONG"
-
-
 def pytest_configure(config):
+    """The ``long`` tests (further stages of the kill and Ctrl-C tests, a second ordering of the mixed week, the
+    full-scale synthetic week, Prefect's deploy with a worker, two comparisons whose paths other tests run) are part
+    of every run, CI's included; ``-m "not long"`` leaves them out."""
     if not hasattr(config, "workerinput"):  # once, in the controlling process (not in each xdist worker)
         _compile_project()
 
 
-def pytest_collection_modifyitems(config, items):
-    """``long`` tests run only with ``TRANSIT_RELEASE_LONG=1``: further stages of the kill and Ctrl-C tests, a
-    second ordering of the mixed week, the full-scale synthetic week, and two comparisons whose paths other tests
-    run (the README's Tests section lists them). CI runs each path once end to end and stays inside its time
-    budget."""
-    if os.environ.get(LONG_ENV) == "1":
+def _descendants(root: int) -> dict[int, str]:
+    """The processes below ``root`` (pid → command line), from ``/proc``."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    stat = fh.read()
+                parents[int(entry)] = int(stat[stat.rindex(b")") + 2:].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found, frontier = {}, [root]
+    while frontier:
+        pid = frontier.pop()
+        for child, parent in parents.items():
+            if parent == pid and child not in found:
+                try:
+                    with open(f"/proc/{child}/cmdline", "rb") as fh:
+                        found[child] = fh.read().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    found[child] = ""
+                frontier.append(child)
+    return found
+
+
+#: Processes a test process keeps for later tests: multiprocessing's forkserver (the Dask workers are forked from
+#: it) and resource tracker.
+_KEPT = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+
+
+@pytest.fixture(autouse=True)
+def _no_process_left():
+    """No process a test started outlives it, whether it passed or failed (a command's server, a served
+    deployment, MLflow's server, a browser): what is left is killed after the test. Processes that were running
+    before it (the session's Prefect server) and multiprocessing's helpers stay."""
+    import signal
+
+    if not os.path.isdir("/proc"):
+        yield
         return
-    skip = pytest.mark.skip(reason=f"left out of CI for its time budget: {LONG_ENV}=1 runs it")
-    for item in items:
-        if "long" in item.keywords:
-            item.add_marker(skip)
+    before = set(_descendants(os.getpid()))
+    yield
+    left = [pid for pid, cmd in _descendants(os.getpid()).items()
+            if pid not in before and not any(k in cmd for k in _KEPT)]
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for pid in left:  # reap our own children (the others are their parents' to reap, or init's)
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except (ChildProcessError, OSError):
+            pass
 
 from transit_release.noise import TEST_SEED_ENV  # noqa: E402
 

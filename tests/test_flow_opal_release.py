@@ -114,37 +114,44 @@ def test_ledger_records_every_spend_and_the_publication(released):
 
 
 def test_mlflow_run_has_params_metrics_and_artifacts(released):
+    """One run per release (no nested runs), tagged as the release's own; the partitions' figures as metric
+    histories (one value per day of the period) and as a table; the report without its Data Docs."""
     from mlflow.tracking import MlflowClient
 
     home, summary = released
     client = MlflowClient(tracking_uri=home.mlflow_uri)
     exp = client.get_experiment_by_name("transit-release")
     runs = client.search_runs([exp.experiment_id], filter_string=f"tags.release_id = '{summary['release_id']}'")
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert len(parents) == 1 and len(children) == 28
-    p = parents[0]
+    (p,) = runs
+    assert p.info.run_id == summary["mlflow_run_id"] and "mlflow.parentRunId" not in p.data.tags
+    assert p.data.tags["transit_release.role"] == "release"
     assert p.info.run_name == summary["release_id"] and p.info.status == "FINISHED"
     assert p.data.tags["published"] == "true" and p.data.tags["unit_of_privacy"] == "trip"
+    assert p.data.tags["report"].endswith(f"{summary['release_id']}/report.html")
     assert p.data.params["tap_on_time.epsilon"] == "1.0"
     assert p.data.params["tap_on_time_location.threshold"] == "18"
+    assert p.data.params["tap_off_location.delta"] == "1.25e-07"
     assert p.data.params["ledger.spends"] == "168"
     assert p.data.metrics["privacy.epsilon"] == 8.0
     assert 0 < p.data.metrics["tap_on_location.trip_coverage"] <= 1
     assert "tap_on_location.top_rank_correlation" in p.data.metrics
-    c = next(r for r in children if r.data.tags["partition"] == "bus/20160808")
-    assert c.data.params["tap_off_location.delta"] == "1.25e-07"
+    assert {"bus.cells.released", "bus.trip_coverage", "train.trip_coverage"} <= set(p.data.metrics)
     mirrored = {k for k in p.data.params if k.startswith("spend.")}
-    assert len(mirrored) == 168  # the parent run mirrors every ledger spend
-    assert c.data.metrics["privacy.epsilon"] == 8.0
-    for k in ("kept_point_share", "trip_coverage", "mean_abs_error", "max_abs_error", "total_variation"):
-        assert f"tap_on_time.{k}" in c.data.metrics
+    assert len(mirrored) == 168  # the run mirrors every ledger spend
+    history = client.get_metric_history(p.info.run_id, "bus/tap_on_time.trip_coverage")
+    assert sorted(m.step for m in history) == list(range(7))  # one value per day, Monday = step 0
+    monday = next(m for m in history if m.step == 0)
+    assert monday.timestamp == int(pd.Timestamp("2016-08-08", tz="UTC").value // 1_000_000)
     arts = {a.path for a in client.list_artifacts(p.info.run_id)}
-    assert {"manifest.json", "ledger_spends.json", "report"} <= arts
+    assert {"manifest.json", "ledger_spends.json", "input_quality.json", "partitions.csv", "report"} <= arts
+    table = pd.read_csv(client.download_artifacts(p.info.run_id, "partitions.csv", str(home.root / "private")))
+    assert len(table) == 28 * 6 and {"partition", "weekday", "marginal", "trip_coverage"} <= set(table.columns)
+    row = table[(table["partition"] == "bus/20160808") & (table["marginal"] == "tap_on_time")].iloc[0]
+    assert row["weekday"] == "Monday" and row["trip_coverage"] == pytest.approx(monday.value, rel=1e-5)
     report_files = {a.path for a in client.list_artifacts(p.info.run_id, "report")}
-    assert {"report/report.html", "report/data_docs", "report/validation-raw.json",
-            "report/validation-release.json"} <= report_files
-    assert {"input_quality.json"} <= arts
+    assert {"report/report.html", "report/validation-raw.json", "report/validation-release.json",
+            "report/released_vs_true.png"} <= report_files
+    assert "report/data_docs" not in report_files  # they stay in the report's folder, which the run names
     assert p.data.metrics["validation.raw.success"] == 1.0 and p.data.metrics["input.quarantined"] == 0
 
 

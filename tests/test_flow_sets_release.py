@@ -128,13 +128,14 @@ def test_the_default_cap_refuses_a_too_large_epsilon_and_releases_of_one_period_
 
 
 def test_refusals_before_prefect_starts(metro, tmp_path, capsys, monkeypatch):
-    """A missing universe, a wrong pairing of flags, an ε the samplers cannot honour: exit 2 before any server."""
-    import transit_release.cli.server as server
+    """A missing universe, a wrong pairing of flags, an ε the samplers cannot honour: exit 2 from the command's
+    checks (which run while its Prefect server starts, and stop it): no flow runs, nothing is left."""
+    import flows.sets_release
 
-    def no_prefect(*a, **k):
-        raise AssertionError("Prefect started")
+    def no_flow(*a, **k):
+        raise AssertionError("the flow ran")
 
-    monkeypatch.setattr(server, "prefect_api", no_prefect)
+    monkeypatch.setattr(flows.sets_release, "set_release", no_flow)
     home = tmp_path / "home"
     sets = ["sets", "--input", str(metro / "sequences.txt"), "--home", str(home), *PERIOD]
     assert main([*sets, "--epsilon", "1"]) == 2

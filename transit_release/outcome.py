@@ -99,3 +99,43 @@ def markdown(title: str, line: str, summary: dict | None = None) -> str:
         if summary and summary.get(key):
             out.append(f"- {label}: `{summary[key]}`")
     return "\n".join(out).rstrip() + "\n"
+
+
+def release_summary(home, manifest: dict, status: str, mlflow_run_id: str | None = None,
+                    report: str | None = None, quarantine: dict | None = None) -> dict:
+    """What the command prints of a release (published, or already published): public figures, never a raw
+    value."""
+    rid = manifest["release_id"]
+    files = {k: v["rows"] for k, v in manifest["files"].items() if "rows" in v and k.endswith((".csv", ".txt"))}
+    p = manifest["privacy"]
+    return {
+        "release_id": rid,
+        "kind": manifest.get("kind", ""),
+        "status": status,
+        "period": f"{manifest['period']['start']} .. {manifest['period']['end']}",
+        "epsilon": p["epsilon"],
+        "delta": p["delta"],
+        "unit_of_privacy": p["unit_of_privacy"],
+        "neighbouring": p["neighbouring_relation"],
+        "cumulative": p.get("cumulative_at_publication"),
+        "person": p.get("person_at_publication"),
+        "rows": files,
+        "thresholds": _thresholds(p),
+        "release_dir": str(home.release_dir(rid)),
+        "noise_source": manifest["noise_source"],
+        "report": report or str(home.reports / rid / "report.html"),
+        "mlflow_run_id": mlflow_run_id,
+        "mlflow_ui": home.mlflow_ui_command(),
+        "quarantine": quarantine,
+    }
+
+
+def _thresholds(p: dict) -> dict:
+    """The public thresholds: per marginal (Opal), generalized and station (sequences), per taxonomy step
+    (trajectories)."""
+    if "marginals" in p:
+        return {k: v["threshold"] for k, v in p["marginals"].items()}
+    steps = {k[: -len("_taxonomy")]: "/".join(map(str, p[k]["thresholds"]))
+             for k in ("location_taxonomy", "time_taxonomy") if isinstance(p.get(k), dict) and "thresholds" in p[k]}
+    return steps or {k: p[k] for k in ("generalized_threshold", "station_threshold", "level1_threshold",
+                                       "pair_threshold", "day_threshold") if p.get(k) is not None}

@@ -115,6 +115,43 @@ def already_published(ledger, release_dir: Path, release_id: str, same) -> bool:
                              "it is never overwritten: choose another --release-id")
 
 
+def resolve_release_id(home, ledger, release_id: str, same: Callable[[list], bool], earlier_ids=(),
+                       earlier_same: Callable[[list], bool] | None = None) -> tuple[str, bool]:
+    """The id a release goes under, and whether it is already published from the same input and parameters
+    (nothing to draw or spend): ``release_id``, or one of ``earlier_ids`` (the default ids an earlier version gave
+    the same release) published from the same input and parameters. Any other reuse of an id is refused
+    (:func:`already_published`), so no earlier release, report or record is touched. ``earlier_same`` (default
+    ``same``) judges the earlier ids' spends: a kind whose default mechanism changed recognises the former default
+    mechanism's spend there."""
+    release_id = check_release_id(release_id)
+    earlier_same = earlier_same or same
+    for old in earlier_ids:
+        spends = ledger.spends(old) if old in ledger.published() else []
+        if spends and home.release_dir(old).exists() and earlier_same([e.event() for e in spends]):
+            return old, True
+    return release_id, already_published(ledger, home.release_dir(release_id), release_id, same)
+
+
+def recognising_earlier_fingerprints(same: Callable[[list], bool], fingerprint, inputs: list[str],
+                                     key: Callable[[], bytes]) -> Callable[[list], bool]:
+    """``same`` for earlier spends of which some carry an HMAC-SHA-256 fingerprint (recorded before fingerprints
+    named their scheme): those equal to the earlier fingerprint of ``inputs`` are compared as carrying this run's
+    ``fingerprint`` (or its future). The earlier fingerprint is computed only when there are such spends (a release
+    published before the upgrade, published again)."""
+    from dataclasses import replace
+
+    from transit_release.inputs import tables as io
+
+    def check(earlier: list) -> bool:
+        if any(io.is_legacy_fingerprint(e.input_fingerprint) for e in earlier):
+            old = io.legacy_fingerprint(*inputs, key=key())
+            current = fingerprint.result() if hasattr(fingerprint, "result") else fingerprint
+            earlier = [replace(e, input_fingerprint=current) if e.input_fingerprint == old else e for e in earlier]
+        return same(earlier)
+
+    return check
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:

@@ -15,11 +15,13 @@ Ctrl-C reaches the command, which stops it: :func:`draw` kills it when interrupt
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -33,18 +35,60 @@ class ReportFiguresError(TransitReleaseError):
     """The report's figures could not be drawn."""
 
 
-def draw(out_dir: Path, privacy: dict, utility: pd.DataFrame, points: dict[str, tuple[np.ndarray, np.ndarray]],
-         timeout_s: float = 600.0) -> None:
-    """:func:`transit_release.report.draw_figures` in a child process; returns once it has finished.
-    ``out_dir`` must exist."""
-    job = pickle.dumps({"out_dir": str(out_dir), "privacy": privacy, "utility": utility, "points": points},
-                       protocol=pickle.HIGHEST_PROTOCOL)
+def _spawn() -> subprocess.Popen:
+    """A drawing process, importing its libraries until it reads its job."""
     # -P: not the working directory first on the module path (a stray pandas.py there would get the counts);
     # no preexec_fn (unsafe in a threaded parent: the child may hang before it runs): the child arranges to die
     # with its parent itself
-    with subprocess.Popen([sys.executable, "-P", "-m", "transit_release.report_process", str(os.getpid())],
-                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                          env={**os.environ, "MPLBACKEND": "Agg"}, start_new_session=True) as child:
+    return subprocess.Popen([sys.executable, "-P", "-m", "transit_release.report_process", str(os.getpid())],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "MPLBACKEND": "Agg"}, start_new_session=True)
+
+
+#: Drawing processes started ahead of their job (:func:`prestart`), not yet given one.
+_READY: list[subprocess.Popen] = []
+_READY_LOCK = threading.Lock()
+
+
+def prestart() -> None:
+    """Start the next drawing process now (an Opal release: once its input has passed the screen): it imports
+    matplotlib and pandas (about a second of CPU) while the run goes on, on a core the run leaves idle, and
+    :func:`draw` gives it its job. One at most is waiting; one that is never used is stopped by
+    :func:`discard_prestarted` (and dies with this process)."""
+    with _READY_LOCK:
+        if not _READY:
+            _READY.append(_spawn())
+
+
+def discard_prestarted() -> None:
+    """Stop a drawing process started ahead and never given a job (a run that stopped before its report)."""
+    with _READY_LOCK:
+        ready, _READY[:] = list(_READY), []
+    for child in ready:
+        with contextlib.suppress(OSError):
+            child.kill()
+        child.wait()
+        for stream in (child.stdin, child.stdout):
+            with contextlib.suppress(OSError):
+                stream.close()
+
+
+def _ready_or_new() -> subprocess.Popen:
+    with _READY_LOCK:
+        while _READY:
+            child = _READY.pop()
+            if child.poll() is None:
+                return child
+    return _spawn()
+
+
+def draw(out_dir: Path, privacy: dict, utility: pd.DataFrame, points: dict[str, tuple[np.ndarray, np.ndarray]],
+         timeout_s: float = 600.0) -> None:
+    """:func:`transit_release.report.draw_figures` in a child process (one :func:`prestart` started, if any);
+    returns once it has finished. ``out_dir`` must exist."""
+    job = pickle.dumps({"out_dir": str(out_dir), "privacy": privacy, "utility": utility, "points": points},
+                       protocol=pickle.HIGHEST_PROTOCOL)
+    with _ready_or_new() as child:
         _DRAWING.add(child)
         try:
             out, _ = child.communicate(job, timeout=timeout_s)
@@ -69,7 +113,7 @@ _DRAWING: set[subprocess.Popen] = set()
 def stop_drawing() -> None:
     """Kill every drawing process this process started (the command's Ctrl-C: the figures are of no use once the
     run stops, and :func:`draw` then returns at once, raising)."""
-    for child in list(_DRAWING):
+    for child in list(_DRAWING) + list(_READY):
         try:
             child.kill()
         except OSError:
@@ -88,10 +132,11 @@ def main(parent: int) -> int:
     if os.getppid() != parent:  # the parent died before the line above took effect
         return 1
     try:
-        job = pickle.loads(sys.stdin.buffer.read())
-        from transit_release.report import draw_figures
+        from transit_release import report  # with matplotlib, before the job arrives (started ahead: prestart)
 
-        draw_figures(Path(job["out_dir"]), job["privacy"], job["utility"], job["points"])
+        report._pyplot()
+        job = pickle.loads(sys.stdin.buffer.read())
+        report.draw_figures(Path(job["out_dir"]), job["privacy"], job["utility"], job["points"])
     except BaseException as exc:  # noqa: BLE001 — reported by type only (see the module's docstring)
         print(type(exc).__name__, flush=True)
         return 1

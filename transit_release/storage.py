@@ -4,8 +4,8 @@ A full disk after the charge spends the budget for nothing: the spends stay on
 the ledger (noise may have been drawn) and the same release id cannot be charged
 again. So before the charge a release estimates what it will still write — its
 public files (an Opal release: at most the public domain's keys; a passenger-level
-release: a fixed allowance), its report with the Data Docs sites (each a copy of
-Great Expectations' static pages) and their copies in MLflow, and the records of
+release: a fixed allowance), its report with the Data Docs sites (their pages and the
+web assets they load) and MLflow's copy of the report, and the records of
 MLflow, Prefect and the ledger — and is refused (:class:`InsufficientSpaceError`)
 when the home's filesystem has less than that free, with a margin. Whether a
 release goes ahead is a public decision, so the estimate is computed from public
@@ -46,12 +46,15 @@ def _tree_bytes(root: Path) -> int:
 
 @cache
 def data_docs_site_bytes() -> int:
-    """One Data Docs site: Great Expectations' static files (found without importing it), the offline copies of
-    its web assets (``schemas/data_docs_assets``) and its pages."""
+    """One Data Docs site: the offline copies of its web assets (``schemas/data_docs_assets``), Great
+    Expectations' images its pages load (found without importing it) and its pages. (The two sites of a release
+    share one copy of the assets: counted once per site, this errs on the safe side.)"""
     spec = importlib.util.find_spec("great_expectations")
-    static = Path(spec.origin).parent / "render" / "view" / "static" if spec and spec.origin else None
+    images = Path(spec.origin).parent / "render" / "view" / "static" / "images" if spec and spec.origin else None
     assets = Path(__file__).resolve().parent.parent / "schemas" / "data_docs_assets"
-    return (_tree_bytes(static) if static else 0) + _tree_bytes(assets) + DOCS_PAGES_BYTES
+    loaded = sum((images / name).stat().st_size for name in ("logo-long.png", "favicon.ico")
+                 if images and (images / name).is_file())
+    return loaded + _tree_bytes(assets) + DOCS_PAGES_BYTES
 
 
 def opal_public_rows(days: int, locations: dict[str, int], bins: int) -> int:

@@ -1,5 +1,5 @@
 """Import, in a background thread, the libraries a release needs only later, while the flow's first steps
-hash and read the input.
+hash and read the input (and, in a thread of its own, the code version, which asks git).
 
 Hashing (``hashlib``) and Arrow's CSV reader run without the GIL, so on a 2-core machine the other core is
 idle for those seconds; Great Expectations and MLflow take about 4 s to import, which the flow would otherwise
@@ -15,6 +15,8 @@ import contextlib
 import importlib
 import sys
 import threading
+
+from transit_release.version import code_version
 
 #: What the Opal release imports after its input pass: the validations' and Data Docs' library (and the
 #: partition steps', without a cluster) and the tracking store's. (The report's figures are drawn in a process
@@ -36,7 +38,12 @@ def start(modules: tuple[str, ...] = RELEASE_MODULES) -> threading.Thread:
         if "sqlalchemy.orm" in sys.modules:  # MLflow's store classes, mapped once per process (~0.4 s)
             with contextlib.suppress(Exception):
                 sys.modules["sqlalchemy.orm"].configure_mappers()
+        from transit_release import collector
+
+        collector.settle_again()  # a command's process: these libraries out of the collector's way too
 
     thread = threading.Thread(target=run, name="release-warm-up", daemon=True)
     thread.start()
+    # the code version the spends and the manifest record asks git twice (subprocesses: no GIL), once per process
+    threading.Thread(target=code_version, name="code-version", daemon=True).start()
     return thread

@@ -99,7 +99,52 @@ def check_release_args(args, trips: str, stops: str, home: Home) -> None:
     cfg = load_release_config(args.config, release_unit(args.config, args.unit)).with_overrides(
         epsilons=args.epsilons, delta=args.delta, quarantine_limit=args.quarantine_limit)
     if period is not None:
+        check_published_before(args, trips, stops, home, period, cfg)
         check_release_budget(args, home, period, cfg, population, policy, existing)
+
+
+class AlreadyPublished(Exception):
+    """The release this invocation asks for is published already, from the same input and parameters: nothing is
+    to be drawn or spent, and no flow need run. ``summary`` is what the command prints."""
+
+    def __init__(self, summary: dict):
+        super().__init__(summary["release_id"])
+        self.summary = summary
+
+
+def check_published_before(args, trips: str, stops: str, home: Home, period, cfg) -> None:
+    """Before Prefect, as the flow would after it (:func:`tasks.budget.resolve_release`): an Opal release whose id
+    (or an earlier default id of the same release) this home's ledger records as published, from the same input
+    files (home-keyed fingerprint) and parameters, raises :class:`AlreadyPublished`; an id published or present
+    from other input, or charged by another run and not published, is refused
+    (:class:`~transit_release.errors.ReleaseExistsError`, the flow's own message). Reads the ledger read only, and
+    hashes the inputs only when the id is published."""
+    if not home.ledger.exists():
+        return
+    from transit_release import outcome
+    from transit_release.accounting.ledger import Ledger, refuse_second_charge
+    from transit_release.inputs import tables as io
+    from transit_release.publish import MANIFEST, recognising_earlier_fingerprints, resolve_release_id
+    from transit_release.releases import opal
+
+    rid = args.release_id or opal.release_id_for(period.start, period.end, cfg.unit_of_privacy)
+    earlier = [] if args.release_id else list(opal.earlier_release_ids(period.start, period.end))
+    ledger = Ledger(home.ledger, read_only=True)
+    if not ({rid, *earlier} & set(ledger.published())) and not home.release_dir(rid).exists():
+        if not args.dry_run:  # charged by another run, not published: the charge's own first refusal, at once
+            refuse_second_charge(ledger.entries(), rid)
+        return
+    inputs = [str(Path(trips).resolve()), str(Path(stops).resolve())]
+    fingerprint = io.fingerprint(*inputs, key=home.fingerprint_key())
+    same = recognising_earlier_fingerprints(opal.same_release(cfg, fingerprint), fingerprint, inputs,
+                                            home.fingerprint_key)
+    rid, published = resolve_release_id(home, ledger, rid, same, earlier)
+    if published:
+        import json
+
+        manifest = json.loads((home.release_dir(rid) / MANIFEST).read_text(encoding="utf-8"))
+        raise AlreadyPublished(outcome.release_summary(home, manifest, "already published: nothing drawn or spent"))
+
 
 
 def check_passenger_release_args(args, home: Home | None = None) -> tuple:

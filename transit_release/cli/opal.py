@@ -63,20 +63,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def release(args, trips: str, stops: str, home: Home) -> int:
     """Release ``trips`` and ``stops`` (checked while the server starts; the population before it starts) with the
     Opal flow; before the charge, what it can be expected to publish is printed here, on the custodian's terminal
-    (:mod:`transit_release.custodian`)."""
+    (:mod:`transit_release.custodian`); a release the home has published from the same input and parameters is
+    said so at once (no flow runs: nothing is drawn or spent)."""
     checks.check_population(args, home)  # an undeclared population: refused before anything is read or started
-    with _custodian_listening(), server.prefect_api(home, args.verbose, preload=("flows.opal_release",), warm=RELEASE_MODULES,
-                            prewarm_workers=not args.dask_address and local_workers(args.workers) != IN_PROCESS,
-                            checks=lambda: checks.check_release_args(args, trips, stops, home)):
-        from flows.opal_release import opal_release
-
-        summary = opal_release(trips=str(Path(trips).resolve()), stops=str(Path(stops).resolve()),
-                               period_start=args.period_start, period_end=args.period_end, home=str(home.root),
-                               config=args.config, epsilons=args.epsilons, delta=args.delta,
-                               release_id=args.release_id, policy=args.policy, ledger=args.ledger,
-                               quarantine_limit=args.quarantine_limit, dask_address=args.dask_address,
-                               workers=args.workers, dry_run=args.dry_run, unit=args.unit,
-                               population=args.population)
+    try:
+        with _custodian_listening(), server.prefect_api(
+                home, args.verbose, preload=("flows.opal_release",), warm=RELEASE_MODULES,
+                prewarm_workers=not args.dask_address and local_workers(args.workers) != IN_PROCESS,
+                checks=lambda: checks.check_release_args(args, trips, stops, home)):
+            summary = _run_flow(args, trips, stops, home)
+    except checks.AlreadyPublished as published:
+        summary = published.summary
     print_summary(summary)
     checks.warn_if_publisher_unset(home)
     return summary_exit(summary)
@@ -89,6 +86,17 @@ def _custodian_listening():
         yield
     finally:
         custodian.install(None)
+
+
+def _run_flow(args, trips: str, stops: str, home: Home) -> dict:
+    from flows.opal_release import opal_release
+
+    return opal_release(trips=str(Path(trips).resolve()), stops=str(Path(stops).resolve()),
+                        period_start=args.period_start, period_end=args.period_end, home=str(home.root),
+                        config=args.config, epsilons=args.epsilons, delta=args.delta, release_id=args.release_id,
+                        policy=args.policy, ledger=args.ledger, quarantine_limit=args.quarantine_limit,
+                        dask_address=args.dask_address, workers=args.workers, dry_run=args.dry_run, unit=args.unit,
+                        population=args.population)
 
 
 def demo(args, home: Home) -> int:

@@ -102,10 +102,11 @@ def _resolved(path: str | None) -> str | None:
     return str(Path(path).resolve()) if path else None
 
 
-def _publish(args, home: Home, flow_module: str, flow_name: str, **own) -> int:
-    """Run the kind's flow (imported once the Prefect API is chosen) with the parameters every passenger-level
-    release takes and the kind's ``own``; print its summary."""
-    with server.prefect_api(home, args.verbose):
+def _publish(args, home: Home, check, flow_module: str, flow_name: str, **own) -> int:
+    """Run the kind's flow with the parameters every passenger-level release takes and the kind's ``own``, once
+    ``check(args, home)`` has passed (it runs while the command's Prefect server starts, and the flow's module is
+    imported meanwhile); print its summary."""
+    with server.prefect_api(home, args.verbose, preload=(flow_module,), checks=lambda: check(args, home)):
         flow = getattr(importlib.import_module(flow_module), flow_name)
         result = flow(
             input=_resolved(args.input), trips=_resolved(args.trips), stops=_resolved(args.stops), mode=args.mode,
@@ -120,23 +121,22 @@ def _publish(args, home: Home, flow_module: str, flow_name: str, **own) -> int:
 
 def sequences(args, home: Home) -> int:
     """Release passenger sequences (checked before Prefect starts)."""
-    checks.check_sequence_args(args, home)
-    return _publish(args, home, "flows.sequence_release", "sequence_release", height=args.height,
-                    mechanism=args.mechanism, lmax=args.lmax, nmax=args.nmax, variant=args.variant,
+    return _publish(args, home, checks.check_sequence_args, "flows.sequence_release", "sequence_release",
+                    height=args.height, mechanism=args.mechanism, lmax=args.lmax, nmax=args.nmax, variant=args.variant,
                     taxonomy=_resolved(args.taxonomy), fanout=args.fanout)
 
 
 def trajectories(args, home: Home) -> int:
     """Release passenger trajectories (checked before Prefect starts)."""
-    checks.check_trajectory_args(args, home)
-    return _publish(args, home, "flows.trajectory_release", "trajectory_release", height=args.height,
-                    location_taxonomy=_resolved(args.location_taxonomy), location_fanout=args.location_fanout,
-                    location_taxonomy_height=args.location_taxonomy_height, time_fanout=args.time_fanout,
+    return _publish(args, home, checks.check_trajectory_args, "flows.trajectory_release", "trajectory_release",
+                    height=args.height, location_taxonomy=_resolved(args.location_taxonomy),
+                    location_fanout=args.location_fanout, location_taxonomy_height=args.location_taxonomy_height,
+                    time_fanout=args.time_fanout,
                     time_taxonomy_height=args.time_taxonomy_height, thresholds=args.thresholds,
                     mechanism=args.mechanism, budget=args.budget, nmax=args.nmax)
 
 
 def sets(args, home: Home) -> int:
     """Release passengers' station sets (checked before Prefect starts)."""
-    checks.check_set_args(args, home)
-    return _publish(args, home, "flows.sets_release", "set_release", mechanism=args.mechanism, fanout=args.fanout)
+    return _publish(args, home, checks.check_set_args, "flows.sets_release", "set_release", mechanism=args.mechanism,
+                    fanout=args.fanout)

@@ -5,10 +5,10 @@ the checks refuse a new one) and :meth:`Home.prepare`; runs the checks it is giv
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
-import secrets
 import shutil
 import sys
 import time
@@ -19,10 +19,6 @@ from transit_release.cli.aftermath import forgettable, uninterruptible
 from transit_release.disclosure import PRIVATE_API_ENV
 from transit_release.home import Home
 from transit_release.telemetry import telemetry_off
-
-
-#: the tag of every run a command starts on its own loopback server (then the tag's hex part)
-COMMAND_TAG_PREFIX = "transit-release-command-"
 
 
 #: The servers the tool starts in a home (a command's, serve's) keep no event feed: Prefect's events repeat every
@@ -54,27 +50,36 @@ def scrub_database(home: Home) -> None:
               f"until another command's server stops ({exc})", file=sys.stderr)
 
 
-def forget_refused_runs(mark: str, home: Home, wait_s: float = 15.0) -> bool:
-    """A refused command leaves nothing in ``<home>/.prefect``: every flow run tagged ``mark`` goes, with what the
-    server deletes with it (task runs, states), its artifacts (an outcome's) and its logs (which the server
-    deletes after the run, in the background: waited for, up to ``wait_s``). A failure to forget is one warning,
-    never in place of the refusal. True when runs were deleted (the file is then scrubbed:
-    :func:`scrub_database`)."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter,
-                                                FlowRunFilterTags, LogFilter, LogFilterFlowRunId)
+def runs_here() -> list:
+    """The ids of the outermost flow runs this process has started (none before a flow has run in it)."""
+    summary = sys.modules.get("tasks.summary")  # imported by every flow the commands run, in this process
+    return list(getattr(summary, "RUNS_HERE", ()))
 
+
+def forget_refused_runs(ids: list, home: Home, wait_s: float = 15.0) -> bool:
+    """A refused command leaves nothing in ``<home>/.prefect``: the flow runs ``ids`` (the runs this command
+    started) and their subflows go, with what the server deletes with them (task runs, states), their artifacts
+    (an outcome's) and their logs (which the server deletes after the run, in the background: waited for, up to
+    ``wait_s``). A failure to forget is one warning, never in place of the refusal. True when runs were deleted
+    (the file is then scrubbed: :func:`scrub_database`).
+
+    The runs are found by id, not by a tag: a tag on the command's runs is a tag on every task run too, and
+    Prefect's engine then asks the server for the tag's concurrency slots before each task starts."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, LogFilter, LogFilterFlowRunId
+    from prefect.exceptions import ObjectNotFound
+
+    if not ids:
+        return False
     try:
         with get_client(sync_client=True) as client:
-            ids = [r.id for r in client.read_flow_runs(flow_run_filter=FlowRunFilter(
-                tags=FlowRunFilterTags(all_=[mark])))]
-            if not ids:
-                return False
+            ids = _with_subflows(client, ids)
             for artifact in client.read_artifacts(artifact_filter=ArtifactFilter(
                     flow_run_id=ArtifactFilterFlowRunId(any_=ids))):
                 client.delete_artifact(artifact.id)
-            for run_id in ids:
-                client.delete_flow_run(run_id)
+            for run_id in reversed(ids):  # subflows first
+                with contextlib.suppress(ObjectNotFound):  # gone already: nothing to forget
+                    client.delete_flow_run(run_id)
             logs = LogFilter(flow_run_id=LogFilterFlowRunId(any_=ids))
             deadline = time.monotonic() + wait_s
             while client.read_logs(log_filter=logs, limit=1):
@@ -86,6 +91,54 @@ def forget_refused_runs(mark: str, home: Home, wait_s: float = 15.0) -> bool:
         print(f"transit-release: warning: the refused run's records stay in {home.prefect_home} "
               f"({type(exc).__name__}: {exc})", file=sys.stderr)
         return False
+
+
+def _with_subflows(client, ids: list) -> list:
+    """The flow runs ``ids`` and their subflows (and theirs), by id."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    ids, parents = list(ids), list(ids)
+    while parents:
+        parents = [r.id for r in client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=parents))) if r.id not in ids]
+        ids += parents
+    return ids
+
+
+def record_before_stopping(ids: list, timeout_s: float = 5.0) -> None:
+    """Before a command's server stops: the run's last events (task runs' states, which the client sends in the
+    background) are sent, and recorded by the server's task-run recorder (it writes each as it arrives: waited
+    for until the task runs of ``ids`` and their subflows stop changing, up to ``timeout_s``). A server stopped
+    at once lost the last task run of a release now and then. Never raises: the command's outcome stands."""
+    from prefect.events.worker import EventsWorker
+
+    try:
+        EventsWorker.drain_all(timeout=timeout_s)
+        if not ids:
+            return
+        from prefect.client.orchestration import get_client
+        from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+        deadline = time.monotonic() + timeout_s
+        with get_client(sync_client=True) as client:
+            runs = FlowRunFilter(id=FlowRunFilterId(any_=_with_subflows(client, ids)))
+            seen, since = None, time.monotonic()
+            while time.monotonic() < deadline:
+                now = sorted((str(r.id), r.state_type) for r in client.read_task_runs(flow_run_filter=runs))
+                if now != seen:
+                    seen, since = now, time.monotonic()
+                elif all(state is not None and state.value in FINAL for _, state in now) or \
+                        time.monotonic() - since > STILL_S:  # (a refused run's tasks that never ran stay pending)
+                    return
+                time.sleep(0.05)
+    except Exception:  # noqa: BLE001 — what the server has not recorded only misses from its records
+        return
+
+
+#: Task run states that end a task run.
+FINAL = frozenset({"COMPLETED", "FAILED", "CRASHED", "CANCELLED"})
+#: Task runs unchanged this long, some not ended, are taken as recorded.
+STILL_S = 0.5
 
 
 def prepare_environment(home: Home, verbose: bool) -> None:
@@ -105,11 +158,16 @@ def prepare_environment(home: Home, verbose: bool) -> None:
 
 def quiet_logging(verbose: bool) -> None:
     """Other libraries' chatter only with ``--verbose``; on a terminal, progress is shown instead."""
-    from transit_release import progress
-
     for name in ("alembic", "mlflow", "distributed", "great_expectations"):
         logging.getLogger(name).setLevel(logging.INFO if verbose else logging.ERROR)
-    if not verbose and sys.stderr.isatty():
+    show_progress(verbose)
+
+
+def show_progress(verbose: bool) -> None:
+    """On a terminal, without ``--verbose``, the steps' progress on standard error (the first line at once)."""
+    from transit_release import progress
+
+    if not verbose and sys.stderr.isatty() and not isinstance(progress.current(), progress.RichReporter):
         progress.install(progress.RichReporter())
 
 
@@ -140,13 +198,27 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
 
             start()
 
+    import threading
+
+    from transit_release import collector, progress
+    from transit_release.version import code_version
+
+    show_progress(verbose)
+    # the code version a run records asks git (subprocesses: no GIL), once per process: meanwhile
+    threading.Thread(target=code_version, name="code-version", daemon=True).start()
     if configured:
         if checks is not None:
-            checks()
+            with progress.stage("checking the inputs"):
+                checks()
         home.prepare()  # Prefect makes its home (<home>/.prefect) as soon as it is imported
         start_forkserver()
         quiet_logging(verbose)
-        yield
+        collector.settle()  # the libraries imported so far: out of the collector's way (a command's process)
+        progress.open_stage("starting the run")
+        try:
+            yield
+        finally:
+            progress.close_stage()
         return
     from flows.deployments import local_server, server_answers
 
@@ -170,31 +242,40 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
 
     server_home_existed = home.prefect_home.exists()
     forgot = False
+    starting = "checking the inputs and starting Prefect's server" if checks is not None else \
+        "starting Prefect's server"
     try:
-        with local_server(home.prefect_home, while_starting=while_starting, settings=HOME_SERVER_SETTINGS) as url:
+        with contextlib.ExitStack() as server:
+            with progress.stage(starting):
+                url = server.enter_context(local_server(home.prefect_home, while_starting=while_starting,
+                                                        settings=HOME_SERVER_SETTINGS, command=True))
             os.environ["PREFECT_API_URL"] = url
             from prefect.logging.handlers import APILogHandler
             from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
-            from prefect import tags
-
-            mark = f"{COMMAND_TAG_PREFIX}{secrets.token_hex(8)}"  # this command's runs, among the home's others
+            before = len(runs_here())  # this command's runs, among the home's others: the ones started from here on
             try:
                 # no heartbeats: they let a long-lived server find crashed runs, and this server dies with the
                 # command; a flow run's end joins its heartbeat thread, which sleeps in 1 s steps (up to 1 s per
                 # release, and per stop after a Ctrl-C)
                 with temporary_settings(updates={PREFECT_API_URL: url, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
                     quiet_logging(verbose)
+                    collector.settle()  # the libraries imported so far: out of the collector's way
+                    progress.open_stage("starting the run")  # until the flow's first step shows itself
                     try:
-                        with tags(mark):
-                            yield
+                        yield
                     except BaseException as exc:
                         with uninterruptible():  # a Ctrl-C meanwhile does not leave the run half forgotten
                             APILogHandler().flush()
+                            if not isinstance(exc, KeyboardInterrupt):  # (a Ctrl-C stops at once)
+                                record_before_stopping(runs_here()[before:])  # (also: nothing recorded after a forget)
                             if forgettable(exc):
-                                forgot = forget_refused_runs(mark, home)
+                                forgot = forget_refused_runs(runs_here()[before:], home)
                         raise
+                    else:
+                        record_before_stopping(runs_here()[before:])
                     finally:
+                        progress.close_stage()
                         APILogHandler().flush()  # the run's last logs (a refusal's too) before the server stops
             finally:
                 os.environ.pop("PREFECT_API_URL", None)

@@ -8,6 +8,7 @@ draws noise.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,16 +43,35 @@ def partitions_of(period, config: ReleaseConfig) -> list[tuple[str, str]]:
     return [(mode, day.strftime("%Y%m%d")) for mode in sorted(config.modes) for day in period.days]
 
 
+def same_release(config: ReleaseConfig, fingerprint) -> Callable[[list], bool]:
+    """Do earlier spends describe this very release (same input, same budgets)? ``fingerprint`` is the input's, or
+    a future of it (Prefect's): it is waited for only when there are earlier spends to compare with."""
+
+    def same(earlier: list) -> bool:
+        fp = fingerprint.result() if hasattr(fingerprint, "result") else fingerprint
+        wanted = {(name, b.epsilon, b.delta, config.unit_of_privacy, fp) for name, b in config.budgets.items()}
+        return wanted <= {(e.component, e.epsilon, e.delta, e.unit_of_privacy, e.input_fingerprint) for e in earlier}
+
+    return same
+
+
 def plan_spends(period, config: ReleaseConfig, release_id: str, input_fingerprint: str,
                 code_version: str, population: str = DEFAULT_POPULATION) -> list:
     """One event per (partition, marginal) of the declared period, in (mode, date, j) order, about ``population``."""
     events = []
+    # each marginal's public figures once (its noise bound is a search over the noise table: 672 of them cost
+    # about 2 s of a tiny release's planning, twice)
+    figures = {}
+    for m in MARGINALS:
+        sbh = config.sbh_budget(m.name)
+        figures[m.name] = (sbh, sbh.threshold, str(sbh.scale),
+                           sbh.noise_bound if isinstance(sbh, TruncatedCardLevelBudget) else None)
     for mode, date in partitions_of(period, config):
         for m in MARGINALS:
             b = config.budgets[m.name]
-            sbh = config.sbh_budget(m.name)
+            sbh, threshold, scale, noise_bound = figures[m.name]
             common = dict(release_id=release_id, mode=mode, date=date, marginal=m.name, epsilon=b.epsilon,
-                          delta=b.delta, threshold=sbh.threshold, noise_scale=str(sbh.scale),
+                          delta=b.delta, threshold=threshold, noise_scale=scale,
                           unit_of_privacy=config.unit_of_privacy, neighbouring=config.neighbouring,
                           input_fingerprint=input_fingerprint, code_version=code_version, population=population)
             if config.unit_of_privacy == "card":
@@ -59,7 +79,7 @@ def plan_spends(period, config: ReleaseConfig, release_id: str, input_fingerprin
                             max_trips_per_partition=config.bounds.max_trips_per_partition,
                             max_partitions=config.bounds.max_partitions, period_start=period.start.isoformat(),
                             period_end=period.end.isoformat())
-                events.append(TruncatedCardStabilityHistogramEvent(**card, noise_bound=sbh.noise_bound)
+                events.append(TruncatedCardStabilityHistogramEvent(**card, noise_bound=noise_bound)
                               if isinstance(sbh, TruncatedCardLevelBudget) else CardStabilityHistogramEvent(**card))
             else:
                 events.append(StabilityHistogramEvent(**common, sensitivity=1))
@@ -503,8 +523,9 @@ check that the privacy ledger's history up to that entry was never rewritten).
 
 def tracking(manifest: dict, utility: pd.DataFrame, quarantine: dict, validations: dict,
              sanitizers: dict) -> dict:
-    """What the MLflow run of a release records beyond its spends: tags, params, metrics, one child per partition.
-    Internal figures only (utility compares with true counts; never published)."""
+    """What the MLflow run of a release records beyond its spends: tags, params, metrics, and the partitions' own
+    figures (:func:`partition_series`, :func:`partition_table`). Internal figures only (utility compares with true
+    counts; never published)."""
     privacy = manifest["privacy"]
     tags = {"modes": ",".join(manifest["modes"]), "mode_set": "+".join(sorted(manifest["modes"])),
             "sanitize.runner": sanitizers["runner"]}
@@ -538,18 +559,45 @@ def tracking(manifest: dict, utility: pd.DataFrame, quarantine: dict, validation
         metrics["mean_rel_error"] = float((utility["mean_rel_error"].fillna(0) * utility["points_released"]).sum()
                                           / released)
     metrics["cells.released"] = float(released)
-    children = []
-    partition_params = {f"{name}.{k}": mp[k] for name, mp in privacy["marginals"].items()
-                        for k in ("epsilon", "delta", "threshold")}
-    for part, rows in utility.groupby("partition", sort=True):
-        mode, date = part.split("/")
-        m = {f"{r['marginal']}.{k}": r[k] for _, r in rows.iterrows() for k in UTILITY_METRICS}
-        m.update({"privacy.epsilon": privacy["epsilon"], "privacy.delta": privacy["delta"]})
-        children.append({"name": part, "tags": {"partition": part, "mode": mode, "date": date},
-                         "params": {"mechanism": MECHANISM, **partition_params}, "metrics": m})
+    for mode, rows in utility.groupby("mode", sort=True):  # each mode's period, beside the whole release's
+        cells = rows["points_released"].sum()
+        metrics[f"{mode}.cells.released"] = float(cells)
+        metrics[f"{mode}.trip_coverage"] = rows["trip_coverage"].mean()
+        if cells:
+            metrics[f"{mode}.mean_rel_error"] = float((rows["mean_rel_error"].fillna(0) * rows["points_released"])
+                                                      .sum() / cells)
     return {"kind": KIND, "mechanism": MECHANISM, "tags": tags, "params": params, "metrics": metrics,
-            "children": children, "artifacts": {"input_quality.json": {"screen": quarantine,
-                                                                        "validations": validations}}}
+            "series": partition_series(utility, manifest["period"]["start"]),
+            "texts": {"partitions.csv": partition_table(utility)},
+            "artifacts": {"input_quality.json": {"screen": quarantine, "validations": validations}}}
+
+
+#: The partitions' figures a release's MLflow run charts day by day (all of :data:`UTILITY_METRICS` are in its
+#: ``partitions.csv``).
+SERIES_METRICS = ("points_released", "trip_coverage", "mean_rel_error", "total_variation")
+
+
+def partition_series(utility: pd.DataFrame, period_start: str) -> dict[str, list[tuple[int, int, float]]]:
+    """Each partition's figures as MLflow metric histories, keyed by mode and marginal: ``<mode>/<marginal>.<figure>``
+    (MLflow's charts group the keys of a mode under its name) with one value per day of the period, at step = the
+    day's index in the period (0: its first day; a weekly release's Monday) and at the day's own time. The same
+    keys and steps in every release, so that the runs view lays two weeks over each other, day by day."""
+    start = pd.Timestamp(period_start)
+    out: dict[str, list[tuple[int, int, float]]] = {}
+    for r in utility.sort_values(["mode", "marginal", "date"]).itertuples(index=False):
+        day = pd.to_datetime(r.date, format="%Y%m%d")
+        step, at = int((day - start).days), int(day.tz_localize("UTC").value // 1_000_000)
+        for k in SERIES_METRICS:
+            out.setdefault(f"{r.mode}/{r.marginal}.{k}", []).append((step, at, getattr(r, k)))
+    return out
+
+
+def partition_table(utility: pd.DataFrame) -> str:
+    """Every partition's figures, one row per (partition, marginal), as CSV (``partitions.csv``: MLflow shows it as a
+    table)."""
+    table = utility.assign(weekday=pd.to_datetime(utility["date"], format="%Y%m%d").dt.day_name())
+    columns = ["partition", "mode", "date", "weekday", "marginal", "threshold", *UTILITY_METRICS]
+    return table[columns].sort_values(["mode", "date", "marginal"]).to_csv(index=False, float_format="%.6g")
 
 
 UTILITY_METRICS = ("kept_point_share", "trip_coverage", "mean_abs_error", "max_abs_error", "mean_rel_error",

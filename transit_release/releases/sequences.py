@@ -440,4 +440,4 @@ def tracking(manifest: dict, metrics: dict, quarantine: dict) -> dict:
                   "generalized_threshold": p["generalized_threshold"], **universe}
     m = {**metrics, **{f"input.quarantined.{k}": v for k, v in quarantine.items()}}
     return {"kind": KIND, "mechanism": mechanism, "tags": {"scope": manifest["scope"]}, "params": params,
-            "metrics": m, "children": [], "artifacts": {}}
+            "metrics": m, "artifacts": {}}

@@ -392,4 +392,4 @@ def tracking(manifest: dict, metrics: dict, quarantine: dict) -> dict:
                        "taxonomy.height": p["taxonomy_height"]})
     m = {**metrics, **{f"input.quarantined.{k}": v for k, v in quarantine.items()}}
     return {"kind": KIND, "mechanism": mechanism, "tags": {"scope": manifest["scope"]}, "params": params,
-            "metrics": m, "children": [], "artifacts": {}}
+            "metrics": m, "artifacts": {}}

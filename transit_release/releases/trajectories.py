@@ -575,4 +575,4 @@ def tracking(manifest: dict, metrics: dict, quarantine: dict) -> dict:
     m = {**metrics, **{f"input.quarantined.{k}": v for k, v in quarantine.items()}}
     mechanism = "markov" if p["mechanism_id"] == "trajectory-markov" else "safepath"
     return {"kind": KIND, "mechanism": mechanism, "tags": {"scope": manifest["scope"]}, "params": params,
-            "metrics": m, "children": [], "artifacts": {}}
+            "metrics": m, "artifacts": {}}
