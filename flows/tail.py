@@ -38,13 +38,12 @@ from tasks.report import update_index
 from tasks.summary import summarize, summarize_dry_run
 from tasks.track import anchor_ledger, check_store, mark_published, track_release
 from transit_release import custodian, progress
-from transit_release.accounting.events import DEFAULT_POPULATION
 from transit_release.accounting.policy import BudgetPolicy
 from transit_release.faults import crash_point
 from transit_release.home import Home, check_release_id
 from transit_release.outcome import PUBLISHED_BY_ANOTHER_RUN
 from transit_release.inputs.screening import Period
-from transit_release.publish import StagedRelease
+from transit_release.publish import StagedRelease, population_ignored
 from transit_release.recovery import work_dir
 from transit_release.release_lock import release_lock
 
@@ -207,10 +206,8 @@ def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, popula
                       else "already published: nothing drawn or spent")
             manifest = load_manifest(where, target.release_id)
             summary = summarize(where, manifest, status)
-            recorded = (manifest.get("privacy") or {}).get("population", DEFAULT_POPULATION)
-            if recorded != population:  # the same release: the population it was published about stands
-                note = (f"--population {population} was ignored: release '{target.release_id}' is already published, "
-                        f"about population '{recorded}'")
+            note = population_ignored(manifest, target.release_id, population)
+            if note:  # the same release: the population it was published about stands
                 get_run_logger().warning(note)
                 summary = {**summary, "warnings": [*summary.get("warnings", []), note]}
             return summary

@@ -185,6 +185,15 @@ def spend_mirror(charged: list) -> dict[str, str]:
 REPORT_ARTIFACTS = ("*.html", "*.png", "*.json")
 
 
+def _within_home(home: Home, path: Path) -> str:
+    """``path`` relative to the home (``release_reports/<id>/report.html``): a run names its report the same way
+    wherever the home is (moved, restored from a backup), and no run says where the home lives."""
+    try:
+        return Path(path).resolve().relative_to(home.root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
 @data_task(name="track-in-mlflow")
 def track_release(home: Home, manifest: dict, charged: list, record: dict, report_dir: str | None) -> str:
     """One run per release (named by its id) with the same tags and metric names for every kind; returns its id."""
@@ -201,7 +210,7 @@ def track_release(home: Home, manifest: dict, charged: list, record: dict, repor
             "noise_source": manifest["noise_source"], "code_version": manifest["code_version"],
             "published": "false", **record.get("tags", {})}
     if report_dir:
-        tags["report"] = str(Path(report_dir) / "report.html")
+        tags["report"] = _within_home(home, Path(report_dir) / "report.html")
     run = client.create_run(exp, run_name=rid, tags=tags).info.run_id
     seqs = [e.seq for e in charged]
     cumulative = privacy.get("cumulative_at_publication") or {}

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.flow
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory):
+def base(tmp_path_factory, prefect_harness):
     """A small valid week (scale 0.002, about 27,000 trips) as text and as frames."""
     from transit_release.synth.opal_week import write_synthetic_week
 

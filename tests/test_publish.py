@@ -109,8 +109,8 @@ def test_datacard_states_the_guarantee_and_what_thresholds_do():
     # the finding: "absent means below about the threshold" was wrong; a true 34 is dropped about 38% of the time
     assert "below about its threshold" not in card
     # P(Z < T - c) for the discrete Laplace at scale 2: a^(T-c+1)/(1+a), a = e^-1/2: 38% at c = T, 3.1% at T + 5
-    assert "| 1 | 34 | 95% | 38% | 3.1% | 0.25% | +1.5 |" in card
-    assert "| 5 | 18 | 100% | 27% | 0.2% | 0.00% | +0.6 |" in card
+    assert "| 1 | 34 | 94.9% | 37.8% | 3.1% | 0.25% | +1.5 |" in card
+    assert "| 5 | 18 | 99.5% | 26.9% | 0.18% | 0.0012% | +0.6 |" in card
     assert "A passenger is protected per trip, not as a whole" in card
     assert "| 2 | 16 | 0.0045 |" in card and "| 10 | 80 | ≥ 1 (no guarantee) |" in card
     assert "single quote" in card

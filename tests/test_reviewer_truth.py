@@ -173,7 +173,7 @@ def test_the_index_links_each_release_to_its_own_run(tmp_path):
     """Runs tagged with a release id live in three experiments: the release's own (named by the id), the ledger's
     anchors (made after it) and the audits'. A failed publication's run of the same id (not tagged published)
     comes first. The index links the published release run, as MLflow's own search finds it."""
-    from tasks.track import ANCHOR_EXPERIMENT, AUDIT_EXPERIMENT, EXPERIMENT, mlflow_client
+    from tasks.track import ANCHOR_EXPERIMENT, ANCHOR_ROLE, AUDIT_EXPERIMENT, EXPERIMENT, ROLE_TAG, mlflow_client
     from transit_release.home import Home
     from transit_release.release_index import mlflow_runs, release_runs
 
@@ -196,5 +196,9 @@ def test_the_index_links_each_release_to_its_own_run(tmp_path):
     links = mlflow_runs(home.mlflow_db)
     assert links[rid].endswith(f"/#/experiments/{exps[EXPERIMENT]}/runs/{own.info.run_id}")
     assert links[""].endswith(f"/#/experiments/{exps[EXPERIMENT]}/runs")
-    # a tag that marks a release's own run (once the tracking writes one) narrows the choice further
-    assert release_runs(home.mlflow_db, ("release_run", "true")) == {}
+    # a run of the releases' experiment that says it has another role is never the release's own run, newer and
+    # tagged published though it is
+    client.create_run(exps[EXPERIMENT], run_name=rid,
+                      tags={"release_id": rid, "published": "true", ROLE_TAG: ANCHOR_ROLE})
+    assert release_runs(home.mlflow_db) == {rid: (exps[EXPERIMENT], own.info.run_id)}
+    assert len(release_runs(home.mlflow_db, None)) == 1 and release_runs(home.mlflow_db, None)[rid][1] != own.info.run_id

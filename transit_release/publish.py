@@ -132,6 +132,18 @@ def resolve_release_id(home, ledger, release_id: str, same: Callable[[list], boo
     return release_id, already_published(ledger, home.release_dir(release_id), release_id, same)
 
 
+def population_ignored(manifest: dict, release_id: str, population: str) -> str | None:
+    """The note of a run that finds its release already published about another population than its own
+    ``--population``: the same release, so the population it was published about stands. None if they agree."""
+    from transit_release.accounting.events import DEFAULT_POPULATION
+
+    recorded = (manifest.get("privacy") or {}).get("population", DEFAULT_POPULATION)
+    if recorded == population:
+        return None
+    return (f"--population {population} was ignored: release '{release_id}' is already published, about population "
+            f"'{recorded}'")
+
+
 def recognising_earlier_fingerprints(same: Callable[[list], bool], fingerprint, inputs: list[str],
                                      key: Callable[[], bytes]) -> Callable[[list], bool]:
     """``same`` for earlier spends of which some carry an HMAC-SHA-256 fingerprint (recorded before fingerprints

@@ -123,9 +123,10 @@ def _group(kind: str, manifest: dict) -> str:
 #: The MLflow experiment that holds the releases' own runs (``tasks.track.EXPERIMENT``; the ledger's anchor runs
 #: and the audits' runs live in experiments of their own and are never a release's run).
 RELEASE_EXPERIMENT = "transit-release"
-#: A tag that marks a run as a release's own run, ``(key, value)``, once the tracking writes one; None: a release's
-#: run is the top-level run of :data:`RELEASE_EXPERIMENT` named by its release id and tagged with it.
-RELEASE_RUN_TAG: tuple[str, str] | None = None
+#: The tag that says what a run is (``tasks.track.ROLE_TAG``) and its value on a release's own run: a run of
+#: :data:`RELEASE_EXPERIMENT` tagged with another role is never a release's run; one without the tag (tracked before
+#: runs said their role) is found by its name and ``release_id`` tag alone.
+RELEASE_RUN_TAG: tuple[str, str] | None = ("transit_release.role", "release")
 
 
 def release_runs(mlflow_db: Path, run_tag: tuple[str, str] | None = RELEASE_RUN_TAG) -> dict[str, tuple[str, str]]:
@@ -133,12 +134,12 @@ def release_runs(mlflow_db: Path, run_tag: tuple[str, str] | None = RELEASE_RUN_
     (SQLite, no MLflow import); empty when there is no store yet or it cannot be read.
 
     A release's own run is an active top-level run of :data:`RELEASE_EXPERIMENT` whose name is the release id and
-    whose ``release_id`` tag says the same (and, with ``run_tag``, carrying that tag): never a ledger anchor run
+    whose ``release_id`` tag says the same (and, with ``run_tag``, no other value of that tag): never a ledger anchor run
     (``transit-release-ledger``) or an audit run, which are tagged with release ids too. Of several (a failed
     publication's run, then the published one), the run tagged ``published = true`` wins, then the newest."""
     if not mlflow_db.is_file():
         return {}
-    wanted = ("AND EXISTS (SELECT 1 FROM tags m WHERE m.run_uuid = r.run_uuid AND m.key = ? AND m.value = ?) "
+    wanted = ("AND NOT EXISTS (SELECT 1 FROM tags m WHERE m.run_uuid = r.run_uuid AND m.key = ? AND m.value != ?) "
               if run_tag else "")
     try:
         db = sqlite3.connect(f"{mlflow_db.as_uri()}?mode=ro", uri=True)

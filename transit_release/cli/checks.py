@@ -99,7 +99,7 @@ def check_release_args(args, trips: str, stops: str, home: Home) -> None:
     cfg = load_release_config(args.config, release_unit(args.config, args.unit)).with_overrides(
         epsilons=args.epsilons, delta=args.delta, quarantine_limit=args.quarantine_limit)
     if period is not None:
-        check_published_before(args, trips, stops, home, period, cfg)
+        check_published_before(args, trips, stops, home, period, cfg, population)
         check_release_budget(args, home, period, cfg, population, policy, existing)
 
 
@@ -112,27 +112,37 @@ class AlreadyPublished(Exception):
         self.summary = summary
 
 
-def check_published_before(args, trips: str, stops: str, home: Home, period, cfg) -> None:
+def check_published_before(args, trips: str, stops: str, home: Home, period, cfg, population: str) -> None:
     """Before Prefect, as the flow would after it (:func:`tasks.budget.resolve_release`): an Opal release whose id
     (or an earlier default id of the same release) this home's ledger records as published, from the same input
-    files (home-keyed fingerprint) and parameters, raises :class:`AlreadyPublished`; an id published or present
-    from other input, or charged by another run and not published, is refused
-    (:class:`~transit_release.errors.ReleaseExistsError`, the flow's own message). Reads the ledger read only, and
-    hashes the inputs only when the id is published."""
+    files (home-keyed fingerprint) and parameters, raises :class:`AlreadyPublished` (with the flow's note when
+    ``population`` is not the one it was published about); an id published or present from other input, or charged
+    by a run that is no longer alive and not published, is refused
+    (:class:`~transit_release.errors.ReleaseExistsError`, the flow's own message). A release a live run holds
+    (:mod:`transit_release.release_lock`) is left to the flow, which waits for that run. Reads the ledger read only,
+    and hashes the inputs only when the id is published."""
     if not home.ledger.exists():
         return
     from transit_release import outcome
-    from transit_release.accounting.ledger import Ledger, refuse_second_charge
+    from transit_release.accounting.ledger import Ledger
+    from transit_release.errors import ReleaseExistsError
     from transit_release.inputs import tables as io
-    from transit_release.publish import MANIFEST, recognising_earlier_fingerprints, resolve_release_id
+    from transit_release.publish import (MANIFEST, population_ignored, recognising_earlier_fingerprints,
+                                         resolve_release_id)
+    from transit_release.recovery import pending_intents
+    from transit_release.release_lock import charged_by_a_dead_run, is_held
     from transit_release.releases import opal
 
     rid = args.release_id or opal.release_id_for(period.start, period.end, cfg.unit_of_privacy)
     earlier = [] if args.release_id else list(opal.earlier_release_ids(period.start, period.end))
     ledger = Ledger(home.ledger, read_only=True)
-    if not ({rid, *earlier} & set(ledger.published())) and not home.release_dir(rid).exists():
-        if not args.dry_run:  # charged by another run, not published: the charge's own first refusal, at once
-            refuse_second_charge(ledger.entries(), rid)
+    published_ids = set(ledger.published())
+    if not ({rid, *earlier} & published_ids) and not home.release_dir(rid).exists():
+        if not args.dry_run and not is_held(home.root, rid):  # charged by a run that is dead: refused at once
+            reason = charged_by_a_dead_run(rid, ledger.charged_release_ids(), published_ids,
+                                           {i.release_id for i in pending_intents(ledger)})
+            if reason:
+                raise ReleaseExistsError(reason)
         return
     inputs = [str(Path(trips).resolve()), str(Path(stops).resolve())]
     fingerprint = io.fingerprint(*inputs, key=home.fingerprint_key())
@@ -143,8 +153,11 @@ def check_published_before(args, trips: str, stops: str, home: Home, period, cfg
         import json
 
         manifest = json.loads((home.release_dir(rid) / MANIFEST).read_text(encoding="utf-8"))
-        raise AlreadyPublished(outcome.release_summary(home, manifest, "already published: nothing drawn or spent"))
-
+        summary = outcome.release_summary(home, manifest, "already published: nothing drawn or spent")
+        note = population_ignored(manifest, rid, population)
+        if note:
+            summary = {**summary, "warnings": [*summary.get("warnings", []), note]}
+        raise AlreadyPublished(summary)
 
 
 def check_passenger_release_args(args, home: Home | None = None) -> tuple:
