@@ -83,6 +83,15 @@ class PassengerKind(ReleaseKind):
         """The release's one spend."""
         raise NotImplementedError
 
+    def published_differs(self, manifest: dict) -> str | None:
+        """Another public universe: the same trips and stop table read for another ``--mode`` (the spends record
+        the input files and ε, not the universe the mode picks)."""
+        published = manifest.get("universe") or {}
+        if published.get("sha256") and published["sha256"] != self.universe.sha256:
+            return (f"over another universe ({published.get('source', 'unnamed')}; this run's: "
+                    f"{self.universe.source})")
+        return None
+
     def timed(self, evaluation_task):
         """The kind's evaluation task, stopped by Prefect after :func:`~flows.tail.evaluation_timeout` seconds."""
         return evaluation_task.with_options(timeout_seconds=evaluation_timeout())

@@ -42,6 +42,7 @@ from transit_release import custodian, progress
 from transit_release.accounting.events import DEFAULT_POPULATION
 from transit_release.accounting.policy import BudgetPolicy
 from transit_release.faults import crash_point
+from transit_release.errors import ReleaseExistsError
 from transit_release.home import Home, check_release_id
 from transit_release.outcome import PUBLISHED_BY_ANOTHER_RUN
 from transit_release.inputs.screening import Period
@@ -146,6 +147,11 @@ class ReleaseKind:
     def sanitize(self, run: ReleaseRun, records: Records, charged: list):
         """The noisy release, drawn only after ``charged`` (the ledger's entries of this run) holds its spends."""
         raise NotImplementedError
+
+    def published_differs(self, manifest: dict) -> str | None:
+        """What makes the published release ``manifest`` of the id this run resolved to (same input files, same
+        spends) another release than this run's, in words; None if nothing does. Public parameters only."""
+        return None
 
     def evaluate(self, records: Records, sanitized):
         """Utility figures of the release against the records (internal: for the report and MLflow), within
@@ -257,6 +263,11 @@ def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, popula
             status = (f"{PUBLISHED_BY_ANOTHER_RUN} while this one waited: nothing drawn or spent" if held and held.waited
                       else "already published: nothing drawn or spent")
             manifest = load_manifest(where, target.release_id)
+            differs = kind.published_differs(manifest)
+            if differs:  # the same files and ε, another release (atk40 m2: --mode bus after the train sets)
+                raise ReleaseExistsError(
+                    f"release '{target.release_id}' is already published from the same input files but {differs}; "
+                    "it is never overwritten: give this release its own --release-id; nothing was drawn or spent")
             summary = summarize(where, manifest, status)
             recorded = (manifest.get("privacy") or {}).get("population", DEFAULT_POPULATION)
             if recorded != population:  # the same release: the population it was published about stands

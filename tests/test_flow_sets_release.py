@@ -180,6 +180,17 @@ def test_sets_from_tap_data_have_the_stop_tables_locations_as_universe(prefect_h
     spends = Ledger(home / "ledger.sqlite").spends()
     assert len(spends) == 1 and spends[0].event().period == (pd.Timestamp("2016-08-08").date(),
                                                              pd.Timestamp("2016-08-14").date())
+    # atk40 m2: the same files and ε read for one mode are another release, never "already published"
+    rc = main(["sets", "--trips", str(small_week["trips"]), "--stops", str(small_week["stops"]), "--epsilon", "1",
+               "--home", str(home), "--queries", "200", "--period-start", "2016-08-08", "--period-end",
+               "2016-08-14", "--release-id", "taps", "--mode", "bus", "--dry-run"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert ("release 'taps' is already published from the same input files but over another universe (stops file "
+            "stops.csv (bus, ferry, lightrail, train locations, as mode:location); this run's: stops file stops.csv "
+            "(bus locations, as mode:location)); it is never overwritten: give this release its own --release-id; "
+            "nothing was drawn or spent") in err
+    assert len(Ledger(home / "ledger.sqlite").spends()) == 1
 
 
 def test_the_monthly_scheduled_flow_publishes_the_month_of_its_input(prefect_harness, metro, tmp_path, test_seed):
