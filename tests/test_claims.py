@@ -136,7 +136,8 @@ def test_trips_match_with_their_stop_ids_relabelled_and_their_cards_renumbered(t
         _charge(store, ledger, _sets("escape-stops-cards", "riders-b"), got)
     assert str(info.value).startswith("release 'escape-stops-cards' of population 'riders-b' reads records of "
                                       "people already released under population 'default': release 'first' read "
-                                      "the same trips file content")
+                                      "the same trips (its clean rows, in any order); one person cannot be in two "
+                                      "populations.")
     moved = clean.copy()
     row = int(np.flatnonzero(moved["mode"].to_numpy() == "train")[0])
     moved.loc[row, "tap_on_stop"] = (moved.loc[row, "tap_on_stop"] - 30) % 30 + 31  # another train station
