@@ -354,3 +354,21 @@ def test_the_audit_lists_every_population_with_the_first_release_that_named_it(t
         {"name": "default", "covers": "Sydney", "declared": True, "first_release": "card", "releases": 1},
         {"name": "mtl", "covers": "Montréal", "declared": True, "first_release": "n1", "releases": 2},
         {"name": "brisbane", "covers": None, "declared": False, "first_release": "old", "releases": 1}]
+
+
+def test_the_threat_model_says_what_the_claims_and_a_dry_run_answer_and_for_how_long():
+    """atk40 m1: the card-membership oracle of a dry run and the claim store's retention are documented, with what
+    an operator should do; privacy.md's data-at-rest list points there."""
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    threat = " ".join((docs / "threat-model.md").read_text(encoding="utf-8").split())
+    for words in ('an oracle for "was card X read by a release of another population"',
+                  "for as long as the home exists",
+                  "in effect this is pseudonymous card data, kept after the raw data's own retention",
+                  "give access to the home only to people cleared for the raw card data",
+                  "The tool has no command that prunes claims"):
+        assert words in threat, words
+    privacy = " ".join((docs / "privacy.md").read_text(encoding="utf-8").split())
+    assert "[threat-model.md](threat-model.md#one-person-one-population) says what it reveals" in privacy
+    assert "## One person, one population" in (docs / "threat-model.md").read_text(encoding="utf-8")
