@@ -28,7 +28,7 @@ every mode's locations). For each:
   (lengths uniform in [1, ⌊i·max|D|/5⌋], 10,000 queries each) and for queries of up to 3 stations;
 * error vs fan-out f ∈ {4, 6, 8, 10, 12} for every ε, on the subset of lengths up to 60%·max|D|
   (C1, C2 follow the fan-out by the module's expected-phantoms rule);
-* top-K frequent itemsets (K = 10, 50, 100; mlxtend FP-growth) at f = 10: true positives and the
+* top-K frequent itemsets (K = 10, 50, 100; the exact best-first search of transit_release.utility.sets) at f = 10: true positives and the
   thesis's loss, on one run per ε.
 
 Each point is the mean of ``--runs`` runs (the thesis: 10). Writes ``results.csv`` (every run),

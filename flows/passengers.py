@@ -15,12 +15,13 @@ from typing import ClassVar
 import pandas as pd
 from prefect.utilities.annotations import quote
 
-from flows.tail import Records, ReleaseKind, ReleaseRun
+from flows.tail import Records, ReleaseKind, ReleaseRun, evaluation_timeout
 from flows.taps import clean_taps
 from tasks.inputs import record_content, tap_content
 from tasks.report import write_sequence_report
 from transit_release.inputs.screening import Period
 from transit_release.inputs.universe import LocationUniverse
+from transit_release.passenger_report import NOT_COMPUTED
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class PassengerKind(ReleaseKind):
             return replace(records, content=record_content(self.record_role, quote(records.data)))
         clean, _, screen = clean_taps(run.where, run.release_id, self.taps.trips, self.taps.stops, self.period,
                                       self.quarantine_limit, run.dry_run)
-        return replace(self.from_taps(clean, screen), content=tap_content(quote(clean)))
+        return replace(self.from_taps(clean, screen), content=tap_content(quote(clean), quote(self.taps.stop_table)))
 
     def read_file(self) -> Records:
         """The records of the input file, screened against the public universe."""
@@ -82,14 +83,39 @@ class PassengerKind(ReleaseKind):
         """The release's one spend."""
         raise NotImplementedError
 
+    def published_differs(self, manifest: dict) -> str | None:
+        """Another public universe: the same trips and stop table read for another ``--mode`` (the spends record
+        the input files and ε, not the universe the mode picks)."""
+        published = manifest.get("universe") or {}
+        if published.get("sha256") and published["sha256"] != self.universe.sha256:
+            return (f"over another universe ({published.get('source', 'unnamed')}; this run's: "
+                    f"{self.universe.source})")
+        return None
+
+    def timed(self, evaluation_task):
+        """The kind's evaluation task, stopped by Prefect after :func:`~flows.tail.evaluation_timeout` seconds."""
+        return evaluation_task.with_options(timeout_seconds=evaluation_timeout())
+
+    def not_evaluated(self, reason: str):
+        """No metrics, and the reason under :data:`NOT_COMPUTED` among the figures (the report says it)."""
+        return {}, {NOT_COMPUTED: reason}
+
     def report(self, run: ReleaseRun, manifest: dict, records: Records, evaluation, outputs) -> str:
         metrics, figures = evaluation
         return write_sequence_report(run.where, manifest, metrics, records.quarantine, quote(figures))
 
     def tracking_record(self, manifest: dict, records: Records, evaluation, outputs) -> dict:
-        return self.tracking_task(manifest, evaluation[0], records.quarantine)
+        record = self.tracking_task(manifest, evaluation[0], records.quarantine)
+        if NOT_COMPUTED in evaluation[1]:
+            record = {**record, "tags": {**record.get("tags", {}),
+                                         "utility_evaluation": f"not computed: {evaluation[1][NOT_COMPUTED]}"}}
+        return record
 
     def summary(self, run: ReleaseRun, manifest: dict, mlflow_run_id: str, report: str, records: Records,
                 evaluation) -> dict:
-        return {**super().summary(run, manifest, mlflow_run_id, report, records, evaluation),
-                "metrics": evaluation[0]}
+        summary = {**super().summary(run, manifest, mlflow_run_id, report, records, evaluation),
+                   "metrics": evaluation[0]}
+        if NOT_COMPUTED in evaluation[1]:
+            note = f"utility evaluation not computed: {evaluation[1][NOT_COMPUTED]}; the release is published"
+            summary["warnings"] = [*summary.get("warnings", []), note]
+        return summary

@@ -66,7 +66,7 @@ class SequenceKind(PassengerKind):
 
     def evaluate(self, records: Records, sanitized):
         release, _ = sanitized
-        return evaluate_sequences(quote(records.data), quote(release), self.budget, self.queries, self.top_k)
+        return self.timed(evaluate_sequences)(quote(records.data), quote(release), self.budget, self.queries, self.top_k)
 
     def outputs(self, run, events, records, sanitized, evaluation, in_flight) -> PublicOutputs:
         release, noise_kind = sanitized

@@ -77,7 +77,7 @@ class SetKind(PassengerKind):
 
     def evaluate(self, records: Records, sanitized):
         release, _ = sanitized
-        return evaluate_sets(quote(records.data), quote(release), self.queries, self.top_k)
+        return self.timed(evaluate_sets)(quote(records.data), quote(release), self.queries, self.top_k)
 
     def outputs(self, run, events, records, sanitized, evaluation, in_flight) -> PublicOutputs:
         release, noise_kind = sanitized

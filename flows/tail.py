@@ -29,6 +29,7 @@ import pandas as pd
 from prefect import get_run_logger
 from prefect.utilities.annotations import quote
 
+from tasks import EvaluationFailed
 from tasks.budget import (charge_budget, check_budget, forget_claim, precheck_budget, record_claim,
                           refuse_a_dead_runs_charge, resolve_release)
 from tasks.home import check_free_space, discard_run, records_space_needed
@@ -40,6 +41,7 @@ from tasks.track import anchor_ledger, check_store, mark_published, track_releas
 from transit_release import custodian, progress
 from transit_release.accounting.policy import BudgetPolicy
 from transit_release.faults import crash_point
+from transit_release.errors import ReleaseExistsError
 from transit_release.home import Home, check_release_id
 from transit_release.outcome import PUBLISHED_BY_ANOTHER_RUN
 from transit_release.inputs.screening import Period
@@ -145,9 +147,21 @@ class ReleaseKind:
         """The noisy release, drawn only after ``charged`` (the ledger's entries of this run) holds its spends."""
         raise NotImplementedError
 
+    def published_differs(self, manifest: dict) -> str | None:
+        """What makes the published release ``manifest`` of the id this run resolved to (same input files, same
+        spends) another release than this run's, in words; None if nothing does. Public parameters only."""
+        return None
+
     def evaluate(self, records: Records, sanitized):
-        """Utility figures of the release against the records (internal: for the report and MLflow)."""
+        """Utility figures of the release against the records (internal: for the report and MLflow), within
+        :func:`evaluation_timeout` seconds."""
         raise NotImplementedError
+
+    def not_evaluated(self, reason: str):
+        """The evaluation to publish with when :meth:`evaluate` failed or ran out of time after the charge (its
+        figures marked as not computed, ``reason`` said in the report, MLflow and the summary); None: the kind
+        cannot publish without it (the failure stands)."""
+        return None
 
     def outputs(self, run: ReleaseRun, events: list, records: Records, sanitized, evaluation,
                 in_flight: list) -> PublicOutputs:
@@ -167,6 +181,49 @@ class ReleaseKind:
                 evaluation) -> dict:
         """What the command prints of a published release."""
         return summarize(run.where, manifest, "published", mlflow_run_id, f"{report}/report.html")
+
+
+#: The seconds a release's utility evaluation may take (``TRANSIT_RELEASE_EVALUATION_TIMEOUT``; a public
+#: setting): past them the release, already charged, is published with its evaluation marked as not computed.
+EVALUATION_TIMEOUT_ENV = "TRANSIT_RELEASE_EVALUATION_TIMEOUT"
+DEFAULT_EVALUATION_TIMEOUT = 1800.0
+
+
+def evaluation_timeout() -> float:
+    """The seconds an evaluation task may run (:data:`EVALUATION_TIMEOUT_ENV`, default 30 minutes)."""
+    import os
+
+    raw = os.environ.get(EVALUATION_TIMEOUT_ENV, "")
+    try:
+        seconds = float(raw) if raw else DEFAULT_EVALUATION_TIMEOUT
+    except ValueError:
+        seconds = DEFAULT_EVALUATION_TIMEOUT
+    return seconds if seconds > 0 else DEFAULT_EVALUATION_TIMEOUT
+
+
+def not_computed_reason(exc: BaseException) -> str:
+    """Why an evaluation was not computed, in words that hold no data: the timeout, or the error's class only
+    (an exception's message could quote the records)."""
+    if isinstance(exc, TimeoutError):
+        return f"it did not finish within {evaluation_timeout():g} s ({EVALUATION_TIMEOUT_ENV})"
+    return f"it failed ({exc.cause if isinstance(exc, EvaluationFailed) else type(exc).__name__})"
+
+
+def _evaluate_after_charge(kind: ReleaseKind, records: Records, sanitized):
+    """The kind's evaluation, which is no part of the privacy promise: once the release is charged and drawn, its
+    failure or timeout (the time and memory it takes depend on the raw records, atk40 C1) must not decide whether
+    the release is published. The kind then publishes with its evaluation marked as not computed
+    (:meth:`ReleaseKind.not_evaluated`), and the run's log says why, without the error's message."""
+    try:
+        return kind.evaluate(records, sanitized)
+    except Exception as exc:  # noqa: BLE001 — MemoryError, a timeout, a bug: none may withhold a charged release
+        reason = not_computed_reason(exc)
+        fallback = kind.not_evaluated(reason)
+        if fallback is None:
+            raise
+        get_run_logger().warning("utility evaluation not computed: %s; the release, already charged, is published "
+                                 "without it", reason)
+        return fallback
 
 
 def _stage(label: str | None):
@@ -205,6 +262,11 @@ def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, popula
             status = (f"{PUBLISHED_BY_ANOTHER_RUN} while this one waited: nothing drawn or spent" if held and held.waited
                       else "already published: nothing drawn or spent")
             manifest = load_manifest(where, target.release_id)
+            differs = kind.published_differs(manifest)
+            if differs:  # the same files and ε, another release (atk40 m2: --mode bus after the train sets)
+                raise ReleaseExistsError(
+                    f"release '{target.release_id}' is already published from the same input files but {differs}; "
+                    "it is never overwritten: give this release its own --release-id; nothing was drawn or spent")
             summary = summarize(where, manifest, status)
             note = population_ignored(manifest, target.release_id, population)
             if note:  # the same release: the population it was published about stands
@@ -266,10 +328,10 @@ def _publish(kind: ReleaseKind, where: Home, policy: BudgetPolicy, population: s
                 sanitized = kind.sanitize(run, records, charged)
             if kind.evaluating:
                 with progress.stage(kind.evaluating):
-                    evaluation = kind.evaluate(records, sanitized)
+                    evaluation = _evaluate_after_charge(kind, records, sanitized)
             with progress.stage(kind.publishing):
                 if not kind.evaluating:  # the kind evaluates as it publishes
-                    evaluation = kind.evaluate(records, sanitized)
+                    evaluation = _evaluate_after_charge(kind, records, sanitized)
                 public = kind.outputs(run, events, records, sanitized, evaluation, in_flight)
                 staged = stage_release(where, rid, public.tables, public.texts, public.manifest, kind.render_datacard,
                                        quote(charged), policy)

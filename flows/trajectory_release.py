@@ -78,8 +78,8 @@ class TrajectoryKind(PassengerKind):
 
     def evaluate(self, records: Records, sanitized):
         release, n_nodes, _ = sanitized
-        return evaluate_trajectories(quote(records.data), quote(release), self.height, self.queries, self.top_k,
-                                     n_nodes)
+        return self.timed(evaluate_trajectories)(quote(records.data), quote(release), self.height, self.queries,
+                                                 self.top_k, n_nodes)
 
     def outputs(self, run, events, records, sanitized, evaluation, in_flight) -> PublicOutputs:
         release, _, noise_kind = sanitized

@@ -13,6 +13,8 @@ telemetry_off()  # before Prefect and MLflow are imported (see transit_release.t
 from prefect import task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 
+import functools  # noqa: E402
+
 from transit_release.disclosure import install_log_filter, refusals_kept_private  # noqa: E402
 
 install_log_filter()  # Prefect's logging is configured once imported (again: at each flow's start)
@@ -43,3 +45,34 @@ def bulk_task(**options):
         return data_task(**options)(run)
 
     return decorate
+
+
+class EvaluationFailed(RuntimeError):
+    """An evaluation task's failure, said by the class of its error only (its message could quote the records):
+    what Prefect's states and logs then hold. ``cause`` is that class's name."""
+
+    def __init__(self, cause: str):
+        super().__init__(f"utility evaluation failed ({cause})")
+        self.cause = cause
+
+
+def evaluation_task(fn=None, **options):
+    """:func:`data_task` for a utility evaluation against the raw records, which runs after the charge: any error
+    leaves it as :class:`EvaluationFailed` (its class only, without its message or the chain), and the tail
+    publishes without the evaluation (:func:`flows.tail._evaluate_after_charge`). Python's cyclic collector pauses
+    while it runs, as in :func:`bulk_task`."""
+    from transit_release.collector import bulk
+
+    if fn is None:
+        return lambda f: evaluation_task(f, **options)
+
+    @functools.wraps(fn)
+    def guarded(*args, **kwargs):
+        try:
+            with bulk():
+                return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 — MemoryError and bugs alike: said by their class only
+            cause = type(exc).__name__
+        raise EvaluationFailed(cause)  # outside the handler: no chained exception carries the message
+
+    return data_task(guarded, **options)

@@ -46,10 +46,10 @@ def record_content(role: str, data) -> content.InputContent:
 
 
 @data_task(name="tap-content")
-def tap_content(clean) -> content.InputContent:
-    """What a tap file holds (its clean trips, order-independent, and its distinct card ids), as
-    :func:`record_content`."""
-    return content.of_clean_trips(clean)
+def tap_content(clean, stops) -> content.InputContent:
+    """What a tap file holds (its clean trips, order-independent, their stops as the public locations of the stop
+    table ``stops``, and its distinct card ids), as :func:`record_content`."""
+    return content.of_clean_trips(clean, stops)
 
 
 @data_task(name="load-universe")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tasks import bulk_task, data_task
+from tasks import bulk_task, data_task, evaluation_task
 from tasks.inputs import check_quarantine
 from transit_release.accounting.events import DEFAULT_POPULATION
 from transit_release.inputs import universe as universes
@@ -57,7 +57,7 @@ def sanitize_sequences(data: SequenceInput, budget: sequences.Budget, taxonomy: 
     return sequences.sanitize(data.sequences, budget, taxonomy, noise, release_id), noise.kind
 
 
-@bulk_task(name="evaluate-sequences")
+@evaluation_task(name="evaluate-sequences")
 def evaluate_sequences(data: SequenceInput, release: sequences.SequenceRelease, budget: sequences.Budget,
                        queries: int, top_k: list[int]) -> tuple[dict, dict]:
     """(metrics, figures): the utility figures against the raw sequences and the arrays the report plots."""

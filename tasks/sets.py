@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tasks import bulk_task, data_task
+from tasks import bulk_task, data_task, evaluation_task
 from tasks.inputs import check_quarantine
 from transit_release.accounting.events import DEFAULT_POPULATION
 from transit_release.inputs import universe as universes
@@ -70,7 +70,7 @@ def sanitize_sets(data: SetInput, budget: DiffPartBudget | SetHistogramBudget, c
     return sets.sanitize(data.sets, budget, noise, release_id), noise.kind
 
 
-@bulk_task(name="evaluate-sets")
+@evaluation_task(name="evaluate-sets")
 def evaluate_sets(data: SetInput, release: list, queries: int, top_k: list[int]) -> tuple[dict, dict]:
     """(metrics, figures): the utility figures against the raw sets and the arrays the report plots."""
     figures: dict = {}

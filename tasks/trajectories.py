@@ -6,7 +6,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tasks import bulk_task, data_task
+from tasks import bulk_task, data_task, evaluation_task
 from tasks.inputs import check_quarantine
 from transit_release.accounting.events import DEFAULT_POPULATION, MARKOV_KINDS
 from transit_release.inputs import universe as universes
@@ -123,7 +123,7 @@ def sanitize_trajectories(data: TrajectoryInput, setup: Setup, charged: list,
     return release, size, noise.kind
 
 
-@bulk_task(name="evaluate-trajectories")
+@evaluation_task(name="evaluate-trajectories")
 def evaluate_trajectories(data: TrajectoryInput, release: list, height: int, queries: int, top_k: list[int],
                           n_nodes: int) -> tuple[dict, dict]:
     """(metrics, figures): the utility figures against the raw trajectories and the arrays the report plots."""

@@ -85,16 +85,63 @@ def trips_frame(n: int = 200, seed: int = 0) -> pd.DataFrame:
         "tap_off_stop": pd.array(np.where(off_missing, None, rng.integers(1, 30, n)), dtype="Int64")})
 
 
+_MODE_BLOCK = {"bus": 0, "train": 30, "ferry": 60}
+
+
+def stop_table() -> pd.DataFrame:
+    """30 stops of each of bus (ids 1..30), train (31..60) and ferry (61..90); a bus stop's location is its
+    postcode (two stops per postcode), another's its name."""
+    return pd.DataFrame({"stop_id": np.arange(1, 91), "mode": np.repeat(["bus", "train", "ferry"], 30),
+                         "name": [f"S{i}" for i in range(1, 31)] * 3,
+                         "postcode": pd.array(np.tile(2000 + np.arange(30) // 2, 3), "Int64")})
+
+
+def trips_on_stop_table(n: int = 200, seed: int = 0) -> pd.DataFrame:
+    """:func:`trips_frame` with each trip's stops among its mode's stops of :func:`stop_table`."""
+    clean = trips_frame(n, seed)
+    shift = clean["mode"].map(_MODE_BLOCK).to_numpy()
+    return clean.assign(tap_on_stop=clean["tap_on_stop"] + shift, tap_off_stop=clean["tap_off_stop"] + shift)
+
+
 def test_trips_match_whatever_their_order_and_their_card_numbers():
-    clean = trips_frame()
-    base = content.of_clean_trips(clean)
+    clean, stops = trips_on_stop_table(), stop_table()
+    base = content.of_clean_trips(clean, stops)
     shuffled = clean.sample(frac=1.0, random_state=3).reset_index(drop=True)
-    assert content.of_clean_trips(shuffled).digests == base.digests
-    np.testing.assert_array_equal(content.of_clean_trips(shuffled).cards, base.cards)
+    assert content.of_clean_trips(shuffled, stops).digests == base.digests
+    np.testing.assert_array_equal(content.of_clean_trips(shuffled, stops).cards, base.cards)
     renumbered = clean.assign(card_id=clean["card_id"] + 1000)  # the same trips under other card ids
-    assert content.of_clean_trips(renumbered).digests == base.digests
-    assert content.of_clean_trips(clean.iloc[1:]).digests != base.digests
+    assert content.of_clean_trips(renumbered, stops).digests == base.digests
+    assert content.of_clean_trips(clean.iloc[1:], stops).digests != base.digests
     assert list(base.cards) == sorted(set(clean["card_id"]))
+
+
+def test_trips_match_with_their_stop_ids_relabelled_and_their_cards_renumbered(tmp_path):
+    """atk40 M1: the stop ids relabelled consistently in the stop table and the trips, and the card ids renumbered,
+    are the same trips (every release counts the stops' public locations, not their ids), refused under another
+    population; a trip moved to another location is not the same trips."""
+    clean, stops = trips_on_stop_table(), stop_table()
+    base = content.of_clean_trips(clean, stops)
+    relabel = {i: 1_000_000 + 7 * (91 - i) for i in range(1, 91)}  # another id for every stop, another order
+    relabelled = clean.assign(card_id=50_000_000 + (clean["card_id"] * 7919) % 1000,
+                              tap_on_stop=clean["tap_on_stop"].map(relabel),
+                              tap_off_stop=clean["tap_off_stop"].map(relabel).astype("Int64"))
+    copied = stops.assign(stop_id=stops["stop_id"].map(relabel)).sample(frac=1.0, random_state=1)
+    extended = pd.concat([copied, pd.DataFrame({"stop_id": [5], "mode": ["train"], "name": ["Elsewhere"],
+                                                "postcode": pd.array([2999], "Int64")})], ignore_index=True)
+    got = content.of_clean_trips(relabelled, extended)
+    assert got.digests == base.digests and not np.intersect1d(got.cards, base.cards).size
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets("first"), base)
+    with pytest.raises(PopulationOverlapError) as info:
+        _charge(store, ledger, _sets("escape-stops-cards", "riders-b"), got)
+    assert str(info.value).startswith("release 'escape-stops-cards' of population 'riders-b' reads records of "
+                                      "people already released under population 'default': release 'first' read "
+                                      "the same trips (its clean rows, in any order); one person cannot be in two "
+                                      "populations.")
+    moved = clean.copy()
+    row = int(np.flatnonzero(moved["mode"].to_numpy() == "train")[0])
+    moved.loc[row, "tap_on_stop"] = (moved.loc[row, "tap_on_stop"] - 30) % 30 + 31  # another train station
+    assert content.of_clean_trips(moved, stops).digests != base.digests
 
 
 def test_the_streamed_partitions_give_the_in_memory_content(tmp_path):
@@ -129,7 +176,7 @@ def test_the_streamed_partitions_give_the_in_memory_content(tmp_path):
     from transit_release.inputs.tables import read_trips
 
     in_memory = screening.screen_trips(read_trips(path), stops, period, cfg.quality, cfg.modes).clean
-    frame = content.of_clean_trips(in_memory)
+    frame = content.of_clean_trips(in_memory, stops)
     assert streamed.tally.rows == 405
     assert streamed_content.digests == frame.digests and streamed_content.digests[0].records == len(in_memory) > 350
     np.testing.assert_array_equal(streamed_content.cards, frame.cards)
@@ -307,3 +354,21 @@ def test_the_audit_lists_every_population_with_the_first_release_that_named_it(t
         {"name": "default", "covers": "Sydney", "declared": True, "first_release": "card", "releases": 1},
         {"name": "mtl", "covers": "Montréal", "declared": True, "first_release": "n1", "releases": 2},
         {"name": "brisbane", "covers": None, "declared": False, "first_release": "old", "releases": 1}]
+
+
+def test_the_threat_model_says_what_the_claims_and_a_dry_run_answer_and_for_how_long():
+    """atk40 m1: the card-membership oracle of a dry run and the claim store's retention are documented, with what
+    an operator should do; privacy.md's data-at-rest list points there."""
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    threat = " ".join((docs / "threat-model.md").read_text(encoding="utf-8").split())
+    for words in ('an oracle for "was card X read by a release of another population"',
+                  "for as long as the home exists",
+                  "in effect this is pseudonymous card data, kept after the raw data's own retention",
+                  "give access to the home only to people cleared for the raw card data",
+                  "The tool has no command that prunes claims"):
+        assert words in threat, words
+    privacy = " ".join((docs / "privacy.md").read_text(encoding="utf-8").split())
+    assert "[threat-model.md](threat-model.md#one-person-one-population) says what it reveals" in privacy
+    assert "## One person, one population" in (docs / "threat-model.md").read_text(encoding="utf-8")

@@ -181,6 +181,17 @@ def test_sets_from_tap_data_have_the_stop_tables_locations_as_universe(prefect_h
     spends = Ledger(home / "ledger.sqlite").spends()
     assert len(spends) == 1 and spends[0].event().period == (pd.Timestamp("2016-08-08").date(),
                                                              pd.Timestamp("2016-08-14").date())
+    # atk40 m2: the same files and ε read for one mode are another release, never "already published"
+    rc = main(["sets", "--trips", str(small_week["trips"]), "--stops", str(small_week["stops"]), "--epsilon", "1",
+               "--home", str(home), "--queries", "200", "--period-start", "2016-08-08", "--period-end",
+               "2016-08-14", "--release-id", "taps", "--mode", "bus", "--dry-run"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert ("release 'taps' is already published from the same input files but over another universe (stops file "
+            "stops.csv (bus, ferry, lightrail, train locations, as mode:location); this run's: stops file stops.csv "
+            "(bus locations, as mode:location)); it is never overwritten: give this release its own --release-id; "
+            "nothing was drawn or spent") in err
+    assert len(Ledger(home / "ledger.sqlite").spends()) == 1
 
 
 def test_the_monthly_scheduled_flow_publishes_the_month_of_its_input(prefect_harness, metro, tmp_path, test_seed):
@@ -279,3 +290,59 @@ def test_the_set_histogram_is_the_default_on_a_small_universe_and_the_former_def
     lines = [x for x in (rel / "sets.txt").read_text().splitlines() if not x.startswith("#")]
     assert abs(len(lines) - 20_000) < 2_000
     check_open_data(rel, home)
+
+
+def _small_sets(tmp_path):
+    """200 passengers over 8 stations (the histogram's universe): a cheap release."""
+    locations = tmp_path / "loc8.txt"
+    locations.write_text("".join(f"S{i}\n" for i in range(8)))
+    lines = [" ".join(f"S{j}" for j in range(8) if (i * 7 + j * 3) % (j + 2) == 0) or "S0" for i in range(200)]
+    sets_file = tmp_path / "sets8.txt"
+    sets_file.write_text("\n".join(lines) + "\n")
+    return sets_file, locations
+
+
+@pytest.mark.parametrize("how", ["fails", "runs out of time"])
+def test_a_failed_or_timed_out_evaluation_never_withholds_a_charged_release(prefect_harness, tmp_path, capsys,
+                                                                           caplog, monkeypatch, test_seed, how):
+    """atk40 C1: the utility evaluation runs after the charge on the raw records; its failure (a MemoryError on one
+    passenger's large set) or its timeout publishes the release with the evaluation marked as not computed, said
+    in the summary, the report and MLflow, and never the error's message."""
+    import time
+
+    from transit_release.releases import sets as set_release_module
+
+    def broken(*args, **kwargs):
+        raise MemoryError("S3 S5 S7 held by card 10004858")  # a message that quotes the data
+
+    def endless(*args, **kwargs):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+        raise AssertionError("the evaluation was not stopped")
+
+    monkeypatch.setattr(set_release_module, "evaluate", broken if how == "fails" else endless)
+    monkeypatch.setenv("TRANSIT_RELEASE_EVALUATION_TIMEOUT", "2")
+    sets_file, locations = _small_sets(tmp_path)
+    home = tmp_path / "home"
+    rid = "sets-eval-" + how.split()[0]
+    assert main(["sets", "--input", str(sets_file), "--locations", str(locations), "--home", str(home),
+                 "--epsilon", "1", "--release-id", rid, *PERIOD]) == 0
+    out = capsys.readouterr().out
+    reason = ("it failed (MemoryError)" if how == "fails"
+              else "it did not finish within 2 s (TRANSIT_RELEASE_EVALUATION_TIMEOUT)")
+    assert f"Release {rid}: published" in out
+    assert f"utility evaluation not computed: {reason}; the release is published" in out
+    assert "10004858" not in out and "S3 S5 S7" not in out
+    assert "10004858" not in caplog.text and "S3 S5 S7" not in caplog.text  # Prefect's states and logs
+    assert (home / "private" / "test-releases" / rid / "sets.csv").exists()
+    report = (home / "release_reports" / rid / "report.html").read_text()
+    assert f"Utility evaluation not computed</b>: {reason}." in report and "10004858" not in report
+    assert len(Ledger(home / "ledger.sqlite").spends()) == 1
+
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{home / 'mlflow.db'}")
+    (run,) = [r for r in mlflow.search_runs(search_all_experiments=True, output_format="list")
+              if r.data.tags.get("utility_evaluation")]
+    assert run.data.tags["utility_evaluation"] == f"not computed: {reason}"

@@ -86,6 +86,20 @@ def test_the_escapes_of_the_review_are_refused_and_the_same_population_composes(
     # 3. the trips file's rows reordered, under another population
     _refused(capsys, ["release", "--trips", str(trips_reordered), "--stops", str(stops), "--workers", "0",
                       "--release-id", "reordered", "--population", "riders-d", *flags], "opal-card-20160808-20160814")
+    # 4. (atk40 M1) the stop ids relabelled in both the stop table and the trips, and the card ids renumbered:
+    #    the same trips, whose stops count as their public locations, under another population
+    relabel = lambda ids: ids.map(lambda x: str(int(x) + 1_000_000) if x else x)  # noqa: E731
+    stops_relabelled = tmp_path / "stops-relabelled.csv"
+    stops_table.assign(stop_id=relabel(stops_table["stop_id"])).to_csv(stops_relabelled, index=False)
+    table = pd.read_csv(trips, dtype=str, keep_default_na=False)
+    cards = {c: str(50_000_000 + i) for i, c in enumerate(sorted(set(table["card_id"]), reverse=True))}
+    trips_relabelled = tmp_path / "trips-relabelled.csv"
+    table.assign(card_id=table["card_id"].map(cards), tap_on_stop=relabel(table["tap_on_stop"]),
+                 tap_off_stop=relabel(table["tap_off_stop"])).to_csv(trips_relabelled, index=False)
+    line = _refused(capsys, ["sets", "--trips", str(trips_relabelled), "--stops", str(stops_relabelled),
+                             "--epsilon", "1", "--queries", "100", "--release-id", "escape-stops-cards",
+                             "--population", "riders-d", *flags], "opal-card-20160808-20160814")
+    assert "release 'opal-card-20160808-20160814' read the same trips (its clean rows, in any order);" in line
     assert _spends(home) == before  # nothing charged
     assert not (home / "releases" / "reordered").exists()
     # the same taps under the same population compose, as before

@@ -17,6 +17,10 @@ import html
 import re
 from pathlib import Path
 
+#: The key, among a release's figures, of the reason its utility evaluation was not computed (it failed or ran out
+#: of time after the charge: the release was published without it, :func:`flows.tail._evaluate_after_charge`).
+NOT_COMPUTED = "utility_not_computed"
+
 #: what one record and one element of it are called, per release kind
 NOUNS = {"sequences": ("sequence", "sequences", "station"), "trajectories": ("trajectory", "trajectories", "point"),
          "sets": ("set", "sets", "station")}
@@ -264,6 +268,9 @@ def write_report(out_dir: Path, manifest: dict, metrics: dict, quarantine: dict,
     qrows = "".join(f"<tr><td>{html.escape(r)}</td><td class=v>{c:,}</td></tr>" for r, c in quarantine.items())
     links_html = "".join(f'<li><a href="{html.escape(href)}">{html.escape(text)}</a></li>'
                          for text, href in (links or {}).items())
+    missing = (f'<p class="warn"><b>Utility evaluation not computed</b>: {html.escape(figures[NOT_COMPUTED])}. The '
+               "release was charged and published without it: its figures are internal and no part of the privacy "
+               "promise.</p>" if NOT_COMPUTED in figures else "")
     period = manifest.get("period", {})
     files = ", ".join(f"<code>{html.escape(k)}</code> ({v['rows']:,} rows)" for k, v in manifest.get("files", {}).items()
                       if "rows" in v)
@@ -278,7 +285,7 @@ Files: {files}.</p>
 <p>Privacy: ε = {p['epsilon']:g} (δ = {p['delta']:.2g}) per {html.escape(p['unit_of_privacy'])}
 ({html.escape(p['neighbouring_relation'])}); {html.escape(p['mechanism'])}.</p>
 <ul>{links_html}</ul>
-<h2>In five figures</h2><dl class="h">{heads}</dl>
+{missing}<h2>In five figures</h2><dl class="h">{heads}</dl>
 <h2>Input quality</h2>{f"<table><tr><th>quarantined because</th><th>lines</th></tr>{qrows}</table>" if qrows else "<p>Nothing quarantined.</p>"}
 <h2>Plots</h2>{plots or "<p>No figures were measured for this run.</p>"}
 <h2>Every figure</h2>

@@ -16,6 +16,12 @@ deviations, √8). So "``{S1}`` released ≥ k" is close to "``Z ≥ k`` in D, `
 ``e^ε`` exactly for the discrete Laplace noise. The rarer outcomes (``{S1}`` below the head threshold, shared
 out from noisy sums) only blur it (post-processing).
 
+Three more neighbours (atk40 M3) catch regressions this case cannot see; each was planted in production code and
+failed the audit: a passenger at every station (the last cell left without noise; containment counts noised
+instead of exact sets), 1,000 passengers with the raking active next to one at a station nobody uses (the raking's
+targets taken from the true histogram), and sets built from taps, one per card (a card's tap-on and tap-off sets
+kept as two records).
+
 Negative controls (each must FAIL): the empty cells never noised (a set nobody has can never appear, so its
 appearance names the passenger: the reason every cell of the public domain gets noise), the noise at half its
 scale, and the universe read off the data.
@@ -137,6 +143,125 @@ def test_a_passenger_with_a_set_nobody_has(files, audit_sizes, audit_seed, audit
     check(result, audit_report, "PASS", power=0.6)
     seen = next(b for b in result.bounds if b.event == "{S1} released" and b.direction == "D vs D′")
     assert seen.hits_num > 0  # the set can come from D too: every cell of the public domain is noisy
+
+
+# ---- more neighbours (atk40 M3): each catches a regression the case above cannot see -----------------------------
+#
+# - a passenger whose set is every station: the cell of every station is the last cell (an off-by-one leaving it
+#   without noise) and the set with the most subsets (containment counts noised instead of exact sets give it a
+#   sensitivity of 2^|I| − 1 = 7);
+# - a data set large enough that the raking moves cells, next to a passenger at a station nobody uses (targets
+#   taken from the true histogram instead of the noisy one release the station only when someone uses it);
+# - a data set built from taps, as a release from ``--trips`` builds it (one set per card: a card's tap-on and
+#   tap-off sets kept as two records double the passenger's weight).
+
+EVERY = STATIONS  # a passenger at every station: nobody in D has that set
+EVENTS_EVERY = {
+    "{S1,S2,S3} released": copies_at_least(EVERY, 1),
+    "{S1,S2,S3} released ≥ 2": copies_at_least(EVERY, 2),
+    "{S1,S2,S3} released ≥ 3": copies_at_least(EVERY, 3),
+    "lines with S1 ≥ 2": lines_with("S1", 2),
+    "lines with S1 ≥ 4": lines_with("S1", 4),
+    "lines with S1 ≥ 6": lines_with("S1", 6),
+    "lines ≥ 40": total_at_least(40),
+    "lines ≥ 44": total_at_least(44),
+}
+
+
+def every_station_case(tmp_path, runs, seed, control=""):
+    locations = tmp_path / "locations.txt"
+    locations.write_text("\n".join(STATIONS) + "\n", encoding="utf-8")
+    d = read_public(write_sets(tmp_path / "d.txt", D), locations)
+    d2 = read_public(write_sets(tmp_path / "d2.txt", [*D, EVERY]), locations)
+    name = f"set histogram: passenger at every station (the last cell, the most subsets), ε={EPSILON:g}"
+    budget = setup_of(d).budget
+    return run_case(name, "set histogram", set_draw(d, noise(seed, name, "D")), set_draw(d2, noise(seed, name, "D′")),
+                    EVENTS_EVERY, runs, EPSILON, sh.delta_slack(budget), chunk=500, control=control,
+                    notes=f"|I|={len(d.universe)}, cells={budget.cells}, |D|={len(d.sets)}")
+
+
+@pytest.mark.slow
+def test_a_passenger_at_every_station(tmp_path, audit_sizes, audit_seed, audit_report):
+    check(every_station_case(tmp_path, audit_sizes.tree, audit_seed), audit_report, "PASS", power=0.5)
+
+
+TEN = tuple(f"T{i}" for i in range(10))
+#: 1,000 passengers over T1..T9 of a 10-station universe (1,023 cells): the raking is active; nobody uses T0
+_RNG = np.random.default_rng(3)
+D_RAKED = [tuple(TEN[j] for j in sorted(_RNG.choice(np.arange(1, 10), _RNG.integers(1, 5), replace=False)))
+           for _ in range(1000)]
+EVENTS_RAKED = {"lines with T0 ≥ 1": lines_with("T0", 1), "lines with T0 ≥ 2": lines_with("T0", 2),
+                "lines with T0 ≥ 4": lines_with("T0", 4)}
+
+
+def raked_case(tmp_path, runs, seed, control=""):
+    locations = tmp_path / "ten.txt"
+    locations.write_text("\n".join(TEN) + "\n", encoding="utf-8")
+    d = read_public(write_sets(tmp_path / "d.txt", D_RAKED), locations)
+    d2 = read_public(write_sets(tmp_path / "d2.txt", [*D_RAKED, ("T0",)]), locations)
+    name = f"set histogram: 1,000 passengers (the raking active), one at a station nobody uses, ε={EPSILON:g}"
+    budget = setup_of(d).budget
+    assert setup_of(d).mechanism == "histogram" and budget.cells == 1023
+    return run_case(name, "set histogram", set_draw(d, noise(seed, name, "D")), set_draw(d2, noise(seed, name, "D′")),
+                    EVENTS_RAKED, runs, EPSILON, sh.delta_slack(budget), chunk=100, control=control,
+                    notes=f"|I|=10, cells={budget.cells}, |D|={len(d.sets)}")
+
+
+@pytest.mark.slow
+def test_a_passenger_at_a_station_nobody_uses_while_the_raking_moves_cells(tmp_path, audit_sizes, audit_seed,
+                                                                          audit_report):
+    """Not tight (the raking spreads T0's noisy count): what it catches is a release of T0 that depends on whether
+    someone uses it (targets from the true histogram: about 2% of runs from D against 60% from D′)."""
+    check(raked_case(tmp_path, max(300, audit_sizes.tree // 10), audit_seed), audit_report, "PASS")
+
+
+TAP_STOPS = ("A", "B", "C")
+
+
+def tap_input(extra_card: bool) -> set_inputs.SetInput:
+    """Sets from taps, as ``sets --trips`` reads them (one set per card over the period): D's cards mirror D (a
+    trip at B without a tap-off, a trip B→C, a trip at C without a tap-off); the passenger's card rides A→B and
+    back B→A, one set {A, B} that nobody in D has."""
+    import pandas as pd
+
+    from transit_release.inputs.universe import from_stop_locations
+
+    stops = pd.DataFrame({"stop_id": [11, 12, 13], "mode": ["train"] * 3, "name": list(TAP_STOPS),
+                          "postcode": pd.array([2000, 2001, 2002], dtype="Int64")})
+    trips = [(100 + i, 12, None) for i in range(15)] + [(200 + i, 12, 13) for i in range(12)] + \
+            [(300 + i, 13, None) for i in range(11)]
+    if extra_card:
+        trips += [(999, 11, 12), (999, 12, 11)]
+    on = pd.Timestamp("2026-01-05 08:00") + pd.to_timedelta(np.arange(len(trips)) * 7, unit="min")
+    frame = pd.DataFrame({"card_id": np.array([t[0] for t in trips], dtype=np.int64), "mode": "train",
+                          "tap_on_time": on, "tap_on_stop": np.array([t[1] for t in trips], dtype=np.int64),
+                          "tap_off_time": [t + pd.Timedelta(minutes=20) if r[2] else pd.NaT for t, r in zip(on, trips)],
+                          "tap_off_stop": pd.array([r[2] for r in trips], dtype="Int64")})
+    universe = from_stop_locations(stops, ("train",), "stops")
+    return set_inputs.sets_from_trips(frame, stops, PERIOD, universe, ("train",))
+
+
+def taps_case(runs, seed, control=""):
+    d, d2 = tap_input(False), tap_input(True)
+    a, b = (f"train:{x}" for x in TAP_STOPS[:2])
+    name = f"set histogram from taps: a card riding A→B and back, a set nobody has, ε={EPSILON:g}"
+    budget = setup_of(d).budget
+    events = {f"{{A,B}} released ≥ {k}": copies_at_least((a, b), k) for k in (1, 2, 3, 4)}
+    events.update({"lines with A ≥ 2": lines_with(a, 2), "lines with A ≥ 4": lines_with(a, 4)})
+    return run_case(name, "set histogram", set_draw(d, noise(seed, name, "D")), set_draw(d2, noise(seed, name, "D′")),
+                    events, runs, EPSILON, sh.delta_slack(budget), chunk=500, control=control,
+                    notes=f"|I|={len(d.universe)}, cells={budget.cells}, cards={len(d.sets)}")
+
+
+def test_the_taps_case_is_one_set_per_card():
+    d, d2 = tap_input(False), tap_input(True)
+    assert (len(d.sets), len(d2.sets)) == (38, 39) and d.universe.ids == d2.universe.ids
+    assert sorted(map(tuple, d2.sets.to_lists()))[:1] == [(0, 1)]  # the passenger's one set {A, B}
+
+
+@pytest.mark.slow
+def test_a_card_riding_there_and_back_from_taps(audit_sizes, audit_seed, audit_report):
+    check(taps_case(audit_sizes.tree, audit_seed), audit_report, "PASS", power=0.5)
 
 
 # ---- negative controls --------------------------------------------------------------------------

@@ -7,9 +7,13 @@ Parquet or another (copied) stop table or universe still matches. Precisely:
 
 * **trips** (a tap file, read by the Opal release or by a passenger kind ``--trips``): the *multiset of its clean
   rows* — the rows the validation gate kept in the declared period, exact repeats removed — each row as
-  ``(mode, tap-on time, tap-on stop, tap-off time, tap-off stop)`` at the file's resolution (the stop ids, the
-  times in nanoseconds, a missing tap-off as missing), **without the card id** (a copy whose card ids were
-  renumbered still matches); quarantined rows and rows outside the period take no part;
+  ``(mode, tap-on time, tap-on location, tap-off time, tap-off location)`` at the file's resolution (the times in
+  nanoseconds, a missing tap-off as missing), **without the card id** (a copy whose card ids were renumbered
+  still matches) and **without the stop ids**: each stop counts as the public location the stop table maps it
+  to (:func:`location_keys`: its mode and location, a bus stop's postcode or another mode's stop name, what
+  every release counts), so a copy whose stop ids were relabelled in both the stop table and the trips still
+  matches, also with its cards renumbered (atk40 M1); stops of one location are one; quarantined rows and
+  rows outside the period take no part;
 * **sequences**: the multiset of the valid records (lines the reader kept), each record the ordered list of its
   location ids (the ids as written, e.g. station names, not their position in the universe);
 * **trajectories**: the multiset of the valid records, each the ordered list of its ``(location id, hour of the
@@ -113,24 +117,55 @@ def mode_code(mode: str) -> int:
     return _MODES.index(mode) if mode in _MODES else len(_MODES)
 
 
-def trip_rows(mode: np.ndarray | int, on_ns: np.ndarray, on_stop: np.ndarray, off_ns: np.ndarray,
-              off_stop: np.ndarray) -> ContentDigest:
+def trip_rows(mode: np.ndarray | int, on_ns: np.ndarray, on_location: np.ndarray, off_ns: np.ndarray,
+              off_location: np.ndarray) -> ContentDigest:
     """The digest of clean trip rows (exact repeats already removed) given as int64 columns: ``mode`` a code of
     :func:`mode_code` per row (or one for all), times in nanoseconds (a missing tap-off time as the int64 minimum),
-    stops as ids (a missing tap-off stop as -1). The card id takes no part."""
+    stops as the keys of their public locations (:func:`location_keys`; never the stop ids). The card id takes no
+    part."""
     n = np.asarray(on_ns).size
     modes = np.broadcast_to(np.asarray(mode, dtype=np.int64), (n,))
-    return _digest("trips", _fold(modes, on_ns, on_stop, off_ns, off_stop))
+    return _digest("trips", _fold(modes, on_ns, on_location, off_ns, off_location))
 
 
-def trips_of_frame(clean: pd.DataFrame) -> ContentDigest:
-    """:func:`trip_rows` of a frame of clean trips (the validation gate's clean rows, exact repeats quarantined)."""
+#: The key of "no public location" (a stop without one, a missing tap-off, a stop of another mode).
+_NO_LOCATION = np.uint64(0x5DEECE66D1CE4E5B)
+
+
+def location_keys(index, mode_index: np.ndarray | int, codes: np.ndarray) -> np.ndarray:
+    """An int64 key per row for the public location of its stop: ``codes`` are the rows' location codes under
+    ``index`` (a :class:`~transit_release.preprocessing.LocationIndex`, -1 for none) and ``mode_index`` their modes'
+    positions in ``index.modes``. The key hashes the ``mode:location`` text, so it does not depend on the stop
+    ids, nor on which other stops or modes the stop table lists."""
+    codes = np.asarray(codes, dtype=np.int64)
+    tables = [np.append(name_hashes(tuple(f"{m}:{loc}" for loc in index.vocab.get(m, ()))), _NO_LOCATION)
+              for m in index.modes]
+    starts = np.cumsum([0] + [t.size for t in tables])
+    table = np.concatenate([*tables, [_NO_LOCATION]]).astype(np.uint64)
+    mc = np.broadcast_to(np.asarray(mode_index, dtype=np.int64), codes.shape)
+    known = (mc >= 0) & (mc < len(tables))
+    mc = np.where(known, mc, 0)
+    at = np.where(codes >= 0, starts[mc] + codes, starts[mc + 1] - 1)
+    at = np.where(known, at, table.size - 1)
+    return table[at].view(np.int64)
+
+
+def trips_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> ContentDigest:
+    """:func:`trip_rows` of a frame of clean trips (the validation gate's clean rows, exact repeats quarantined),
+    their stops mapped to public locations through the (validated) stop table ``stops``."""
     from transit_release.inputs.screening import _ints, _ns
+    from transit_release.preprocessing import _lookup, build_location_index
 
     mode = pd.Categorical(clean["mode"].astype(str), categories=list(_MODES)).codes.astype(np.int64)
     mode = np.where(mode < 0, len(_MODES), mode)
-    return trip_rows(mode, _ns(clean["tap_on_time"]), _ints(clean["tap_on_stop"]), _ns(clean["tap_off_time"]),
-                     _ints(clean["tap_off_stop"]))
+    modes = tuple(sorted(stops["mode"].dropna().astype(str).unique()))
+    index = build_location_index(stops, modes)
+    at = pd.Categorical(clean["mode"].astype(str), categories=list(modes)).codes.astype(np.int8)
+    on_stop, off_stop, off_ns = _ints(clean["tap_on_stop"]), _ints(clean["tap_off_stop"]), _ns(clean["tap_off_time"])
+    on = _lookup(index, on_stop, np.ones(on_stop.size, dtype=bool), at)
+    off = _lookup(index, off_stop, (off_ns != np.iinfo(np.int64).min) & (off_stop >= 0), at)
+    return trip_rows(mode, _ns(clean["tap_on_time"]), location_keys(index, at, on), off_ns,
+                     location_keys(index, at, off))
 
 
 def card_ids(cards: np.ndarray) -> np.ndarray:
@@ -232,11 +267,12 @@ def of_record_input(role: str, data) -> InputContent:
     raise ValueError(f"no record file of role {role!r}")
 
 
-def of_clean_trips(clean: pd.DataFrame) -> InputContent:
-    """The content of a tap file as the passenger kinds read it (the gate's clean trips in one frame)."""
+def of_clean_trips(clean: pd.DataFrame, stops: pd.DataFrame) -> InputContent:
+    """The content of a tap file as the passenger kinds read it (the gate's clean trips in one frame, ``stops``
+    the validated stop table)."""
     from transit_release.inputs.screening import _ints
 
-    return InputContent((trips_of_frame(clean),), card_ids(_ints(clean["card_id"])))
+    return InputContent((trips_of_frame(clean, stops),), card_ids(_ints(clean["card_id"])))
 
 
 # ---- a tap file streamed partition by partition (the Opal release) -----------------------------------------------

@@ -568,9 +568,6 @@ def prepare_partition(spill: Path, staging: Path, quarantine_parts: Path, pairs:
                                                           index=False)
         rows = {c: v[~dup] for c, v in rows.items()}
     checks = check_clean(rows)
-    if content is not None:  # what the overlap check between populations compares (private: the run's work dir)
-        contents.save_partition(content, mode, date, contents.trip_rows(
-            contents.mode_code(mode), rows["on_ns"], rows["on_stop"], rows["off_ns"], rows["off_stop"]), rows["card"])
     kept = pair = None
     if max_rows is not None:
         kept, pair, pp = bound_rows(rows, max_rows, noise, f"{mode}/{date}")
@@ -578,6 +575,10 @@ def prepare_partition(spill: Path, staging: Path, quarantine_parts: Path, pairs:
             pp.save(pairs_path(pairs, mode, date), shards)
     n = rows["row"].size
     encoded = encode_partition(rows, mode_index, index, bin_minutes, kept, pair)
+    if content is not None:  # what the overlap check between populations compares (private: the run's work dir)
+        contents.save_partition(content, mode, date, contents.trip_rows(  # the stops as their public locations
+            contents.mode_code(mode), rows["on_ns"], contents.location_keys(index, mode_index, encoded["on_loc"]),
+            rows["off_ns"], contents.location_keys(index, mode_index, encoded["off_loc"])), rows["card"])
     missing = int((rows["off_ns"] == NAT).sum())
     del rows
     check_encoded(encoded)

@@ -44,7 +44,8 @@ aggregate:
    fitting, :data:`RAKE_SWEEPS` sweeps, each over the sizes and then every
    ``Q`` of 1 to :data:`RAKE_ORDER` items: the cells of the constraint are
    scaled to its noisy sum (at least 0) and the others so that the total
-   stays, wherever the estimate and the noisy sum differ by more than
+   stays (a noisy sum at or above the estimated total puts all of it inside the
+   constraint, the other cells at 0), wherever the estimate and the noisy sum differ by more than
    :data:`RAKE_Z` of its standard deviations (``√(2·C(|I|, s))/ε`` and
    ``√(2·2^{|I|−|Q|})/ε``). This undoes the trie's drift (its halves' noise
    spreads mass from populated cells into empty neighbours, and into the many
@@ -243,8 +244,15 @@ def rake(estimate: np.ndarray, targets: np.ndarray, budget: SetHistogramBudget,
             if abs(want - have) <= RAKE_Z * sd or have <= 0 or have >= total:
                 continue
             outside = (total - want) / (total - have)
-            scale *= outside
-            out[inside] *= (want / have) / outside
+            if outside <= 0:  # the noisy sum holds the whole total: the cells outside the constraint get none
+                out *= scale
+                scale = 1.0
+                keep = out[inside] * (want / have)
+                out[:] = 0.0
+                out[inside] = keep
+            else:
+                scale *= outside
+                out[inside] *= (want / have) / outside
             adjusted += 1
     return out * scale, adjusted
 
