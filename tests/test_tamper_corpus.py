@@ -19,7 +19,7 @@ import json
 import os
 import shutil
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -837,9 +837,48 @@ def test_a_moved_keyed_home_is_re_adopted_by_repair(case_of):
     assert done == f"ledger key re-adopted at {c.ledger}: its high-water mark is entry 20"
     secret = c.key.read_bytes().strip()
     assert read_high_water(secret, str(c.ledger.resolve())).seq == 20
-    assert read_high_water(secret, str(old)).seq == 20  # the old path's mark stays
+    assert read_high_water(secret, str(old)).seq == 20  # the old path's mark stays, retired to the new path
+    assert read_high_water(secret, str(old)).retired_to == str(c.ledger.resolve())
     assert audit(c.home) == (0, [])
     assert later_charge(c.home) == (0, "charged")
+
+
+def test_adopting_the_key_on_a_copy_retires_the_original_so_the_budget_is_never_spent_twice(case_of):
+    """atk39 #1: `repair --adopt-ledger-key` on a copy of a keyed home (`cp -a`, a disaster-recovery restore) while
+    the original stays usable left both homes charging the same remaining budget, each audit passing. Adoption is
+    a move: it retires the mark of every other path of the same history, so the original refuses every later
+    charge (and its audit and budget say why), while the copy charges; moving back is refused once the copy has
+    charged what the original lacks."""
+    from transit_release import recovery
+    from transit_release.accounting.ledger import write_high_water
+
+    c = case_of(True)
+    copy = c.home.parent / "copy" / "home"
+    shutil.copytree(c.home, copy)
+    with pytest.raises(LedgerIntegrityError, match="have none for this path"):
+        Ledger(copy / "ledger.sqlite").check_high_water()
+    done = recovery.adopt_ledger_key(Home.at(copy), Ledger(copy / "ledger.sqlite"), [])
+    assert done == f"ledger key re-adopted at {copy / 'ledger.sqlite'}: its high-water mark is entry 20"
+
+    code, message = later_charge(c.home)  # the original: refused, nothing charged (later_charge checks)
+    assert code == 4 and "this ledger's history was adopted at" in message and str(copy) in message
+    assert "retired" in message and "nothing was charged" in message
+    assert later_charge(copy) == (0, "charged")  # the copy: the one home of the history now
+    code, discrepancies = audit(c.home)
+    assert code == 4 and any("retired" in d for d in discrepancies)
+    assert audit(copy) == (0, [])
+    # a charge on the original that checked its mark before the adoption is refused at its mark, before it commits
+    from transit_release.errors import LedgerRetiredError
+
+    secret = c.key.read_bytes().strip()
+    mark = read_high_water(secret, str(c.ledger.resolve()))
+    with pytest.raises(LedgerRetiredError):
+        write_high_water(secret, str(c.ledger.resolve()), replace(mark, retired_to=None, seq=mark.seq + 1))
+    # moving the history back to the original is refused: the copy charged what the original lacks
+    with pytest.raises(LedgerIntegrityError, match="lacks what the keyed high-water mark of .*copy.* records.*no "
+                                                   "key was adopted"):
+        recovery.adopt_ledger_key(Home.at(c.home), Ledger(c.ledger), [])
+    assert later_charge(c.home)[0] == 4
 
 
 def test_a_home_moved_after_an_erase_lacks_the_mark_of_its_old_path_and_is_not_re_adopted(case_of):

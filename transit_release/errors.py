@@ -89,6 +89,12 @@ class LedgerRollbackError(LedgerIntegrityError):
     and charging it would spend again what it forgot. Nothing is charged (exit code 4)."""
 
 
+class LedgerRetiredError(LedgerIntegrityError):
+    """The key's records say this ledger's history was adopted at another path (``repair --adopt-ledger-key``
+    after a move): the ledger here is a copy left behind and charges nothing more, so one history never spends its
+    budget twice (exit code 4)."""
+
+
 class LedgerBusyError(TransitReleaseError):
     """The privacy ledger stayed locked by another process for longer than the ledger's timeout; nothing was
     written (exit code 1, as a storage failure: trying again later is the remedy, not another input)."""
