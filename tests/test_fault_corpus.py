@@ -296,6 +296,99 @@ def test_too_little_free_space_is_refused_before_the_charge(prefect_harness, wee
     monkeypatch.undo()
     if home.exists():
         audit(home, capsys)
+    # atk39 #2: releases/ on another, small filesystem (a web root mounted there), the home's own one roomy: the
+    # check measured the home's filesystem only, so the release was charged and its staging filled the web root
+    # (another home: MLflow keeps its store's connections open per tracking URI)
+    home = tmp_path / "home-web"
+    web = home / "releases"
+    web.mkdir(parents=True, exist_ok=True)
+    real_stat = os.stat
+    monkeypatch.setattr(os, "stat", lambda p, *a, **k: (
+        os.stat_result((*real_stat(p)[:2], 4242, *real_stat(p)[3:])) if Path(p) == web else real_stat(p, *a, **k)))
+    monkeypatch.setattr(storage.shutil, "disk_usage", lambda path: real(path)._replace(free=120 << 10)
+                        if Path(path) == web else real(path))
+    assert main(release_args(week["csv"], week["stops"], home, "--release-id", "web-full")) == 2
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith(f"transit-release: error: release 'web-full': the filesystem of {web} has 0.1 MiB free; "
+                           "the release needs about ") and "(its public files, with a margin)" in line
+    assert "nothing was charged" in line
+    assert spends(home) == 0 and published(home) == []
+    assert sorted(p.name for p in home.iterdir()) == ["releases"]  # what was there before, nothing more
+
+
+def test_every_filesystem_a_release_writes_to_is_checked_and_one_shared_is_counted_once(tmp_path, monkeypatch):
+    """atk39 #2 at the library level: the parts of the estimate go to the filesystem of the directory each is
+    written in (releases/, release_reports/, mlartifacts/, private/, the ledger's, the home's records) and add up
+    per filesystem (device number)."""
+    from transit_release import storage
+    from transit_release.errors import InsufficientSpaceError
+    from transit_release.home import Home
+
+    home = Home.at(tmp_path / "home", tmp_path / "elsewhere" / "ledger.sqlite").prepare()
+    for where in storage.places(home, home.releases).values():
+        where.mkdir(exist_ok=True)
+    needed = storage.release_needs_by_place(10_000, docs_sites=1, docs_copies=2)
+    assert sum(needed.values()) == storage.release_needs(10_000, docs_sites=1, docs_copies=2)
+    real_stat, real_usage = os.stat, shutil.disk_usage
+    total = sum(needed.values())
+    for place, where in storage.places(home, home.releases).items():
+        devices = {where: 7001}  # this place alone on its own filesystem
+        monkeypatch.setattr(storage.os, "stat", lambda p, *a, **k: (
+            os.stat_result((*real_stat(p)[:2], devices[Path(p)], *real_stat(p)[3:])) if Path(p) in devices
+            else real_stat(p, *a, **k)))
+        # the others share a filesystem with room for all of them, and for just the rest
+        monkeypatch.setattr(storage.shutil, "disk_usage", lambda p: real_usage(p)._replace(
+            free=needed[place] - 1 if Path(p) == where else total - needed[place] + 1))
+        with pytest.raises(InsufficientSpaceError, match=f"needs about .* there once charged "
+                                                         f"\\({storage.PLACES[place]}, with a margin\\)"):
+            storage.check_free_space(home, needed, "r", home.releases)
+        monkeypatch.setattr(storage.shutil, "disk_usage", lambda p: real_usage(p)._replace(
+            free=needed[place] if Path(p) == where else total - needed[place]))
+        assert storage.check_free_space(home, needed, "r", home.releases) == 0
+    monkeypatch.undo()
+    # one filesystem for everything: the sum is what it must have
+    monkeypatch.setattr(storage.shutil, "disk_usage", lambda p: real_usage(p)._replace(free=total - 1))
+    with pytest.raises(InsufficientSpaceError, match=f"the filesystem of {home.root} has"):
+        storage.check_free_space(home, needed, "r", home.releases)
+
+
+def test_a_catalogue_that_cannot_be_rewritten_after_a_publication_is_a_warning_and_repair_rebuilds_it(
+        tmp_path, monkeypatch):
+    """atk39 #2: the release is published when the catalogue is rewritten; a full disk there exited 1, which a
+    scheduler reads as a failure. The catalogue and the release index now give a warning (the run's summary prints
+    it and the command exits 0), and `repair` rebuilds the catalogue."""
+    import errno
+
+    from tasks.publish import update_catalog
+    from tasks.report import update_index
+    from tests.test_tamper_corpus import _build
+    from transit_release import recovery
+    from transit_release.home import Home
+    from transit_release.opendata import catalog
+
+    built = _build(tmp_path / "built", keyed=False)
+    home = Home.at(built.root)
+    catalog.write_catalog(home.root, home.releases, home.private)
+    listed = (home.releases / "catalog.jsonld").read_text()
+    (home.releases / "catalog.jsonld").unlink()
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(catalog, "_write", full)
+    note = update_catalog.fn(home, str(home.releases / "r2"))
+    assert note == ("releases/catalog.jsonld could not be rewritten (No space left on device), so it does not list "
+                    "r2 yet; run `transit-release repair` once there is room: it rebuilds the catalogue")
+    from transit_release import release_index
+
+    monkeypatch.setattr(release_index.os, "replace", full)
+    assert update_index.fn(home, None, after_publication=True).startswith(
+        "release_reports/index.html could not be rewritten (No space left on device)")
+    with pytest.raises(OSError):  # the audit's own rewrite of the index still fails loud
+        update_index.fn(home, None)
+    monkeypatch.undo()
+    result = recovery.repair(home, Ledger(home.ledger))
+    assert result.catalogue_rewritten and (home.releases / "catalog.jsonld").read_text() == listed
 
 
 def test_a_storage_error_after_the_charge_is_one_line_with_the_state_and_repair(prefect_harness, week, tmp_path,
