@@ -642,6 +642,25 @@ def test_every_name_the_tool_writes_beside_the_releases_is_a_reserved_release_id
         check_release_id("Audit_History.JSONL")
 
 
+def test_a_torn_last_line_of_the_audit_history_never_swallows_the_next_audit(tmp_path):
+    """atk39 #11: a history ending without its newline (a full disk or a kill during the append) had the next
+    audit's record appended onto the torn line, and the merged line was skipped as unreadable: a FAILED audit could
+    vanish from "Earlier audits"."""
+    from transit_release import release_index
+
+    reports = tmp_path / "release_reports"
+    reports.mkdir()
+    record = {"at": "2026-11-28T23:40:00+00:00", "ok": True, "entries": 3, "releases_published": 1,
+              "discrepancies": 0}
+    release_index.add_audit_to_history(reports, "audit-a", record)
+    with open(reports / release_index.AUDIT_HISTORY, "a", encoding="utf-8") as f:
+        f.write('{"at": "2026-11-28T23:4')  # torn
+    release_index.add_audit_to_history(reports, "audit-b", {**record, "at": "2026-11-29T00:00:00+00:00",
+                                                            "ok": False, "discrepancies": 2})
+    history = release_index.audit_history(reports)
+    assert [(a["folder"], a["ok"]) for a in history] == [("audit-b", False), ("audit-a", True)]
+
+
 def _published_home(tmp_path, rid="r1"):
     """A home with one release charged and published at the library level (no Prefect, no MLflow)."""
     from tests.test_accounting import partition_events

@@ -1059,6 +1059,36 @@ def test_an_audit_beside_a_live_release_sees_it_in_flight_and_records_no_false_a
     assert later["ok"] == (steps == "all"), later["discrepancies"]
 
 
+@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "keyed"])
+def test_a_lock_never_vouches_for_a_release_directory_without_an_intent(case_of, keyed, capsys):
+    """atk39 #3: an insider who copied a release directory to releases/forged, wrote into it and held a lock named
+    private/work/forged-<hex>/.lock made the audit pass, say nothing of it and record ok in the history. A run renames
+    its directory into releases/ only after its intent is on the ledger: a directory with no intent is no live run's,
+    whoever holds a lock; what is in flight is named in the text output and the history."""
+    from tasks.audit import write_audit_report
+    from transit_release.cli.printing import print_audit
+    from transit_release.recovery import work_dir
+    from transit_release.release_index import audit_history
+
+    c = case_of(keyed)
+    shutil.copytree(c.home / "releases" / "r1", c.home / "releases" / "forged")
+    with work_dir(Home.at(c.home), "forged"):
+        result = audit_result(c.home)
+    TABLE.append(("a forged release directory under a held lock", "yes" if keyed else "no",
+                  0 if result["ok"] else 4, (result["discrepancies"] or ["(passed)"])[0], "-", ""))
+    assert not result["ok"]
+    assert "release: forged: in releases/ but never recorded as published on the ledger" in result["discrepancies"]
+    assert "forged" not in result["in_flight"]
+    # a live run's release is named in flight, in the text and in the history
+    c2_result = {**audit_result(c.home), "in_flight": ["r4"], "report": "-"}
+    capsys.readouterr()
+    print_audit(c2_result)
+    assert "  in flight: r4 (a live run was making it while the audit read the home; the next audit checks it in " \
+           "full)" in capsys.readouterr().out
+    write_audit_report.fn(Home.at(c.home), c2_result, {})
+    assert audit_history(c.home / "release_reports")[0]["in_flight"] == ["r4"]
+
+
 def test_every_release_kind_holds_its_working_directory_while_it_runs(tmp_path):
     """The audit knows a live run by its working directory's lock: passenger kinds held none, so a live passenger
     release's report folder read as left behind by a run that stopped (#39)."""
