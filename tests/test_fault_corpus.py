@@ -150,14 +150,24 @@ def test_a_time_zone_parquet_is_refused_at_once_in_one_line(week, tmp_path):
     assert not home.exists()
 
 
+LOOKALIKE = ("stops file stops.csv: 1 problem(s): column 'name': looks like another stop name: they differ only by "
+             "spaces (at the ends, or runs of spaces or '_' inside, which a location id writes as one '_'), by "
+             "compatibility forms (full-width letters), by dashes, or by letters of another script that look alike "
+             "(Cyrillic 'А' for Latin 'A'): two published locations would look alike, or be counted as one: 2 row(s), "
+             "first at row(s) {row}, {row2}")
+#: The look-alike cases: the first train stop's name, and the second's.
+TWINS = {"name_twin": ("Twin", "Twin "), "name_twin_underscore": ("Twin East Wharf", "Twin_East_Wharf"),
+         "name_twin_double_space": ("Twin Hall", "Twin  Hall"), "name_twin_cyrillic": ("A", "\u0410")}
+
+
 @pytest.mark.parametrize("case,message", [
     ("int_time", "trips file int_time.parquet: column 'tap_on_time' is stored as int64: times must be local "
                  "timestamps without a time zone, or text YYYY-MM-DD HH:MM[:SS]"),
     ("float_card", "trips file float_card.parquet: column 'card_id' is stored as double: ids must be stored as "
                    "integers (int8 to int64, uint8 to uint32) or text of whole numbers (a float can round an id "
                    "and merge two)"),
-    ("name_minus_one", "stops file stops.csv: 1 problem(s): column 'name': is '-1', the published files' mark for "
-                       "an unknown location (rename the stop): 1 row(s), first at row(s) {row}"),
+    ("name_minus_one", "stops file stops.csv: 1 problem(s): column 'name': is or looks like '-1', the published "
+                       "files' mark for an unknown location (rename the stop): 1 row(s), first at row(s) {row}"),
     ("name_bidi", "stops file stops.csv: 1 problem(s): column 'name': holds a control or invisible format "
                   "character (Unicode Cc/Cf, e.g. a bidirectional override or a zero-width space): a published "
                   "cell would not show what it holds: 1 row(s), first at row(s) {row}"),
@@ -169,11 +179,22 @@ def test_a_time_zone_parquet_is_refused_at_once_in_one_line(week, tmp_path):
                     "such as U+3164, which show nothing): 1 row(s), first at row(s) {row}"),
     ("name_blank", "stops file stops.csv: 1 problem(s): column 'name': is blank (only spaces or filler characters "
                    "such as U+3164, which show nothing): 1 row(s), first at row(s) {row}"),
-    ("name_full_width_minus_one", "stops file stops.csv: 1 problem(s): column 'name': is '-1', the published files' "
-                                  "mark for an unknown location (rename the stop): 1 row(s), first at row(s) {row}"),
-    ("name_twin", "stops file stops.csv: 1 problem(s): column 'name': differs from another stop name only by spaces "
-                  "at its ends or by compatibility forms (e.g. full-width letters): two published locations would "
-                  "look alike: 2 row(s), first at row(s) {row}, {row2}"),
+    ("name_full_width_minus_one", "stops file stops.csv: 1 problem(s): column 'name': is or looks like '-1', the "
+                                  "published files' mark for an unknown location (rename the stop): 1 row(s), first "
+                                  "at row(s) {row}"),
+    # atk39 #10: dashes that read as '-1' (a hyphen U+2010, a figure dash U+2012)
+    ("name_hyphen_minus_one", "stops file stops.csv: 1 problem(s): column 'name': is or looks like '-1', the "
+                              "published files' mark for an unknown location (rename the stop): 1 row(s), first at "
+                              "row(s) {row}"),
+    ("name_figure_dash_minus_one", "stops file stops.csv: 1 problem(s): column 'name': is or looks like '-1', the "
+                                   "published files' mark for an unknown location (rename the stop): 1 row(s), first "
+                                   "at row(s) {row}"),
+    ("name_twin", LOOKALIKE),
+    # atk39 #4: one location id for two stops ('Balmain East Wharf' and 'Balmain_East_Wharf' were merged in the
+    # passenger kinds); #10: an internal double space, a Cyrillic letter
+    ("name_twin_underscore", LOOKALIKE),
+    ("name_twin_double_space", LOOKALIKE),
+    ("name_twin_cyrillic", LOOKALIKE),
     ("quoted_epsilon", "release config {config}: 'marginals.tap_on_time.epsilon' must be a number. Found str."),
     ("too_many_caps", "budget policy {policy}: 65 caps; at most 64 are supported (each cap composes the whole "
                       "ledger at every charge and in `budget`): merge caps, e.g. one without 'modes:'"),
@@ -189,13 +210,14 @@ def test_an_input_that_would_lie_is_refused_before_anything_starts(case, message
     elif case.startswith("name_"):
         name = {"name_minus_one": " -1 ", "name_bidi": "Central\u202eStation", "name_zero_width": "Cen\u200btral",
                 "name_filler": "\u3164", "name_blank": "   ", "name_full_width_minus_one": "-\uff11",
-                "name_twin": "Twin"}
+                "name_hyphen_minus_one": "\u20101", "name_figure_dash_minus_one": "\u20121",
+                **{twin: names[0] for twin, names in TWINS.items()}}
         stops = stops_with_name(week, tmp_path, name[case])
         table = pd.read_csv(stops, dtype=str, keep_default_na=False)
         trains = table.index[table["mode"] == "train"]
         fields["row"], fields["row2"] = int(trains[0]) + 1, int(trains[1]) + 1
-        if case == "name_twin":  # beside 'Twin ' (a trailing space)
-            table.loc[trains[1], "name"] = "Twin "
+        if case in TWINS:  # beside its look-alike
+            table.loc[trains[1], "name"] = TWINS[case][1]
             table.to_csv(stops, index=False)
     elif case == "quoted_epsilon":
         from transit_release.config import default_config_path
@@ -220,6 +242,46 @@ def test_an_input_that_would_lie_is_refused_before_anything_starts(case, message
     assert main(release_args(trips, stops, home, *extra)) == 2
     assert one_line(capsys.readouterr().err) == "transit-release: error: " + message.format(**fields)
     assert not home.exists()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_stop_table_over_the_size_read_is_refused_before_it_is_read(tmp_path, monkeypatch, fmt):
+    """atk39 #9: a stop table has no bound, so the refusal of a bad row in a 400,000-row table took 6 s and one of
+    2 million rows 27 s and 775 MB. The table is checked whole, so its size is bounded (rows, and bytes), checked
+    before it is read (benchmarks/bench_cli_latency.py times a table at the bound)."""
+    from transit_release import preflight
+    from transit_release.errors import InputDataError
+
+    table = pd.DataFrame({"stop_id": range(11), "mode": ["bus"] * 11, "name": [f"S{i}" for i in range(11)],
+                          "postcode": [2000 + i for i in range(11)]})
+    path = tmp_path / f"stops.{fmt}"
+    table.to_csv(path, index=False) if fmt == "csv" else table.to_parquet(path, index=False)
+    monkeypatch.setattr(preflight, "MAX_STOP_ROWS", 10, raising=False)
+    with pytest.raises(InputDataError, match=f"stops file stops.{fmt}: 11 rows; at most 10 are read"):
+        preflight.check_stop_table(path)
+    monkeypatch.setattr(preflight, "MAX_STOP_ROWS", 11, raising=False)
+    assert len(preflight.check_stop_table(path)) == 11
+    monkeypatch.setattr(preflight, "MAX_STOP_BYTES", 100, raising=False)
+    with pytest.raises(InputDataError, match=f"stops file stops.{fmt}: 0 MiB; a stop table is read whole"):
+        preflight.check_stop_table(path)
+
+
+def test_two_stops_are_never_merged_into_one_location_id():
+    """atk39 #4: `stop_location_id` writes white space as '_', and the passenger kinds built from taps merged
+    'Balmain East Wharf' and 'Balmain_East_Wharf' into one location (42 published where the table had 43). The
+    contract refuses such names (above); the universe refuses them too, whatever reached it."""
+    from transit_release.errors import InputDataError
+    from transit_release.inputs.universe import from_stop_locations, from_stop_table
+
+    stops = pd.DataFrame({"stop_id": [1, 2, 3], "mode": ["ferry"] * 3,
+                          "name": ["Balmain East Wharf", "Balmain_East_Wharf", "Abbotsford Wharf"],
+                          "postcode": pd.array([None] * 3, dtype="Int64")})
+    for build in (lambda: from_stop_table(stops, "ferry"), lambda: from_stop_locations(stops, ["ferry"])):
+        with pytest.raises(InputDataError, match=r"1 name\(s\) would be one location id with another \(they differ "
+                                                 r"only by white space or '_'"):
+            build()
+    one_each = stops.assign(name=["Balmain East Wharf", "Balmain West Wharf", "Abbotsford Wharf"])
+    assert len(from_stop_table(one_each, "ferry").ids) == 3 and len(from_stop_locations(one_each).ids) == 3
 
 
 def test_location_ids_and_ledgers_that_would_lie_are_refused(tmp_path):
