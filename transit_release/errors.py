@@ -135,6 +135,13 @@ class PopulationOverlapError(BudgetError):
     Names the earlier release, never a card id."""
 
 
+class RecordsOfAnotherPeriodError(BudgetError):
+    """A release of a sequence, trajectory or set file (records without dates) whose content a charged release read
+    for another declared period (exit code 3, nothing charged): one file is the export of one period, and releases
+    of two periods compose in parallel only if their records are not the same. Names the earlier release and its
+    period, never a record."""
+
+
 class UnboundedPersonLossError(BudgetError):
     """A trip-level release (or one after it) under a cap on a person's loss, which a trip-level release leaves
     unbounded, and the policy does not allow that (``allow_unbounded_person_loss``)."""
