@@ -211,3 +211,29 @@ def test_a_backup_is_refused_inside_the_home_or_over_another(tmp_path, capsys):
     assert main(["backup", "--home", str(home.root), "--to", str(tmp_path / "c")]) == EXIT_AUDIT_FAILED
     assert "release 'r9' is neither published nor being published" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
+
+
+def test_a_hard_linked_ledger_is_refused_by_either_name(tmp_path, capsys):
+    """atk39 #12: a symbolic link to the ledger was refused, a hard link was not; SQLite keeps -wal/-shm per name,
+    so two runs reaching one ledger by two names would not see each other's writes. Refused by either name, by the
+    charge and by `budget` (exit 4), until one name is left."""
+    from tests.test_accounting import partition_events
+    from transit_release.errors import LedgerIntegrityError
+    from transit_release.home import Home
+
+    home = Home.at(tmp_path / "home").prepare()
+    Ledger(home.ledger).charge(partition_events("r1"))
+    (tmp_path / "elsewhere").mkdir()
+    other = tmp_path / "elsewhere" / "l.sqlite"
+    os.link(home.ledger, other)
+    for name in (home.ledger, other):
+        with pytest.raises(LedgerIntegrityError) as info:
+            Ledger(name).charge(partition_events("r2"))
+        assert str(info.value) == (
+            f"{name}: the privacy ledger file has 2 names (hard links); SQLite keeps its write-ahead log per name, "
+            "so runs reaching it by two names would not see each other's writes. Remove the other names "
+            f"(find / -xdev -samefile {name} lists them) and keep this one")
+    assert main(["budget", "--home", str(home.root), "--ledger", str(other)]) == 4
+    assert "has 2 names (hard links)" in capsys.readouterr().err
+    other.unlink()
+    assert {e.release_id for e in Ledger(home.ledger, read_only=True).entries()} == {"r1"}

@@ -702,6 +702,24 @@ def _unreadable_is_integrity(method):
     return wrapper
 
 
+def _refuse_hard_links(path: Path) -> None:
+    """Refuse a ledger file that has another name (a hard link, ``st_nlink > 1``): SQLite keeps a database's
+    write-ahead log and shared-memory index beside the name it was opened by, so two runs reaching one ledger by two
+    names would not see each other's uncommitted-to-the-file writes, and could both charge against one budget; the
+    key's records, too, name the ledger by its path (as for a symbolic link)."""
+    try:
+        links = os.stat(path).st_nlink
+    except FileNotFoundError:
+        return
+    except OSError:
+        return  # unreadable metadata is the connection's to report, with its storage wording
+    if links > 1:
+        raise LedgerIntegrityError(
+            f"{path}: the privacy ledger file has {links} names (hard links); SQLite keeps its write-ahead log per "
+            "name, so runs reaching it by two names would not see each other's writes. Remove the other names "
+            f"(find / -xdev -samefile {path} lists them) and keep this one")
+
+
 class Ledger:
     """One SQLite file; every method opens its own connection (safe across processes).
 
@@ -722,6 +740,7 @@ class Ledger:
         if snapshot is None and self.path.is_symlink():  # its records beside the key name the path: a link
             raise LedgerIntegrityError(f"{self.path}: the privacy ledger is a symbolic link; put the ledger file "
                                        "itself there")
+        _refuse_hard_links(self.path)  # the audit's too: its snapshot was read through this name
         if self.read_only:
             if not self._db.is_file():
                 raise LedgerIntegrityError(f"{self.path}: the privacy ledger does not exist")
