@@ -237,3 +237,24 @@ def test_a_hard_linked_ledger_is_refused_by_either_name(tmp_path, capsys):
     assert "has 2 names (hard links)" in capsys.readouterr().err
     other.unlink()
     assert {e.release_id for e in Ledger(home.ledger, read_only=True).entries()} == {"r1"}
+
+
+def test_a_backup_is_refused_in_the_web_root_that_is_the_homes_releases_under_another_name(tmp_path, capsys):
+    """atk39 #15: the web root served as the home's releases/ (here a symbolic link; a bind mount keeps the same
+    device and inode too) has another name, so `--to <webroot>/bk` passed a check by name and put the ledger in the
+    public tree. Refused (exit 2), nothing written."""
+    from tests.test_accounting import partition_events
+    from transit_release.home import Home
+
+    web = tmp_path / "www"
+    web.mkdir()
+    home = Home.at(tmp_path / "home")
+    home.root.mkdir()
+    home.releases.symlink_to(web)
+    home.prepare()
+    Ledger(home.ledger).charge(partition_events("r1"))
+    assert main(["backup", "--home", str(home.root), "--to", str(web / "bk")]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"--to {web / 'bk'} lies inside the home's releases/ directory ({home.releases}, reached as {web}), which "
+        "may be published: a backup of the ledger is private; choose a directory outside any home")
+    assert not (web / "bk").exists()

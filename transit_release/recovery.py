@@ -312,6 +312,32 @@ BACKUP_LEDGER = "ledger.sqlite"
 BACKUP_RECORD = "anchors.json"
 
 
+def _reached_by_another_name(to: Path, home: Home) -> str | None:
+    """Why ``to`` (resolved) lies inside the home's ``releases/`` or the home itself although its path says neither:
+    an existing directory on its way is that directory under another name (a web root bind-mounted, or linked, as
+    the home's ``releases/``; the home mounted elsewhere). Compared by device and inode, which a bind mount and a
+    symbolic link keep; None if no such directory is on its way."""
+    wanted = {}
+    for name, d in (("the home's releases/ directory", home.releases), ("the home", home.root)):
+        try:
+            st = d.stat()
+        except OSError:
+            continue
+        wanted.setdefault((st.st_dev, st.st_ino), (name, d))
+    for p in (to, *to.parents):
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        found = wanted.get((st.st_dev, st.st_ino))
+        if found is not None:
+            name, d = found
+            what = ("which may be published" if d == home.releases else "and a backup must survive the home")
+            return (f"--to {to} lies inside {name} ({d}, reached as {p}), {what}: a backup of the ledger is private; "
+                    "choose a directory outside any home")
+    return None
+
+
 def backup_ledger(home: Home, ledger: Ledger, to: Path, anchors: list[Anchor]) -> dict:
     """Copy ``ledger`` into ``to/ledger.sqlite`` with SQLite's online backup (consistent while releases run) and
     write ``to/anchors.json``: the copy's head and every anchor of the home it holds. Refused, writing nothing, for
@@ -323,6 +349,9 @@ def backup_ledger(home: Home, ledger: Ledger, to: Path, anchors: list[Anchor]) -
         raise ConfigError(f"--to {to} lies inside the home {home.root}: a backup must survive the home; choose a "
                           "directory elsewhere")
     public = public_tree(given) or public_tree(to)
+    inside = _reached_by_another_name(to, home)
+    if inside is not None:
+        raise ConfigError(inside)
     other = next((p for p in (to, *to.parents) if Home.at(p).is_home()), None)
     if public is not None or other is not None:
         where = f"inside a releases/ directory ({public}), which may be published" if public is not None else \
