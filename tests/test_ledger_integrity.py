@@ -258,3 +258,50 @@ def test_a_backup_is_refused_in_the_web_root_that_is_the_homes_releases_under_an
         f"--to {web / 'bk'} lies inside the home's releases/ directory ({home.releases}, reached as {web}), which "
         "may be published: a backup of the ledger is private; choose a directory outside any home")
     assert not (web / "bk").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a read-only bind mount needs root (modes do not stop root)")
+def test_budget_asks_nothing_of_a_directory_and_reads_a_read_only_backup(tmp_path, capsys):
+    """atk39 #6: `budget`, `audit`, `repair` and `backup` wrote a probe file into --home (a data folder's mtime
+    changed), and `budget` ("reads the ledger only") refused a read-only home as not writable. Now writability is
+    asked of the system (nothing written) and not asked by `budget`; a live ledger on a read-only mount says why it
+    cannot be read there (SQLite's shared-memory index) and what to read instead: a backup, which reads."""
+    import subprocess
+
+    from tests.test_accounting import partition_events
+    from transit_release.home import Home
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "trips.csv").write_text("x\n")
+    before = data.stat().st_mtime_ns
+    for command in (["budget"], ["audit"], ["repair"], ["backup", "--to", str(tmp_path / "b0")]):
+        assert main([*command, "--home", str(data)]) == 2
+        assert "is not a transit-release home" in capsys.readouterr().err
+    assert data.stat().st_mtime_ns == before and sorted(p.name for p in data.iterdir()) == ["trips.csv"]
+
+    home = Home.at(tmp_path / "home").prepare()
+    Ledger(home.ledger).charge(partition_events("r1"))
+    assert not Path(f"{home.ledger}-shm").exists()  # the last connection closed: no shared-memory index left
+    for source, name in ((home.root, "live"), (tmp_path / "bk", "backup")):
+        if name == "backup":
+            assert main(["backup", "--home", str(home.root), "--to", str(tmp_path / "bk")]) == 0
+        ro = tmp_path / f"ro-{name}"
+        ro.mkdir()
+        subprocess.run(["mount", "--bind", str(source), str(ro)], check=True)
+        try:
+            subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], check=True)
+            capsys.readouterr()
+            rc = main(["budget", "--home", str(ro)])
+            out, err = capsys.readouterr()
+        finally:
+            subprocess.run(["umount", str(ro)], check=True)
+        if name == "live":
+            assert rc == 1
+            assert err.strip().endswith(
+                "it lies on a read-only file system, which says nothing about its records; keep the file as it is. "
+                "SQLite reads a ledger in write-ahead-log mode only where it can keep its shared-memory index beside "
+                "it: to read it read-only, read a backup of it (`transit-release backup --to DIR`, one file) with "
+                "`transit-release budget --home DIR`; to release, make the file system writable again")
+        else:
+            assert rc == 0 and f"Privacy budget of {ro}" in out and "bus/20160808: used ε=8" in out

@@ -147,11 +147,25 @@ _STORAGE_ERRORS = ("disk i/o error", "database or disk is full", "unable to open
                    "attempt to write a readonly database", "out of memory", "readonly database")
 
 
+def _on_a_read_only_mount(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def storage_error(path: Path, exc: BaseException) -> LedgerStorageError | None:
     """A storage failure behind ``exc`` (see :data:`_STORAGE_ERRORS`), as one line that never calls the ledger damaged
     and never advises restoring a backup (that would roll back every spend since it); None for anything else."""
     if not isinstance(exc, sqlite3.OperationalError) or not any(w in str(exc).lower() for w in _STORAGE_ERRORS):
         return None
+    if _on_a_read_only_mount(Path(path).parent):
+        return LedgerStorageError(
+            f"{path}: the privacy ledger could not be read or written ({exc}): it lies on a read-only file system, "
+            "which says nothing about its records; keep the file as it is. SQLite reads a ledger in write-ahead-log "
+            "mode only where it can keep its shared-memory index beside it: to read it read-only, read a backup of "
+            "it (`transit-release backup --to DIR`, one file) with `transit-release budget --home DIR`; to release, "
+            "make the file system writable again")
     return LedgerStorageError(f"{path}: the privacy ledger could not be read or written ({exc}): the storage under it "
                               "failed (a full disk, an I/O error, a read-only file system), which says nothing about "
                               "its records; keep the file as it is (restoring a backup would roll spends back), free "

@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
             return data.synth(args)
         if args.command == "synth-metro":
             return data.synth_metro(args)
-        home = Home.at(args.home, getattr(args, "ledger", None)).check_usable()  # created only when a flow runs
+        # created only when a flow runs; `budget` reads the ledger only: a read-only home (an auditor's) will do
+        home = Home.at(args.home, getattr(args, "ledger", None)).check_usable(write=args.command != "budget")
         before = aftermath.entries(home)
         head, results = aftermath.ledger_head(home), aftermath.prefect_results(home)
         try:

@@ -83,13 +83,13 @@ def audit(args, home: Home) -> int:
 
 def repair(args, home: Home) -> int:
     """No Prefect needed: the ledger, the file system and MLflow's store directly."""
+    home.check_is_home("repair")  # first: importing Prefect (tasks.track) makes its home, .prefect/, in --home
     from tasks.track import read_anchors, tag_published_runs
     from transit_release import recovery
     from transit_release.accounting.ledger import Ledger
 
     from transit_release.anchors import check_ledger_whole
 
-    home.check_is_home("repair")
     if not args.adopt_ledger_key:  # (adopting a key makes its own checks, on a ledger these refuse)
         check_ledger_whole(home, "nothing was repaired")
     home.prepare()
