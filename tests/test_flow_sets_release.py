@@ -110,8 +110,12 @@ def test_a_dry_run_writes_nothing_and_charges_nothing(prefect_harness, metro, tm
     out = capsys.readouterr().out
     assert f"Release {RID}: dry run: nothing charged, drawn or written" in out
     assert "passenger-set 2026-01-01..2026-01-31: ε=1" in out and "budget policy: allows it" in out
-    assert not (home / "ledger.sqlite").exists() or Ledger(home / "ledger.sqlite").spends() == []
-    assert not any(p.is_file() for d in ("releases", "release_reports") for p in (home / d).rglob("*"))
+    # atk39 #7: a dry run in a directory that is no home yet leaves no home behind (no ledger, key, .prefect/)
+    assert not home.exists()
+    home.mkdir()
+    (home / "notes.txt").write_text("the custodian's own file\n")
+    assert main(_args(metro, home, "--epsilon", "1", "--dry-run")) == 0
+    assert sorted(p.name for p in home.iterdir()) == ["notes.txt"]
 
 
 def test_the_default_cap_refuses_a_too_large_epsilon_and_releases_of_one_period_add_up(prefect_harness, metro,

@@ -45,11 +45,15 @@ def main(argv: list[str] | None = None) -> int:
         # created only when a flow runs; `budget` reads the ledger only: a read-only home (an auditor's) will do
         home = Home.at(args.home, getattr(args, "ledger", None)).check_usable(write=args.command != "budget")
         before = aftermath.entries(home)
+        new_home = before is None or not home.is_home()  # a dry run there leaves no home behind (a typo in --home)
         head, results = aftermath.ledger_head(home), aftermath.prefect_results(home)
         try:
             # serve: Prefect's own handling of Ctrl-C
             with aftermath.interruptible() if args.command != "serve" else nullcontext():
-                return dispatch(args, home)
+                rc = dispatch(args, home)
+            if getattr(args, "dry_run", False) and new_home:
+                aftermath.remove_what_a_refusal_created(home, before)
+            return rc
         except BaseException as exc:
             if not isinstance(exc, (TransitReleaseError, KeyboardInterrupt)) and aftermath.storage_failure(exc) is None:
                 raise  # a bug: its traceback
