@@ -305,3 +305,18 @@ def test_budget_asks_nothing_of_a_directory_and_reads_a_read_only_backup(tmp_pat
                 "`transit-release budget --home DIR`; to release, make the file system writable again")
         else:
             assert rc == 0 and f"Privacy budget of {ro}" in out and "bus/20160808: used ε=8" in out
+
+
+def test_demo_on_a_home_that_fails_integrity_writes_no_input(tmp_path, capsys):
+    """atk39 #8: `demo` on a home whose ledger fails its checks exited 4, but only after writing its synthetic
+    week (about 1.3 M rows at the default scale) under private/demo-input/, which stayed. Refused first now."""
+    from tests.test_accounting import partition_events
+    from transit_release.home import Home
+
+    home = Home.at(tmp_path / "home").prepare()
+    Ledger(home.ledger).charge(partition_events("r1"))
+    home.ledger.write_bytes(b"not a database" * 100)
+    before = sorted(p.relative_to(home.root) for p in home.root.rglob("*"))
+    assert main(["demo", "--home", str(home.root), "--scale", "0.002"]) == 4
+    assert "not a readable privacy ledger" in capsys.readouterr().err
+    assert sorted(p.relative_to(home.root) for p in home.root.rglob("*")) == before

@@ -95,6 +95,10 @@ def demo(args, home: Home) -> int:
     """Synthesise a week under ``<home>/private/demo-input`` (once) and release it."""
     from transit_release.synth.opal_week import week_period, write_synthetic_week
 
+    # the home's state first (its settings, the ledger's integrity: exit 4), then the population: a home the release
+    # would refuse gets no demo input written into it (at the default scale, over a million rows)
+    checks.check_home_state(home, args)
+    checks.check_population(args, home)
     home.prepare()
     data = home.private / "demo-input"
     if not (data / "trips.csv").exists() or not (data / "stops.csv").exists():
