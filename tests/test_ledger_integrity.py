@@ -320,3 +320,38 @@ def test_demo_on_a_home_that_fails_integrity_writes_no_input(tmp_path, capsys):
     assert main(["demo", "--home", str(home.root), "--scale", "0.002"]) == 4
     assert "not a readable privacy ledger" in capsys.readouterr().err
     assert sorted(p.relative_to(home.root) for p in home.root.rglob("*")) == before
+
+
+def test_a_storage_failure_of_an_audit_or_a_backup_is_told_in_its_own_words(tmp_path, capsys, monkeypatch):
+    """atk39 #14: on a full disk, `audit` and `backup` ended "disk I/O error; nothing was charged or published", a
+    release's words; and a backup that failed while writing left a partial copy under --to."""
+    import errno
+    import sqlite3
+
+    from tests.test_accounting import partition_events
+    from transit_release import recovery
+    from transit_release.cli import command
+    from transit_release.home import Home
+
+    home = Home.at(tmp_path / "home").prepare()
+    Ledger(home.ledger).charge(partition_events("r1"))
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(recovery.json, "dump", full)  # the disk fills while anchors.json is written
+    assert main(["backup", "--home", str(home.root), "--to", str(tmp_path / "bk")]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "transit-release: error: [Errno 28] No space left on device; no backup was made: what was written of it "
+        "under --to was removed")
+    assert not (tmp_path / "bk").exists()
+    monkeypatch.undo()
+
+    def io_error(args, home):
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setitem(command.COMMANDS, "audit", io_error)
+    assert main(["audit", "--home", str(home.root)]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "transit-release: error: disk I/O error; the audit did not finish: run it again once the storage is fixed "
+        "(an audit charges and publishes nothing)")

@@ -368,23 +368,37 @@ def backup_ledger(home: Home, ledger: Ledger, to: Path, anchors: list[Anchor]) -
     unmet = ledger.unmet(anchors)
     if unmet:
         raise LedgerRollbackError(rollback_message(ledger.path, unmet, ledger.head().seq, "it was not backed up"))
+    made = not to.exists()
     to.mkdir(parents=True, exist_ok=True, mode=0o700)
     dest = to / BACKUP_LEDGER
     tmp = to / f".{BACKUP_LEDGER}.tmp"
     try:
-        tmp.unlink(missing_ok=True)
-        snapshot_ledger(ledger.path, tmp, ledger.timeout_s)
-        copy = Ledger(tmp, key=ledger.key or b"", read_only=True)
-        copy.verify()
-        head = copy.head()
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
-    held = [asdict(a) for a in anchors if a.problem is None]
-    record = {"created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "home": str(home.root),
-              "ledger": str(ledger.path.resolve()), "entries": entries, "head": head.to_dict(),
-              "keyed": ledger.keyed(), "anchors": held}
-    fd = os.open(to / BACKUP_RECORD, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(record, fh, indent=1)
+        try:
+            tmp.unlink(missing_ok=True)
+            snapshot_ledger(ledger.path, tmp, ledger.timeout_s)
+            copy = Ledger(tmp, key=ledger.key or b"", read_only=True)
+            copy.verify()
+            head = copy.head()
+            os.replace(tmp, dest)
+        finally:
+            tmp.unlink(missing_ok=True)
+        held = [asdict(a) for a in anchors if a.problem is None]
+        record = {"created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "home": str(home.root),
+                  "ledger": str(ledger.path.resolve()), "entries": entries, "head": head.to_dict(),
+                  "keyed": ledger.keyed(), "anchors": held}
+        fd = os.open(to / BACKUP_RECORD, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(record, fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        # a backup stopped short (a full disk, Ctrl-C) is no backup: nothing of it stays to be restored later
+        for name in (BACKUP_LEDGER, BACKUP_RECORD):
+            (to / name).unlink(missing_ok=True)
+        if made:
+            try:
+                to.rmdir()
+            except OSError:
+                pass
+        raise
     return record

@@ -32,6 +32,22 @@ def dispatch(args, home: Home) -> int:
     return COMMANDS[args.command](args, home)
 
 
+#: What a command that stopped short (a storage failure, Ctrl-C) did not do, when the ledger recorded nothing of it:
+#: a release's words would be odd for an audit or a backup
+NOT_DONE = {
+    "audit": "the audit did not finish: run it again once the storage is fixed (an audit charges and publishes "
+             "nothing)",
+    "backup": "no backup was made: what was written of it under --to was removed",
+    "budget": "no figures are shown (budget writes nothing)",
+    "repair": "the repair did not finish: run it again once the storage is fixed (it redoes only what is left)",
+}
+
+
+def nothing_done(command: str) -> str:
+    """The words for a command that stopped short before the ledger recorded anything of it."""
+    return NOT_DONE.get(command, "nothing was charged or published")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command ``argv`` (default: the process's arguments); its exit code."""
     args = parse(argv)
@@ -69,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return exit_code(exc)
     except KeyboardInterrupt:
-        print("transit-release: interrupted: " + (state or "nothing was charged or published"), file=sys.stderr)
+        print("transit-release: interrupted: " + (state or nothing_done(args.command)), file=sys.stderr)
         return EXIT_INTERRUPTED
     except BaseException as exc:
         failure = aftermath.storage_failure(exc)
@@ -77,8 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         if args.verbose:
             traceback.print_exc(file=sys.stderr)
-        print(f"transit-release: error: {failure}; " + (state or "nothing was charged or published"),
-              file=sys.stderr)
+        print(f"transit-release: error: {failure}; " + (state or nothing_done(args.command)), file=sys.stderr)
         return EXIT_UNEXPECTED
 
 
