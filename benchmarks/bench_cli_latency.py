@@ -6,7 +6,8 @@ Times, from the command's start to its exit (a subprocess, as a custodian runs i
 
 1. refusals made before Prefect's server starts: a trips file whose header is wrong (a 1.5-million-row file,
    so the time shows the header check does not read the file), a missing release period, an ε the samplers
-   cannot honour, a missing stop table;
+   cannot honour, a missing stop table, a stop table of the largest size read (``MAX_STOP_ROWS`` rows) whose last
+   row has an unknown mode (the whole table is checked), and one of 2 million rows (refused by its size);
 2. ``transit-release budget`` (and ``--json``) on a ledger of about 10,000 entries: ``--weeks`` trip-level
    weekly Opal releases and as many card-level ones (168 spends each: 4 modes × 7 days × 6 marginals), so the
    card cap's privacy-loss-distribution figure composes ``--weeks`` releases.
@@ -41,15 +42,29 @@ ROW = "1234567,bus,2016-08-08 07:15:00,2000,2016-08-08 07:40:00,2010\n"
 STOPS = "stop_id,mode,name,postcode\n2000,bus,A,2000\n2010,bus,B,2010\n"
 
 
+def big_stop_table(path: Path, rows: int) -> Path:
+    """``rows`` bus stops with distinct names, the last of an unknown mode."""
+    with open(path, "w") as fh:
+        fh.write("stop_id,mode,name,postcode\n")
+        fh.writelines(f"{i},bus,Stop {i} Road,{2000 + i % 1000}\n" for i in range(rows - 1))
+        fh.write(f"{rows - 1},zeppelin,Last Stop,2999\n")
+    return path
+
+
 def make_inputs(work: Path, rows: int) -> dict[str, Path]:
+    from transit_release.preflight import MAX_STOP_ROWS
+
     good = work / "trips.csv"
     bad = work / "trips-bad-header.csv"
     stops = work / "stops.csv"
     stops.write_text(STOPS)
+    big_stop_table(work / "stops-at-cap.csv", MAX_STOP_ROWS)
+    big_stop_table(work / "stops-2m.csv", 2_000_000)
     body = ROW * rows
     good.write_text(HEADER + body)
     bad.write_text(HEADER.replace("tap_off_stop", "tap_off_stp") + body)
-    return {"good": good, "bad": bad, "stops": stops}
+    return {"good": good, "bad": bad, "stops": stops, "stops_at_cap": work / "stops-at-cap.csv",
+            "stops_2m": work / "stops-2m.csv"}
 
 
 def make_ledger(home: Path, weeks: int) -> int:
@@ -108,6 +123,11 @@ def main() -> None:
                                                  "1e-5,1,1,1,2,2"] + week, 2),
         "missing stop table": (["release", "--trips", str(inputs["good"]), "--stops", str(work / "nope.csv"),
                                 "--home", str(work / "refusals")] + week, 2),
+        "stop table at the row cap, bad last row": (["release", "--trips", str(inputs["good"]), "--stops",
+                                                     str(inputs["stops_at_cap"]), "--home", str(work / "refusals")]
+                                                    + week, 2),
+        "stop table of 2,000,000 rows": (["release", "--trips", str(inputs["good"]), "--stops",
+                                          str(inputs["stops_2m"]), "--home", str(work / "refusals")] + week, 2),
         f"budget, {entries:,}-entry ledger": (["budget", "--home", str(home)], 0),
         f"budget --json, {entries:,}-entry ledger": (["budget", "--home", str(home), "--json"], 0),
     }

@@ -168,7 +168,7 @@ class OpalKind(ReleaseKind):
     def plan(self, run: ReleaseRun, records: Records, fingerprint: str, population: str) -> list:
         return plan_spends(run.release_id, self.period, self.config, fingerprint, code_version(), population)
 
-    def space_needed(self, records: Records) -> int:
+    def space_needed(self, records: Records) -> dict[str, int]:
         return space_needed(self.period, self.config, records.data.index)
 
     def expectation(self, run: ReleaseRun, records: Records) -> Expectation:

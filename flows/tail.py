@@ -133,7 +133,7 @@ class ReleaseKind:
         """The spends, as events, from public parameters (never from the records)."""
         raise NotImplementedError
 
-    def space_needed(self, records: Records) -> int:
+    def space_needed(self, records: Records) -> dict[str, int]:
         """Bytes the release still writes once charged (public: never from the records)."""
         return records_space_needed()
 
@@ -336,9 +336,10 @@ def _publish(kind: ReleaseKind, where: Home, policy: BudgetPolicy, population: s
                 staged = stage_release(where, rid, public.tables, public.texts, public.manifest, kind.render_datacard,
                                        quote(charged), policy)
                 report = kind.report(run, staged.manifest, records, evaluation, public)
-                mlflow_run_id = publish_staged(where, staged, charged,
-                                               kind.tracking_record(staged.manifest, records, evaluation, public),
-                                               report, policy)
+                mlflow_run_id, notes = publish_staged(where, staged, charged,
+                                                      kind.tracking_record(staged.manifest, records, evaluation,
+                                                                           public),
+                                                      report, policy)
         except BaseException:
             try:
                 for work in in_flight:
@@ -349,19 +350,25 @@ def _publish(kind: ReleaseKind, where: Home, policy: BudgetPolicy, population: s
                 if charged is None:  # never charged: its claim would be ignored; remove it
                     forget_claim(where, attempt, rid)
             raise
-    return kind.summary(run, staged.manifest, mlflow_run_id, report, records, evaluation)
+    summary = kind.summary(run, staged.manifest, mlflow_run_id, report, records, evaluation)
+    return {**summary, "warnings": [*summary.get("warnings", []), *notes]} if notes else summary
 
 
 def publish_staged(where: Home, staged: StagedRelease, charged: list, record: dict, report_dir: str,
-                   policy: BudgetPolicy | None = None) -> str:
+                   policy: BudgetPolicy | None = None) -> tuple[str, list[str]]:
     """Make a staged release public and recorded: track in MLflow → commit (intent, rename, ledger) → anchor the
-    ledger head → mark the run published → index → DCAT catalogue. Returns the MLflow run id."""
+    ledger head → mark the run published → index → DCAT catalogue. Returns the MLflow run id and warnings: an index
+    or catalogue that could not be rewritten after the commit (the release is published: the run succeeds, and
+    `repair` or the next run rewrites them)."""
     run_id = track_release(where, staged.manifest, quote(charged), quote(record), report_dir)
     crash_point("after-mlflow-run")
     commit_release(where, staged, run_id)  # the release becomes visible here, and only here
     anchor_ledger(where, staged.manifest["release_id"], "publication")
     mark_published(where, run_id)
     crash_point("after-published-tag")
-    update_index(where, policy)  # the caps of the policy the release was charged under
-    update_catalog(where, str(staged.final_dir))
-    return run_id
+    notes = [update_index(where, policy, after_publication=True),  # the caps of the policy it was charged under
+             update_catalog(where, str(staged.final_dir))]
+    notes = [n for n in notes if n]
+    for note in notes:
+        get_run_logger().warning(note)
+    return run_id, notes

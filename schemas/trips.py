@@ -9,8 +9,8 @@ from pandera.typing import Series
 from typing import Optional
 
 from transit_release.config import KNOWN_MODES
-from transit_release.inputs.text import (BLANK_CHECK, INVISIBLE_CHECK, LOOKALIKE_CHECK, invisible_characters,
-                                         normalised_name)
+from transit_release.inputs.text import (BLANK_CHECK, INVISIBLE_CHECK, LOOKALIKE_CHECK, UNKNOWN_MARK_CHECK,
+                                         invisible_characters, name_skeleton, normalised_names)
 from transit_release.preprocessing import UNKNOWN
 
 
@@ -54,6 +54,12 @@ class RawTrips(pa.DataFrameModel):
         coerce = True
 
 
+def _as_looks(name: pd.Series, looks) -> pd.Series:
+    """Each name as it looks (``looks`` of the present names; a missing name stays missing, compared as unequal)."""
+    given = name.dropna().astype(str)
+    return pd.Series(looks(given.tolist()), index=given.index, dtype=object).reindex(name.index)
+
+
 class Stops(pa.DataFrameModel):
     """The stop table: stop id → mode, name and (bus stops) postcode. A name is published as a location, so it
     must mean one thing and show what it holds (:mod:`transit_release.inputs.text`)."""
@@ -63,21 +69,24 @@ class Stops(pa.DataFrameModel):
     name: Series[str] = pa.Field(nullable=True)
     postcode: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0, le=9999)
 
-    @pa.check("name", error=f"is '{UNKNOWN}', the published files' mark for an unknown location (rename the stop)")
+    @pa.check("name", error=UNKNOWN_MARK_CHECK.format(mark=UNKNOWN))
     def name_not_the_unknown_mark(cls, name: Series[str]) -> Series[bool]:
-        # also as it looks: a full-width '-１' reads as '-1'
-        return name.isna() | (name.astype("string").map(normalised_name, na_action="ignore") != UNKNOWN)
+        # also as it looks: a full-width '-１', or '‐1' with a hyphen (U+2010), reads as '-1'
+        return _as_looks(name, normalised_names) != UNKNOWN
 
     @pa.check("name", error=BLANK_CHECK)
     def name_not_blank(cls, name: Series[str]) -> Series[bool]:
-        return name.isna() | (name.astype("string").map(normalised_name, na_action="ignore") != "")
+        return _as_looks(name, normalised_names) != ""
 
     @pa.check("name", error=LOOKALIKE_CHECK)
     def names_do_not_look_alike(cls, name: Series[str]) -> Series[bool]:
-        names = name.astype("string")
-        looks = names.map(normalised_name, na_action="ignore")
-        spellings = pd.DataFrame({"looks": looks, "name": names}).dropna().groupby("looks")["name"].transform("nunique")
-        return (spellings.reindex(name.index).fillna(1) <= 1).astype(bool)
+        given = name.dropna().astype(str)
+        names = given.tolist()  # a list: iterating an Arrow-backed column costs microseconds a name
+        looks = [name_skeleton(n) for n in names]
+        first: dict[str, str] = {}
+        twins = {look for look, n in zip(looks, names) if first.setdefault(look, n) != n}
+        alone = pd.Series([look not in twins for look in looks], index=given.index, dtype=bool)
+        return alone.reindex(name.index, fill_value=True)
 
     @pa.check("name", error=INVISIBLE_CHECK)
     def name_shows_what_it_holds(cls, name: Series[str]) -> Series[bool]:

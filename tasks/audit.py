@@ -127,8 +127,10 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
     head = _head(entries)
     in_flight = audit.in_flight_ids(live_ids, head, current, current_intents, {i.release_id for i in intents})
     later = {e.seq: e.hash for e in current if e.seq > head[0]}
+    later_ids = {e.release_id for e in current if e.seq > head[0]}
     if head[0] and not any(e.seq == head[0] and e.hash == head[1] for e in current):
-        later = {}  # the ledger was replaced after the snapshot: nothing after it is trusted
+        later, later_ids, current_intents = {}, set(), set()  # the ledger was replaced after the snapshot: nothing
+        # after it is trusted
     known_staging = None
     if keyed and key is not None:
         vouched = []
@@ -172,7 +174,8 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
     # a release being made while the audit reads the home is in flight, not a discrepancy nor a leftover
     discrepancies, in_flight_seen = audit.set_aside_in_flight(
         problems + release_problems + anchor_problems + (mirror_problems or trouble) + loss_trouble
-        + (statement_problems or statement_trouble), in_flight, set(published), live_ids)
+        + (statement_problems or statement_trouble), in_flight, set(published), live_ids,
+        {i.release_id for i in intents} | current_intents | set(later_ids))
     try:
         left = [str(p.relative_to(home.root)) for p in recovery.leftovers(home, ledger)
                 if not any(p.name == r or p.name.startswith((f".tmp-{r}-", f"{r}-")) for r in in_flight)]

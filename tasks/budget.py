@@ -88,14 +88,15 @@ def input_content(content):
 @data_task(name="record-claim")
 def record_claim(home: Home, content, events: list) -> str:
     """Key what the records are (:mod:`transit_release.accounting.claims`) and refuse at once (exit 3, nothing
-    charged) a release whose records a charged release of another population read; else record them privately,
+    charged) a release whose records a charged release of another population read, or whose date-less file a charged
+    release read for another period; else record them privately,
     before the charge, which checks again inside the ledger's transaction. Returns the attempt's token (no data)."""
-    from transit_release.accounting.claims import ClaimStore, charged_populations, claim_of, refuse_overlap
+    from transit_release.accounting.claims import ClaimStore, charged_populations, claim_of, refuse_claim
 
     store = ClaimStore.of(home)
     claim = claim_of(home.fingerprint_key(), input_content(content))
     existing = _recorded(home)
-    refuse_overlap(store, claim, existing, events)
+    refuse_claim(store, claim, existing, events)
     same = [rid for rid, p in charged_populations(existing).items() if p == events[0].population]
     return store.record(events[0].release_id, claim, same)
 
@@ -126,10 +127,10 @@ def check_budget(home: Home, events: list, policy: BudgetPolicy, content=None) -
         existing = check_ledger_whole(home, "it would charge nothing")
         policy.check(existing, events)
         if content is not None:
-            from transit_release.accounting.claims import ClaimStore, claim_of, refuse_overlap
+            from transit_release.accounting.claims import ClaimStore, claim_of, refuse_claim
 
-            refuse_overlap(ClaimStore.of(home), claim_of(home.fingerprint_key(), input_content(content)), existing,
-                           events)
+            refuse_claim(ClaimStore.of(home), claim_of(home.fingerprint_key(), input_content(content)), existing,
+                         events)
     except (BudgetError, LedgerIntegrityError, ConfigError) as exc:
         return {"allowed": False, "reason": str(exc), "exit": exit_code(exc)}
     except sqlite3.Error as exc:

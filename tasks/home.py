@@ -58,18 +58,20 @@ def relative(home: Home, path: str | Path) -> str:
 
 
 @data_task(name="check-free-space")
-def check_free_space(home: Home, needed: int, release_id: str) -> None:
-    """Before the charge: the home's filesystem has the room the release still needs (see
+def check_free_space(home: Home, needed: dict[str, int], release_id: str) -> None:
+    """Before the charge: every filesystem the release writes to has the room the release still needs there (see
     :mod:`transit_release.storage`), or the release is refused with nothing charged."""
     from transit_release import storage
+    from transit_release.noise import NoiseSource
 
-    free = storage.check_free_space(home.root, needed, release_id)
-    get_run_logger().info("free space: %.0f MiB; the release needs about %.0f MiB once charged", free / 2**20,
-                          needed / 2**20)
+    root = home.release_root(NoiseSource.from_environment().kind)
+    spare = storage.check_free_space(home, needed, release_id, root)
+    get_run_logger().info("free space: the release needs about %.0f MiB once charged; at least %.0f MiB stay free "
+                          "on every filesystem it writes to", sum(needed.values()) / 2**20, spare / 2**20)
 
 
 @data_task(name="records-space-needed")
-def records_space_needed() -> int:
+def records_space_needed() -> dict[str, int]:
     """Bytes a passenger-level release still writes once charged (public: never from its input)."""
     from transit_release import storage
 

@@ -49,13 +49,13 @@ def count_true_cells(dataset: PartitionDataset, partitions: list[tuple[str, str]
 
 
 @data_task(name="space-needed")
-def space_needed(period, config, index_path: str) -> int:
-    """Bytes the release still writes once charged (:mod:`transit_release.storage`): its public files from the
-    public domain alone, the release suite's Data Docs and MLflow's copy of both sites."""
+def space_needed(period, config, index_path: str) -> dict[str, int]:
+    """Bytes the release still writes once charged, per place (:mod:`transit_release.storage`): its public files
+    from the public domain alone, the release suite's Data Docs and MLflow's copy of both sites."""
     from transit_release import storage
     from transit_release.preprocessing import load_location_index
 
     vocab = load_location_index(index_path).vocab  # the stop table's locations: public
     rows = storage.opal_public_rows(len(period.days), {m: len(vocab.get(m, ())) for m in config.modes},
                                     1440 // config.bin_minutes)
-    return storage.release_needs(rows, docs_sites=1, docs_copies=1)
+    return storage.release_needs_by_place(rows, docs_sites=1, docs_copies=1)

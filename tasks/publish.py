@@ -67,10 +67,18 @@ def commit_release(home: Home, staged: publish.StagedRelease, mlflow_run_id: str
 @data_task(name="update-catalog")
 def update_catalog(home: Home, release_dir: str) -> str | None:
     """Regenerate ``releases/catalog.jsonld`` after a release was published into ``release_dir``; a release made
-    with the test-only seed (kept privately) is never catalogued."""
+    with the test-only seed (kept privately) is never catalogued. The release is published already: a catalogue
+    that cannot be rewritten (a full disk, a file system gone read-only) is a warning, returned, never a failure of
+    the run; `transit-release repair` rebuilds it later. None when it was written."""
     if Path(release_dir).parent != home.releases:
         return None
-    return str(catalog.write_catalog(home.root, home.releases, home.private))
+    try:
+        catalog.write_catalog(home.root, home.releases, home.private)
+    except OSError as exc:
+        return (f"releases/{catalog.CATALOG} could not be rewritten ({exc.strerror or type(exc).__name__}), so it "
+                f"does not list {Path(release_dir).name} yet; run `transit-release repair` once there is room: it "
+                "rebuilds the catalogue")
+    return None
 
 
 @data_task(name="load-published-manifest")

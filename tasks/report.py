@@ -79,7 +79,16 @@ def write_sequence_report(home: Home, manifest: dict, metrics: dict, quarantine:
 
 
 @data_task(name="update-release-index")
-def update_index(home: Home, policy=None) -> str:
+def update_index(home: Home, policy=None, after_publication: bool = False) -> str | None:
     """Regenerate ``release_reports/index.html`` from the published manifests, the latest audit and the budget
-    ``policy`` (default: the built-in one) whose caps it draws."""
-    return str(release_index.write_index(home.releases, home.reports, policy))
+    ``policy`` (default: the built-in one) whose caps it draws; its path. ``after_publication``: the release is
+    published already, so an index that cannot be rewritten (a full disk) is a warning, returned (None when it was
+    written), never a failure of the run."""
+    try:
+        written = str(release_index.write_index(home.releases, home.reports, policy))
+        return None if after_publication else written
+    except OSError as exc:
+        if not after_publication:
+            raise
+        return (f"release_reports/{release_index.INDEX} could not be rewritten ({exc.strerror or type(exc).__name__}):"
+                " the next release or `transit-release audit` rewrites it")

@@ -252,6 +252,48 @@ def test_the_same_id_less_content_under_another_population_is_refused(tmp_path):
     _charge(store, ledger, _sets("fewer", "riders-d"), other)
 
 
+@pytest.mark.parametrize("role", ["sequences", "trajectories", "sets"])
+def test_the_same_date_less_file_for_another_period_is_refused(tmp_path, role):
+    """atk39 #5: the same sequence, trajectory or set file (no dates in its records) was released for January and
+    again for February, composed in parallel: every record released twice (ε=2 per record) while each period's cap
+    and the data card said ε=1. The second release is refused (exit 3, registered) by its claim, by the dry run's
+    check and inside its charge; the same file for the same period composes under that period's cap; another file
+    for February goes on."""
+    from tasks.budget import charge_budget, check_budget, record_claim
+    from transit_release.errors import BudgetError
+    from transit_release.home import Home
+    from transit_release.outcome import exit_code
+
+    home = Home.at(tmp_path / "home").prepare()
+    policy = load_budget_policy()
+    file = InputContent((content.ContentDigest(role, 20, (11, 12)),))
+    jan, feb = ("2026-01-01", "2026-01-31"), ("2026-02-01", "2026-02-28")
+    event = lambda rid, period: [replace(ngram_event(rid, *period, 0.5), input_fingerprint="f" + rid)]  # noqa: E731
+
+    def release(rid, period, what=file):
+        charge_budget.fn(home, event(rid, period), policy, record_claim.fn(home, what, event(rid, period)))
+
+    release("jan", jan)
+    assert check_budget.fn(home, event("feb", feb), policy, file)["exit"] == 3  # the dry run's verdict
+    with pytest.raises(BudgetError) as info:
+        record_claim.fn(home, file, event("feb", feb))
+    assert type(info.value).__name__ == "RecordsOfAnotherPeriodError" and exit_code(info.value) == 3
+    assert info.value.refusal == "records-of-another-period"
+    assert str(info.value) == (
+        f"release 'feb' for 2026-02-01..2026-02-28 reads the same {role} file content as release 'jan' read for "
+        "2026-01-01..2026-01-31: these records carry no dates, so one file is the export of one period; released "
+        "for two, each passenger's records would be released twice while each period's cap and the per-unit "
+        "statement count them once. Declare the period the file covers (2026-01-01..2026-01-31), or give the file "
+        "of 2026-02-01..2026-02-28; nothing was charged")
+    # inside the charge too (claimed before 'jan' was charged: the charge checks again)
+    attempt = ClaimStore.of(home).record("feb2", claim_of(home.fingerprint_key(), file), [])
+    with pytest.raises(BudgetError, match="reads the same"):
+        charge_budget.fn(home, event("feb2", feb), policy, attempt)
+    assert {e.release_id for e in Ledger(home.ledger).entries()} == {"jan"}
+    release("jan-again", jan)  # the same period: sequential, under its cap
+    release("feb-own", feb, InputContent((content.ContentDigest(role, 21, (1, 2)),)))  # February's own file
+
+
 def test_a_claim_whose_release_was_never_charged_is_ignored_and_forgotten(tmp_path):
     store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
     attempt = store.record("refused", claim_of(KEY, taps(range(10))), [])

@@ -60,6 +60,27 @@ def test_bad_epsilons_flag_is_a_usage_error(capsys):
     assert "expected comma-separated numbers" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag,value", [("--epsilon", "\uff11"), ("--epsilon", "1_0"), ("--epsilon", "\u0661"),
+                                        ("--queries", "1_000"), ("--epsilons", "1,1,1,1,2,\uff12")])
+def test_numbers_are_read_in_ascii_digits_only(flag, value, capsys):
+    """atk39 #13: Python's float() read `--epsilon １` (a full-width digit) as 1 and `--epsilon 1_0` as 10."""
+    from transit_release.cli.options import integer, number
+
+    args = ["sets", "--input", "a", "--locations", "b", "--epsilon", "1", "--period-start", "2026-01-01",
+            "--period-end", "2026-01-31"] if flag != "--epsilons" else ["release", "--trips", "a", "--stops", "b"]
+    with pytest.raises(SystemExit) as info:
+        main([*args, flag, value])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    expected = ("expected comma-separated numbers, e.g. 1,1,1,1,2,2" if flag == "--epsilons" else
+                "expected a whole number in ASCII digits, e.g. 12" if flag == "--queries" else
+                "expected a number in ASCII digits, e.g. 0.5 or 1e-3")
+    assert f"argument {flag}: {expected}; got {value!r}" in err
+    assert [number(x) for x in ("0.5", "1e-3", "-2", ".5", "3.", "1E+2")] == [0.5, 1e-3, -2.0, 0.5, 3.0, 100.0]
+    assert str(number("nan")) == "nan" and number("inf") == float("inf")  # refused later, with their own reason
+    assert integer("12") == 12 and integer("-1") == -1
+
+
 def test_workers_and_dask_address_are_exclusive(capsys):
     with pytest.raises(SystemExit) as info:
         main(["release", "--trips", "a", "--stops", "b", "--workers", "2", "--dask-address", "tcp://h:8786"])

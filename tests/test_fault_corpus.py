@@ -150,14 +150,24 @@ def test_a_time_zone_parquet_is_refused_at_once_in_one_line(week, tmp_path):
     assert not home.exists()
 
 
+LOOKALIKE = ("stops file stops.csv: 1 problem(s): column 'name': looks like another stop name: they differ only by "
+             "spaces (at the ends, or runs of spaces or '_' inside, which a location id writes as one '_'), by "
+             "compatibility forms (full-width letters), by dashes, or by letters of another script that look alike "
+             "(Cyrillic 'А' for Latin 'A'): two published locations would look alike, or be counted as one: 2 row(s), "
+             "first at row(s) {row}, {row2}")
+#: The look-alike cases: the first train stop's name, and the second's.
+TWINS = {"name_twin": ("Twin", "Twin "), "name_twin_underscore": ("Twin East Wharf", "Twin_East_Wharf"),
+         "name_twin_double_space": ("Twin Hall", "Twin  Hall"), "name_twin_cyrillic": ("A", "\u0410")}
+
+
 @pytest.mark.parametrize("case,message", [
     ("int_time", "trips file int_time.parquet: column 'tap_on_time' is stored as int64: times must be local "
                  "timestamps without a time zone, or text YYYY-MM-DD HH:MM[:SS]"),
     ("float_card", "trips file float_card.parquet: column 'card_id' is stored as double: ids must be stored as "
                    "integers (int8 to int64, uint8 to uint32) or text of whole numbers (a float can round an id "
                    "and merge two)"),
-    ("name_minus_one", "stops file stops.csv: 1 problem(s): column 'name': is '-1', the published files' mark for "
-                       "an unknown location (rename the stop): 1 row(s), first at row(s) {row}"),
+    ("name_minus_one", "stops file stops.csv: 1 problem(s): column 'name': is or looks like '-1', the published "
+                       "files' mark for an unknown location (rename the stop): 1 row(s), first at row(s) {row}"),
     ("name_bidi", "stops file stops.csv: 1 problem(s): column 'name': holds a control or invisible format "
                   "character (Unicode Cc/Cf, e.g. a bidirectional override or a zero-width space): a published "
                   "cell would not show what it holds: 1 row(s), first at row(s) {row}"),
@@ -169,11 +179,22 @@ def test_a_time_zone_parquet_is_refused_at_once_in_one_line(week, tmp_path):
                     "such as U+3164, which show nothing): 1 row(s), first at row(s) {row}"),
     ("name_blank", "stops file stops.csv: 1 problem(s): column 'name': is blank (only spaces or filler characters "
                    "such as U+3164, which show nothing): 1 row(s), first at row(s) {row}"),
-    ("name_full_width_minus_one", "stops file stops.csv: 1 problem(s): column 'name': is '-1', the published files' "
-                                  "mark for an unknown location (rename the stop): 1 row(s), first at row(s) {row}"),
-    ("name_twin", "stops file stops.csv: 1 problem(s): column 'name': differs from another stop name only by spaces "
-                  "at its ends or by compatibility forms (e.g. full-width letters): two published locations would "
-                  "look alike: 2 row(s), first at row(s) {row}, {row2}"),
+    ("name_full_width_minus_one", "stops file stops.csv: 1 problem(s): column 'name': is or looks like '-1', the "
+                                  "published files' mark for an unknown location (rename the stop): 1 row(s), first "
+                                  "at row(s) {row}"),
+    # atk39 #10: dashes that read as '-1' (a hyphen U+2010, a figure dash U+2012)
+    ("name_hyphen_minus_one", "stops file stops.csv: 1 problem(s): column 'name': is or looks like '-1', the "
+                              "published files' mark for an unknown location (rename the stop): 1 row(s), first at "
+                              "row(s) {row}"),
+    ("name_figure_dash_minus_one", "stops file stops.csv: 1 problem(s): column 'name': is or looks like '-1', the "
+                                   "published files' mark for an unknown location (rename the stop): 1 row(s), first "
+                                   "at row(s) {row}"),
+    ("name_twin", LOOKALIKE),
+    # atk39 #4: one location id for two stops ('Balmain East Wharf' and 'Balmain_East_Wharf' were merged in the
+    # passenger kinds); #10: an internal double space, a Cyrillic letter
+    ("name_twin_underscore", LOOKALIKE),
+    ("name_twin_double_space", LOOKALIKE),
+    ("name_twin_cyrillic", LOOKALIKE),
     ("quoted_epsilon", "release config {config}: 'marginals.tap_on_time.epsilon' must be a number. Found str."),
     ("too_many_caps", "budget policy {policy}: 65 caps; at most 64 are supported (each cap composes the whole "
                       "ledger at every charge and in `budget`): merge caps, e.g. one without 'modes:'"),
@@ -189,13 +210,14 @@ def test_an_input_that_would_lie_is_refused_before_anything_starts(case, message
     elif case.startswith("name_"):
         name = {"name_minus_one": " -1 ", "name_bidi": "Central\u202eStation", "name_zero_width": "Cen\u200btral",
                 "name_filler": "\u3164", "name_blank": "   ", "name_full_width_minus_one": "-\uff11",
-                "name_twin": "Twin"}
+                "name_hyphen_minus_one": "\u20101", "name_figure_dash_minus_one": "\u20121",
+                **{twin: names[0] for twin, names in TWINS.items()}}
         stops = stops_with_name(week, tmp_path, name[case])
         table = pd.read_csv(stops, dtype=str, keep_default_na=False)
         trains = table.index[table["mode"] == "train"]
         fields["row"], fields["row2"] = int(trains[0]) + 1, int(trains[1]) + 1
-        if case == "name_twin":  # beside 'Twin ' (a trailing space)
-            table.loc[trains[1], "name"] = "Twin "
+        if case in TWINS:  # beside its look-alike
+            table.loc[trains[1], "name"] = TWINS[case][1]
             table.to_csv(stops, index=False)
     elif case == "quoted_epsilon":
         from transit_release.config import default_config_path
@@ -220,6 +242,46 @@ def test_an_input_that_would_lie_is_refused_before_anything_starts(case, message
     assert main(release_args(trips, stops, home, *extra)) == 2
     assert one_line(capsys.readouterr().err) == "transit-release: error: " + message.format(**fields)
     assert not home.exists()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_stop_table_over_the_size_read_is_refused_before_it_is_read(tmp_path, monkeypatch, fmt):
+    """atk39 #9: a stop table has no bound, so the refusal of a bad row in a 400,000-row table took 6 s and one of
+    2 million rows 27 s and 775 MB. The table is checked whole, so its size is bounded (rows, and bytes), checked
+    before it is read (benchmarks/bench_cli_latency.py times a table at the bound)."""
+    from transit_release import preflight
+    from transit_release.errors import InputDataError
+
+    table = pd.DataFrame({"stop_id": range(11), "mode": ["bus"] * 11, "name": [f"S{i}" for i in range(11)],
+                          "postcode": [2000 + i for i in range(11)]})
+    path = tmp_path / f"stops.{fmt}"
+    table.to_csv(path, index=False) if fmt == "csv" else table.to_parquet(path, index=False)
+    monkeypatch.setattr(preflight, "MAX_STOP_ROWS", 10, raising=False)
+    with pytest.raises(InputDataError, match=f"stops file stops.{fmt}: 11 rows; at most 10 are read"):
+        preflight.check_stop_table(path)
+    monkeypatch.setattr(preflight, "MAX_STOP_ROWS", 11, raising=False)
+    assert len(preflight.check_stop_table(path)) == 11
+    monkeypatch.setattr(preflight, "MAX_STOP_BYTES", 100, raising=False)
+    with pytest.raises(InputDataError, match=f"stops file stops.{fmt}: 0 MiB; a stop table is read whole"):
+        preflight.check_stop_table(path)
+
+
+def test_two_stops_are_never_merged_into_one_location_id():
+    """atk39 #4: `stop_location_id` writes white space as '_', and the passenger kinds built from taps merged
+    'Balmain East Wharf' and 'Balmain_East_Wharf' into one location (42 published where the table had 43). The
+    contract refuses such names (above); the universe refuses them too, whatever reached it."""
+    from transit_release.errors import InputDataError
+    from transit_release.inputs.universe import from_stop_locations, from_stop_table
+
+    stops = pd.DataFrame({"stop_id": [1, 2, 3], "mode": ["ferry"] * 3,
+                          "name": ["Balmain East Wharf", "Balmain_East_Wharf", "Abbotsford Wharf"],
+                          "postcode": pd.array([None] * 3, dtype="Int64")})
+    for build in (lambda: from_stop_table(stops, "ferry"), lambda: from_stop_locations(stops, ["ferry"])):
+        with pytest.raises(InputDataError, match=r"1 name\(s\) would be one location id with another \(they differ "
+                                                 r"only by white space or '_'"):
+            build()
+    one_each = stops.assign(name=["Balmain East Wharf", "Balmain West Wharf", "Abbotsford Wharf"])
+    assert len(from_stop_table(one_each, "ferry").ids) == 3 and len(from_stop_locations(one_each).ids) == 3
 
 
 def test_location_ids_and_ledgers_that_would_lie_are_refused(tmp_path):
@@ -296,6 +358,99 @@ def test_too_little_free_space_is_refused_before_the_charge(prefect_harness, wee
     monkeypatch.undo()
     if home.exists():
         audit(home, capsys)
+    # atk39 #2: releases/ on another, small filesystem (a web root mounted there), the home's own one roomy: the
+    # check measured the home's filesystem only, so the release was charged and its staging filled the web root
+    # (another home: MLflow keeps its store's connections open per tracking URI)
+    home = tmp_path / "home-web"
+    web = home / "releases"
+    web.mkdir(parents=True, exist_ok=True)
+    real_stat = os.stat
+    monkeypatch.setattr(os, "stat", lambda p, *a, **k: (
+        os.stat_result((*real_stat(p)[:2], 4242, *real_stat(p)[3:])) if Path(p) == web else real_stat(p, *a, **k)))
+    monkeypatch.setattr(storage.shutil, "disk_usage", lambda path: real(path)._replace(free=120 << 10)
+                        if Path(path) == web else real(path))
+    assert main(release_args(week["csv"], week["stops"], home, "--release-id", "web-full")) == 2
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith(f"transit-release: error: release 'web-full': the filesystem of {web} has 0.1 MiB free; "
+                           "the release needs about ") and "(its public files, with a margin)" in line
+    assert "nothing was charged" in line
+    assert spends(home) == 0 and published(home) == []
+    assert sorted(p.name for p in home.iterdir()) == ["releases"]  # what was there before, nothing more
+
+
+def test_every_filesystem_a_release_writes_to_is_checked_and_one_shared_is_counted_once(tmp_path, monkeypatch):
+    """atk39 #2 at the library level: the parts of the estimate go to the filesystem of the directory each is
+    written in (releases/, release_reports/, mlartifacts/, private/, the ledger's, the home's records) and add up
+    per filesystem (device number)."""
+    from transit_release import storage
+    from transit_release.errors import InsufficientSpaceError
+    from transit_release.home import Home
+
+    home = Home.at(tmp_path / "home", tmp_path / "elsewhere" / "ledger.sqlite").prepare()
+    for where in storage.places(home, home.releases).values():
+        where.mkdir(exist_ok=True)
+    needed = storage.release_needs_by_place(10_000, docs_sites=1, docs_copies=2)
+    assert sum(needed.values()) == storage.release_needs(10_000, docs_sites=1, docs_copies=2)
+    real_stat, real_usage = os.stat, shutil.disk_usage
+    total = sum(needed.values())
+    for place, where in storage.places(home, home.releases).items():
+        devices = {where: 7001}  # this place alone on its own filesystem
+        monkeypatch.setattr(storage.os, "stat", lambda p, *a, **k: (
+            os.stat_result((*real_stat(p)[:2], devices[Path(p)], *real_stat(p)[3:])) if Path(p) in devices
+            else real_stat(p, *a, **k)))
+        # the others share a filesystem with room for all of them, and for just the rest
+        monkeypatch.setattr(storage.shutil, "disk_usage", lambda p: real_usage(p)._replace(
+            free=needed[place] - 1 if Path(p) == where else total - needed[place] + 1))
+        with pytest.raises(InsufficientSpaceError, match=f"needs about .* there once charged "
+                                                         f"\\({storage.PLACES[place]}, with a margin\\)"):
+            storage.check_free_space(home, needed, "r", home.releases)
+        monkeypatch.setattr(storage.shutil, "disk_usage", lambda p: real_usage(p)._replace(
+            free=needed[place] if Path(p) == where else total - needed[place]))
+        assert storage.check_free_space(home, needed, "r", home.releases) == 0
+    monkeypatch.undo()
+    # one filesystem for everything: the sum is what it must have
+    monkeypatch.setattr(storage.shutil, "disk_usage", lambda p: real_usage(p)._replace(free=total - 1))
+    with pytest.raises(InsufficientSpaceError, match=f"the filesystem of {home.root} has"):
+        storage.check_free_space(home, needed, "r", home.releases)
+
+
+def test_a_catalogue_that_cannot_be_rewritten_after_a_publication_is_a_warning_and_repair_rebuilds_it(
+        tmp_path, monkeypatch):
+    """atk39 #2: the release is published when the catalogue is rewritten; a full disk there exited 1, which a
+    scheduler reads as a failure. The catalogue and the release index now give a warning (the run's summary prints
+    it and the command exits 0), and `repair` rebuilds the catalogue."""
+    import errno
+
+    from tasks.publish import update_catalog
+    from tasks.report import update_index
+    from tests.test_tamper_corpus import _build
+    from transit_release import recovery
+    from transit_release.home import Home
+    from transit_release.opendata import catalog
+
+    built = _build(tmp_path / "built", keyed=False)
+    home = Home.at(built.root)
+    catalog.write_catalog(home.root, home.releases, home.private)
+    listed = (home.releases / "catalog.jsonld").read_text()
+    (home.releases / "catalog.jsonld").unlink()
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(catalog, "_write", full)
+    note = update_catalog.fn(home, str(home.releases / "r2"))
+    assert note == ("releases/catalog.jsonld could not be rewritten (No space left on device), so it does not list "
+                    "r2 yet; run `transit-release repair` once there is room: it rebuilds the catalogue")
+    from transit_release import release_index
+
+    monkeypatch.setattr(release_index.os, "replace", full)
+    assert update_index.fn(home, None, after_publication=True).startswith(
+        "release_reports/index.html could not be rewritten (No space left on device)")
+    with pytest.raises(OSError):  # the audit's own rewrite of the index still fails loud
+        update_index.fn(home, None)
+    monkeypatch.undo()
+    result = recovery.repair(home, Ledger(home.ledger))
+    assert result.catalogue_rewritten and (home.releases / "catalog.jsonld").read_text() == listed
 
 
 def test_a_storage_error_after_the_charge_is_one_line_with_the_state_and_repair(prefect_harness, week, tmp_path,
@@ -547,6 +702,25 @@ def test_every_name_the_tool_writes_beside_the_releases_is_a_reserved_release_id
             check_release_id(name)
     with pytest.raises(ConfigError, match="is reserved"):  # the command refuses it before Prefect starts
         check_release_id("Audit_History.JSONL")
+
+
+def test_a_torn_last_line_of_the_audit_history_never_swallows_the_next_audit(tmp_path):
+    """atk39 #11: a history ending without its newline (a full disk or a kill during the append) had the next
+    audit's record appended onto the torn line, and the merged line was skipped as unreadable: a FAILED audit could
+    vanish from "Earlier audits"."""
+    from transit_release import release_index
+
+    reports = tmp_path / "release_reports"
+    reports.mkdir()
+    record = {"at": "2026-11-28T23:40:00+00:00", "ok": True, "entries": 3, "releases_published": 1,
+              "discrepancies": 0}
+    release_index.add_audit_to_history(reports, "audit-a", record)
+    with open(reports / release_index.AUDIT_HISTORY, "a", encoding="utf-8") as f:
+        f.write('{"at": "2026-11-28T23:4')  # torn
+    release_index.add_audit_to_history(reports, "audit-b", {**record, "at": "2026-11-29T00:00:00+00:00",
+                                                            "ok": False, "discrepancies": 2})
+    history = release_index.audit_history(reports)
+    assert [(a["folder"], a["ok"]) for a in history] == [("audit-b", False), ("audit-a", True)]
 
 
 def _published_home(tmp_path, rid="r1"):

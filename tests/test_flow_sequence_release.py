@@ -74,10 +74,23 @@ def test_sequence_releases_are_capped_and_compose_by_period(prefect_harness, met
     assert main([*base, "--epsilon", "1.5", *PERIOD, "--release-id", "jan-a"]) == 0
     assert main([*base, "--epsilon", "1", *PERIOD, "--release-id", "jan-b"]) == 3
     assert "remaining: ε=0.500" in capsys.readouterr().err
+    # each period its own file: January's released for another period is refused (no dates in it, atk39 #5)
+    january = [x for x in (metro / "sequences.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+               if not x.startswith("#")]
+
+    def own_file(name: str, drop: int) -> list[str]:
+        path = tmp_path / f"{name}.txt"
+        path.write_text("".join(january[drop:]), encoding="utf-8")  # other records: another period's export
+        return [str(path) if x == str(metro / "sequences.txt") else x for x in base]
+
     assert main([*base, "--epsilon", "1.5", "--period-start", "2026-02-01", "--period-end", "2026-02-28",
-                 "--release-id", "feb"]) == 0
-    assert main([*base, "--epsilon", "0.5", "--period-start", "2026-01-20", "--period-end", "2026-02-10",
-                 "--release-id", "overlap"]) == 0
+                 "--release-id", "feb"]) == 3
+    assert ("release 'feb' for 2026-02-01..2026-02-28 reads the same sequences file content as release 'jan-a' read "
+            "for 2026-01-01..2026-01-31") in capsys.readouterr().err
+    assert main([*own_file("feb", 1), "--epsilon", "1.5", "--period-start", "2026-02-01", "--period-end",
+                 "2026-02-28", "--release-id", "feb"]) == 0
+    assert main([*own_file("overlap", 2), "--epsilon", "0.5", "--period-start", "2026-01-20", "--period-end",
+                 "2026-02-10", "--release-id", "overlap"]) == 0
     capsys.readouterr()
     assert main(["budget", "--home", str(home), "--json"]) == 0
     status = {s["scope"]: s for s in json.loads(capsys.readouterr().out) if s["unit_of_privacy"] ==

@@ -110,8 +110,12 @@ def test_a_dry_run_writes_nothing_and_charges_nothing(prefect_harness, metro, tm
     out = capsys.readouterr().out
     assert f"Release {RID}: dry run: nothing charged, drawn or written" in out
     assert "passenger-set 2026-01-01..2026-01-31: ε=1" in out and "budget policy: allows it" in out
-    assert not (home / "ledger.sqlite").exists() or Ledger(home / "ledger.sqlite").spends() == []
-    assert not any(p.is_file() for d in ("releases", "release_reports") for p in (home / d).rglob("*"))
+    # atk39 #7: a dry run in a directory that is no home yet leaves no home behind (no ledger, key, .prefect/)
+    assert not home.exists()
+    home.mkdir()
+    (home / "notes.txt").write_text("the custodian's own file\n")
+    assert main(_args(metro, home, "--epsilon", "1", "--dry-run")) == 0
+    assert sorted(p.name for p in home.iterdir()) == ["notes.txt"]
 
 
 def test_the_default_cap_refuses_a_too_large_epsilon_and_releases_of_one_period_add_up(prefect_harness, metro,
@@ -273,7 +277,17 @@ def test_the_set_histogram_is_the_default_on_a_small_universe_and_the_former_def
     assert f"Release {RID}: already published: nothing drawn or spent" in out
     assert len(Ledger(home / "ledger.sqlite").spends()) == 1
     rid = "sets-histogram-20260201-20260228"
-    assert main([*base, "--period-start", "2026-02-01", "--period-end", "2026-02-28"]) == 0
+    # February's own file (January's, released for February, is refused: its records carry no dates, atk39 #5)
+    january = (small_universe / "sets.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+    first = next(i for i, x in enumerate(january) if x.strip() and not x.startswith("#"))
+    february = tmp_path / "february.txt"
+    february.write_text("".join(january[:first] + january[first + 1:]), encoding="utf-8")
+    feb = [*base, "--period-start", "2026-02-01", "--period-end", "2026-02-28"]
+    assert main(feb) == 3
+    assert (f"release '{rid}' for 2026-02-01..2026-02-28 reads the same sets file content as release '{RID}' read "
+            "for 2026-01-01..2026-01-31") in capsys.readouterr().err
+    feb[feb.index(str(small_universe / "sets.txt"))] = str(february)
+    assert main(feb) == 0
     assert f"Release {rid}: published" in capsys.readouterr().out
     rel = home / "private" / "test-releases" / rid
     p = json.loads((rel / "manifest.json").read_text())["privacy"]

@@ -211,3 +211,147 @@ def test_a_backup_is_refused_inside_the_home_or_over_another(tmp_path, capsys):
     assert main(["backup", "--home", str(home.root), "--to", str(tmp_path / "c")]) == EXIT_AUDIT_FAILED
     assert "release 'r9' is neither published nor being published" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
+
+
+def test_a_hard_linked_ledger_is_refused_by_either_name(tmp_path, capsys):
+    """atk39 #12: a symbolic link to the ledger was refused, a hard link was not; SQLite keeps -wal/-shm per name,
+    so two runs reaching one ledger by two names would not see each other's writes. Refused by either name, by the
+    charge and by `budget` (exit 4), until one name is left."""
+    from tests.test_accounting import partition_events
+    from transit_release.errors import LedgerIntegrityError
+    from transit_release.home import Home
+
+    home = Home.at(tmp_path / "home").prepare()
+    Ledger(home.ledger).charge(partition_events("r1"))
+    (tmp_path / "elsewhere").mkdir()
+    other = tmp_path / "elsewhere" / "l.sqlite"
+    os.link(home.ledger, other)
+    for name in (home.ledger, other):
+        with pytest.raises(LedgerIntegrityError) as info:
+            Ledger(name).charge(partition_events("r2"))
+        assert str(info.value) == (
+            f"{name}: the privacy ledger file has 2 names (hard links); SQLite keeps its write-ahead log per name, "
+            "so runs reaching it by two names would not see each other's writes. Remove the other names "
+            f"(find / -xdev -samefile {name} lists them) and keep this one")
+    assert main(["budget", "--home", str(home.root), "--ledger", str(other)]) == 4
+    assert "has 2 names (hard links)" in capsys.readouterr().err
+    other.unlink()
+    assert {e.release_id for e in Ledger(home.ledger, read_only=True).entries()} == {"r1"}
+
+
+def test_a_backup_is_refused_in_the_web_root_that_is_the_homes_releases_under_another_name(tmp_path, capsys):
+    """atk39 #15: the web root served as the home's releases/ (here a symbolic link; a bind mount keeps the same
+    device and inode too) has another name, so `--to <webroot>/bk` passed a check by name and put the ledger in the
+    public tree. Refused (exit 2), nothing written."""
+    from tests.test_accounting import partition_events
+    from transit_release.home import Home
+
+    web = tmp_path / "www"
+    web.mkdir()
+    home = Home.at(tmp_path / "home")
+    home.root.mkdir()
+    home.releases.symlink_to(web)
+    home.prepare()
+    Ledger(home.ledger).charge(partition_events("r1"))
+    assert main(["backup", "--home", str(home.root), "--to", str(web / "bk")]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"--to {web / 'bk'} lies inside the home's releases/ directory ({home.releases}, reached as {web}), which "
+        "may be published: a backup of the ledger is private; choose a directory outside any home")
+    assert not (web / "bk").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a read-only bind mount needs root (modes do not stop root)")
+def test_budget_asks_nothing_of_a_directory_and_reads_a_read_only_backup(tmp_path, capsys):
+    """atk39 #6: `budget`, `audit`, `repair` and `backup` wrote a probe file into --home (a data folder's mtime
+    changed), and `budget` ("reads the ledger only") refused a read-only home as not writable. Now writability is
+    asked of the system (nothing written) and not asked by `budget`; a live ledger on a read-only mount says why it
+    cannot be read there (SQLite's shared-memory index) and what to read instead: a backup, which reads."""
+    import subprocess
+
+    from tests.test_accounting import partition_events
+    from transit_release.home import Home
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "trips.csv").write_text("x\n")
+    before = data.stat().st_mtime_ns
+    for command in (["budget"], ["audit"], ["repair"], ["backup", "--to", str(tmp_path / "b0")]):
+        assert main([*command, "--home", str(data)]) == 2
+        assert "is not a transit-release home" in capsys.readouterr().err
+    assert data.stat().st_mtime_ns == before and sorted(p.name for p in data.iterdir()) == ["trips.csv"]
+
+    home = Home.at(tmp_path / "home").prepare()
+    Ledger(home.ledger).charge(partition_events("r1"))
+    assert not Path(f"{home.ledger}-shm").exists()  # the last connection closed: no shared-memory index left
+    for source, name in ((home.root, "live"), (tmp_path / "bk", "backup")):
+        if name == "backup":
+            assert main(["backup", "--home", str(home.root), "--to", str(tmp_path / "bk")]) == 0
+        ro = tmp_path / f"ro-{name}"
+        ro.mkdir()
+        subprocess.run(["mount", "--bind", str(source), str(ro)], check=True)
+        try:
+            subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], check=True)
+            capsys.readouterr()
+            rc = main(["budget", "--home", str(ro)])
+            out, err = capsys.readouterr()
+        finally:
+            subprocess.run(["umount", str(ro)], check=True)
+        if name == "live":
+            assert rc == 1
+            assert err.strip().endswith(
+                "it lies on a read-only file system, which says nothing about its records; keep the file as it is. "
+                "SQLite reads a ledger in write-ahead-log mode only where it can keep its shared-memory index beside "
+                "it: to read it read-only, read a backup of it (`transit-release backup --to DIR`, one file) with "
+                "`transit-release budget --home DIR`; to release, make the file system writable again")
+        else:
+            assert rc == 0 and f"Privacy budget of {ro}" in out and "bus/20160808: used ε=8" in out
+
+
+def test_demo_on_a_home_that_fails_integrity_writes_no_input(tmp_path, capsys):
+    """atk39 #8: `demo` on a home whose ledger fails its checks exited 4, but only after writing its synthetic
+    week (about 1.3 M rows at the default scale) under private/demo-input/, which stayed. Refused first now."""
+    from tests.test_accounting import partition_events
+    from transit_release.home import Home
+
+    home = Home.at(tmp_path / "home").prepare()
+    Ledger(home.ledger).charge(partition_events("r1"))
+    home.ledger.write_bytes(b"not a database" * 100)
+    before = sorted(p.relative_to(home.root) for p in home.root.rglob("*"))
+    assert main(["demo", "--home", str(home.root), "--scale", "0.002"]) == 4
+    assert "not a readable privacy ledger" in capsys.readouterr().err
+    assert sorted(p.relative_to(home.root) for p in home.root.rglob("*")) == before
+
+
+def test_a_storage_failure_of_an_audit_or_a_backup_is_told_in_its_own_words(tmp_path, capsys, monkeypatch):
+    """atk39 #14: on a full disk, `audit` and `backup` ended "disk I/O error; nothing was charged or published", a
+    release's words; and a backup that failed while writing left a partial copy under --to."""
+    import errno
+    import sqlite3
+
+    from tests.test_accounting import partition_events
+    from transit_release import recovery
+    from transit_release.cli import command
+    from transit_release.home import Home
+
+    home = Home.at(tmp_path / "home").prepare()
+    Ledger(home.ledger).charge(partition_events("r1"))
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(recovery.json, "dump", full)  # the disk fills while anchors.json is written
+    assert main(["backup", "--home", str(home.root), "--to", str(tmp_path / "bk")]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "transit-release: error: [Errno 28] No space left on device; no backup was made: what was written of it "
+        "under --to was removed")
+    assert not (tmp_path / "bk").exists()
+    monkeypatch.undo()
+
+    def io_error(args, home):
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setitem(command.COMMANDS, "audit", io_error)
+    assert main(["audit", "--home", str(home.root)]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "transit-release: error: disk I/O error; the audit did not finish: run it again once the storage is fixed "
+        "(an audit charges and publishes nothing)")

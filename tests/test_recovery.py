@@ -89,6 +89,15 @@ def test_quarantine_is_kept_for_its_retention_only(tmp_path):
     assert new.exists() and not old.exists()
     shutil.rmtree(q)
     assert recovery.purge_quarantine(home, 30) == []
+    # atk39 #16 (kept, by decision): a refused raw-data quality suite's Data Docs stay in the quarantine, where its
+    # message points, and go with the quarantine's retention, folders and all
+    docs = home.quarantine / "r2" / "validation-20260101T000000Z" / "data_docs" / "raw"
+    docs.mkdir(parents=True)
+    (docs / "index.html").write_text("<html></html>")
+    os.utime(docs / "index.html", (forty_days_ago, forty_days_ago))
+    assert recovery.purge_quarantine(home, 30) == [
+        "private/quarantine/r2/validation-20260101T000000Z/data_docs/raw/index.html"]
+    assert not any(home.quarantine.iterdir())
 
 
 def test_an_intent_naming_directories_outside_the_releases_is_refused_and_nothing_is_touched(tmp_path):

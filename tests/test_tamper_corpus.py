@@ -19,7 +19,7 @@ import json
 import os
 import shutil
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -837,9 +837,48 @@ def test_a_moved_keyed_home_is_re_adopted_by_repair(case_of):
     assert done == f"ledger key re-adopted at {c.ledger}: its high-water mark is entry 20"
     secret = c.key.read_bytes().strip()
     assert read_high_water(secret, str(c.ledger.resolve())).seq == 20
-    assert read_high_water(secret, str(old)).seq == 20  # the old path's mark stays
+    assert read_high_water(secret, str(old)).seq == 20  # the old path's mark stays, retired to the new path
+    assert read_high_water(secret, str(old)).retired_to == str(c.ledger.resolve())
     assert audit(c.home) == (0, [])
     assert later_charge(c.home) == (0, "charged")
+
+
+def test_adopting_the_key_on_a_copy_retires_the_original_so_the_budget_is_never_spent_twice(case_of):
+    """atk39 #1: `repair --adopt-ledger-key` on a copy of a keyed home (`cp -a`, a disaster-recovery restore) while
+    the original stays usable left both homes charging the same remaining budget, each audit passing. Adoption is
+    a move: it retires the mark of every other path of the same history, so the original refuses every later
+    charge (and its audit and budget say why), while the copy charges; moving back is refused once the copy has
+    charged what the original lacks."""
+    from transit_release import recovery
+    from transit_release.accounting.ledger import write_high_water
+
+    c = case_of(True)
+    copy = c.home.parent / "copy" / "home"
+    shutil.copytree(c.home, copy)
+    with pytest.raises(LedgerIntegrityError, match="have none for this path"):
+        Ledger(copy / "ledger.sqlite").check_high_water()
+    done = recovery.adopt_ledger_key(Home.at(copy), Ledger(copy / "ledger.sqlite"), [])
+    assert done == f"ledger key re-adopted at {copy / 'ledger.sqlite'}: its high-water mark is entry 20"
+
+    code, message = later_charge(c.home)  # the original: refused, nothing charged (later_charge checks)
+    assert code == 4 and "this ledger's history was adopted at" in message and str(copy) in message
+    assert "retired" in message and "nothing was charged" in message
+    assert later_charge(copy) == (0, "charged")  # the copy: the one home of the history now
+    code, discrepancies = audit(c.home)
+    assert code == 4 and any("retired" in d for d in discrepancies)
+    assert audit(copy) == (0, [])
+    # a charge on the original that checked its mark before the adoption is refused at its mark, before it commits
+    from transit_release.errors import LedgerRetiredError
+
+    secret = c.key.read_bytes().strip()
+    mark = read_high_water(secret, str(c.ledger.resolve()))
+    with pytest.raises(LedgerRetiredError):
+        write_high_water(secret, str(c.ledger.resolve()), replace(mark, retired_to=None, seq=mark.seq + 1))
+    # moving the history back to the original is refused: the copy charged what the original lacks
+    with pytest.raises(LedgerIntegrityError, match="lacks what the keyed high-water mark of .*copy.* records.*no "
+                                                   "key was adopted"):
+        recovery.adopt_ledger_key(Home.at(c.home), Ledger(c.ledger), [])
+    assert later_charge(c.home)[0] == 4
 
 
 def test_a_home_moved_after_an_erase_lacks_the_mark_of_its_old_path_and_is_not_re_adopted(case_of):
@@ -1018,6 +1057,36 @@ def test_an_audit_beside_a_live_release_sees_it_in_flight_and_records_no_false_a
     later = audit_result(c.home)  # once it is done, the next audit checks it in full
     assert later["in_flight"] == [] and "r4" in later["releases_published"]
     assert later["ok"] == (steps == "all"), later["discrepancies"]
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "keyed"])
+def test_a_lock_never_vouches_for_a_release_directory_without_an_intent(case_of, keyed, capsys):
+    """atk39 #3: an insider who copied a release directory to releases/forged, wrote into it and held a lock named
+    private/work/forged-<hex>/.lock made the audit pass, say nothing of it and record ok in the history. A run renames
+    its directory into releases/ only after its intent is on the ledger: a directory with no intent is no live run's,
+    whoever holds a lock; what is in flight is named in the text output and the history."""
+    from tasks.audit import write_audit_report
+    from transit_release.cli.printing import print_audit
+    from transit_release.recovery import work_dir
+    from transit_release.release_index import audit_history
+
+    c = case_of(keyed)
+    shutil.copytree(c.home / "releases" / "r1", c.home / "releases" / "forged")
+    with work_dir(Home.at(c.home), "forged"):
+        result = audit_result(c.home)
+    TABLE.append(("a forged release directory under a held lock", "yes" if keyed else "no",
+                  0 if result["ok"] else 4, (result["discrepancies"] or ["(passed)"])[0], "-", ""))
+    assert not result["ok"]
+    assert "release: forged: in releases/ but never recorded as published on the ledger" in result["discrepancies"]
+    assert "forged" not in result["in_flight"]
+    # a live run's release is named in flight, in the text and in the history
+    c2_result = {**audit_result(c.home), "in_flight": ["r4"], "report": "-"}
+    capsys.readouterr()
+    print_audit(c2_result)
+    assert "  in flight: r4 (a live run was making it while the audit read the home; the next audit checks it in " \
+           "full)" in capsys.readouterr().out
+    write_audit_report.fn(Home.at(c.home), c2_result, {})
+    assert audit_history(c.home / "release_reports")[0]["in_flight"] == ["r4"]
 
 
 def test_every_release_kind_holds_its_working_directory_while_it_runs(tmp_path):

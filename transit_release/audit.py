@@ -271,7 +271,7 @@ def check_releases(home: Home, published: dict[str, LedgerEntry],
                                             "release directories belongs there; remove it"))
     for rid, (d, public) in on_disk.items():
         if rid not in published:
-            problems.append(Discrepancy("release", rid, "in releases/ but never recorded as published on the ledger"))
+            problems.append(Discrepancy("release", rid, f"{NEVER_RECORDED} on the ledger"))
         if public:
             try:
                 source = json.loads((d / MANIFEST).read_text(encoding="utf-8")).get("noise_source")
@@ -298,24 +298,33 @@ def in_flight_ids(live: set[str], snapshot_head: tuple[int, str], current: list[
 #: What a live run's publication shows before the ledger's snapshot says it is published (its MLflow run is tagged
 #: published after the ``published`` entry).
 _NOT_YET_TAGGED = "MLflow run is not tagged published"
+#: A release directory the ledger does not publish.
+NEVER_RECORDED = "in releases/ but never recorded as published"
 
 
 def set_aside_in_flight(problems: list[Discrepancy], in_flight: set[str], published: set[str],
-                        live: set[str]) -> tuple[list[Discrepancy], list[str]]:
+                        live: set[str], intended: set[str] | None = None) -> tuple[list[Discrepancy], list[str]]:
     """The discrepancies about releases in flight (:func:`in_flight_ids`) that are not yet published in the audit's
     snapshot are not findings: the home's records of a release being made run ahead of the snapshot (a directory
     renamed before its ``published`` entry, its MLflow runs, its report folder). So is a published release's run not
     yet tagged published while its run lives. They are set aside, never recorded as a failure; the next audit checks
     the release in full. A published release's other discrepancies always stand (a process holding a lock cannot hide
-    them). Returns the other discrepancies and the releases in flight."""
+    them). Neither does a lock vouch for a release directory: a run renames its directory into ``releases/`` only
+    after its publication intent is on the ledger, so a directory with no intent (``intended``: the release ids of
+    the intents in the snapshot or in the ledger read again, and of what it recorded after the snapshot) is no
+    live run's, and every discrepancy about it stands whoever holds a lock named after it. Returns the other
+    discrepancies and the releases in flight."""
+    unvouched = set() if intended is None else {
+        p.subject for p in problems if p.record == "release" and p.problem.startswith(NEVER_RECORDED)
+        and p.subject not in intended}
     kept, aside = [], set()
     for p in problems:
-        if p.record in ("release", "anchor", "mlflow") and p.subject in in_flight and (
+        if p.record in ("release", "anchor", "mlflow") and p.subject in in_flight and p.subject not in unvouched and (
                 p.subject not in published or (p.subject in live and p.problem.startswith(_NOT_YET_TAGGED))):
             aside.add(p.subject)
         else:
             kept.append(p)
-    return kept, sorted(aside | (in_flight - published))
+    return kept, sorted(aside | (in_flight - published - unvouched))
 
 
 def check_anchors(check_anchor, manifests: dict[str, dict], mlflow_anchors: list[dict],

@@ -89,6 +89,12 @@ class LedgerRollbackError(LedgerIntegrityError):
     and charging it would spend again what it forgot. Nothing is charged (exit code 4)."""
 
 
+class LedgerRetiredError(LedgerIntegrityError):
+    """The key's records say this ledger's history was adopted at another path (``repair --adopt-ledger-key``
+    after a move): the ledger here is a copy left behind and charges nothing more, so one history never spends its
+    budget twice (exit code 4)."""
+
+
 class LedgerBusyError(TransitReleaseError):
     """The privacy ledger stayed locked by another process for longer than the ledger's timeout; nothing was
     written (exit code 1, as a storage failure: trying again later is the remedy, not another input)."""
@@ -127,6 +133,13 @@ class PopulationOverlapError(BudgetError):
     """A release would read the records of people already released under another population: the same input (its
     content, in any order) or cards an earlier release of another population read (exit code 3, nothing charged).
     Names the earlier release, never a card id."""
+
+
+class RecordsOfAnotherPeriodError(BudgetError):
+    """A release of a sequence, trajectory or set file (records without dates) whose content a charged release read
+    for another declared period (exit code 3, nothing charged): one file is the export of one period, and releases
+    of two periods compose in parallel only if their records are not the same. Names the earlier release and its
+    period, never a record."""
 
 
 class UnboundedPersonLossError(BudgetError):

@@ -215,9 +215,11 @@ class Home:
         return (f"{shlex.quote(sys.executable)} -m mlflow ui --backend-store-uri {self.mlflow_uri} "
                 f"--default-artifact-root {self.mlflow_artifacts.as_uri()}")
 
-    def check_usable(self) -> "Home":
-        """Refuse at once, creating nothing, a home that is a file or cannot be written, or that lies in a
-        ``releases/`` directory (one clear line)."""
+    def check_usable(self, write: bool = True) -> "Home":
+        """Refuse at once, creating nothing, a home that is a file or (``write``: a command that writes there) cannot
+        be written, or that lies in a ``releases/`` directory (one clear line). Writability is asked of the system
+        (``access(2)``: permissions and a read-only mount), never tried: nothing is written, a directory's mtime stays
+        as it was; ``write=False`` (``budget``, which reads the ledger only) asks nothing of it."""
         given = dict(zip(("--home", "--ledger"), self.given))
         for what, path in (("--home", self.root), ("--ledger", self.ledger_path),
                            ("--home", given.get("--home")), ("--ledger", given.get("--ledger"))):
@@ -233,12 +235,9 @@ class Home:
             existing = existing.parent
         if not existing.is_dir():
             raise ConfigError(f"--home {self.root}: {existing} is a file, not a directory")
-        probe = existing / f".write-test-{os.getpid()}"
-        try:
-            probe.write_bytes(b"")
-            probe.unlink()
-        except OSError as exc:
-            raise ConfigError(f"--home {self.root} is not writable ({exc.strerror})") from None
+        if write and not os.access(existing, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids):
+            reason = "a read-only file system" if _read_only_mount(existing) else "permission denied"
+            raise ConfigError(f"--home {self.root} is not writable ({reason})")
         return self
 
     def is_home(self) -> bool:
@@ -278,6 +277,13 @@ class Home:
                 os.chmod(path, mode)
         self.fingerprint_key()
         return self
+
+
+def _read_only_mount(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def public_tree(path: Path | None) -> Path | None:

@@ -21,6 +21,12 @@ from transit_release.inputs.stored_types import file_format
 
 #: A CSV header must end within this many bytes (a huge file without a line break is refused, not read).
 HEADER_BYTES = 1 << 16
+#: The largest stop table read: rows, and bytes of the file. A stop table is the public universe of one agency's
+#: network (the synthetic Opal week's has a few thousand stops; a large agency's GTFS some 100,000); checked whole,
+#: as one is, 250,000 rows take about 1.5 s on the 2-core machine (benchmarks/bench_cli_latency.py), so a
+#: refusal stays within its 3 s. A larger table is refused before it is read.
+MAX_STOP_ROWS = 250_000
+MAX_STOP_BYTES = 64 << 20
 
 
 def readable_file(path: str | Path, what: str) -> Path:
@@ -105,10 +111,36 @@ def check_trip_inputs(trips: str | Path, stops: str | Path) -> None:
     check_header(stops, "stops", Stops)
 
 
+def check_stop_table_size(stops: str | Path) -> None:
+    """Refuse a stop table larger than :data:`MAX_STOP_ROWS` rows or :data:`MAX_STOP_BYTES` bytes, before reading
+    it (a CSV's line breaks are counted, a Parquet file's metadata read)."""
+    path = readable_file(stops, "stops")
+    size = path.stat().st_size
+    what = f"stops file {path.name}"
+    if size > MAX_STOP_BYTES:
+        raise InputDataError(f"{what}: {size / 2**20:.0f} MiB; a stop table is read whole, and at most "
+                             f"{MAX_STOP_BYTES >> 20} MiB is (one network's stops, each with a short name)")
+    if file_format(path) == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            rows = pq.ParquetFile(path).metadata.num_rows
+        except Exception:  # noqa: BLE001 - pyarrow raises several types for a bad file
+            raise InputDataError(f"{what}: not a readable Parquet file (truncated or corrupt?)") from None
+    else:
+        with open(path, "rb") as fh:
+            rows = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 22), b"")) - 1
+    if rows > MAX_STOP_ROWS:
+        raise InputDataError(f"{what}: {rows:,} rows; at most {MAX_STOP_ROWS:,} are read (one network's stops: a "
+                             "stop table is the public universe, checked whole before anything starts)")
+
+
 def check_stop_table(stops: str | Path):
-    """The whole stop table against its contract (it is small: the public universe): a name that is the unknown
-    location's mark or hides characters is refused before Prefect starts. Returns the validated table."""
+    """The whole stop table against its contract (it is small: the public universe, at most
+    :data:`MAX_STOP_ROWS` rows): a name that is the unknown location's mark, hides characters or looks like another
+    is refused before Prefect starts. Returns the validated table."""
     from schemas import Stops, validate
     from transit_release.inputs.tables import read_stops
 
+    check_stop_table_size(stops)
     return validate(Stops, read_stops(stops), f"stops file {Path(stops).name}")

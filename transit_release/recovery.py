@@ -312,6 +312,32 @@ BACKUP_LEDGER = "ledger.sqlite"
 BACKUP_RECORD = "anchors.json"
 
 
+def _reached_by_another_name(to: Path, home: Home) -> str | None:
+    """Why ``to`` (resolved) lies inside the home's ``releases/`` or the home itself although its path says neither:
+    an existing directory on its way is that directory under another name (a web root bind-mounted, or linked, as
+    the home's ``releases/``; the home mounted elsewhere). Compared by device and inode, which a bind mount and a
+    symbolic link keep; None if no such directory is on its way."""
+    wanted = {}
+    for name, d in (("the home's releases/ directory", home.releases), ("the home", home.root)):
+        try:
+            st = d.stat()
+        except OSError:
+            continue
+        wanted.setdefault((st.st_dev, st.st_ino), (name, d))
+    for p in (to, *to.parents):
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        found = wanted.get((st.st_dev, st.st_ino))
+        if found is not None:
+            name, d = found
+            what = ("which may be published" if d == home.releases else "and a backup must survive the home")
+            return (f"--to {to} lies inside {name} ({d}, reached as {p}), {what}: a backup of the ledger is private; "
+                    "choose a directory outside any home")
+    return None
+
+
 def backup_ledger(home: Home, ledger: Ledger, to: Path, anchors: list[Anchor]) -> dict:
     """Copy ``ledger`` into ``to/ledger.sqlite`` with SQLite's online backup (consistent while releases run) and
     write ``to/anchors.json``: the copy's head and every anchor of the home it holds. Refused, writing nothing, for
@@ -323,6 +349,9 @@ def backup_ledger(home: Home, ledger: Ledger, to: Path, anchors: list[Anchor]) -
         raise ConfigError(f"--to {to} lies inside the home {home.root}: a backup must survive the home; choose a "
                           "directory elsewhere")
     public = public_tree(given) or public_tree(to)
+    inside = _reached_by_another_name(to, home)
+    if inside is not None:
+        raise ConfigError(inside)
     other = next((p for p in (to, *to.parents) if Home.at(p).is_home()), None)
     if public is not None or other is not None:
         where = f"inside a releases/ directory ({public}), which may be published" if public is not None else \
@@ -339,23 +368,37 @@ def backup_ledger(home: Home, ledger: Ledger, to: Path, anchors: list[Anchor]) -
     unmet = ledger.unmet(anchors)
     if unmet:
         raise LedgerRollbackError(rollback_message(ledger.path, unmet, ledger.head().seq, "it was not backed up"))
+    made = not to.exists()
     to.mkdir(parents=True, exist_ok=True, mode=0o700)
     dest = to / BACKUP_LEDGER
     tmp = to / f".{BACKUP_LEDGER}.tmp"
     try:
-        tmp.unlink(missing_ok=True)
-        snapshot_ledger(ledger.path, tmp, ledger.timeout_s)
-        copy = Ledger(tmp, key=ledger.key or b"", read_only=True)
-        copy.verify()
-        head = copy.head()
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
-    held = [asdict(a) for a in anchors if a.problem is None]
-    record = {"created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "home": str(home.root),
-              "ledger": str(ledger.path.resolve()), "entries": entries, "head": head.to_dict(),
-              "keyed": ledger.keyed(), "anchors": held}
-    fd = os.open(to / BACKUP_RECORD, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(record, fh, indent=1)
+        try:
+            tmp.unlink(missing_ok=True)
+            snapshot_ledger(ledger.path, tmp, ledger.timeout_s)
+            copy = Ledger(tmp, key=ledger.key or b"", read_only=True)
+            copy.verify()
+            head = copy.head()
+            os.replace(tmp, dest)
+        finally:
+            tmp.unlink(missing_ok=True)
+        held = [asdict(a) for a in anchors if a.problem is None]
+        record = {"created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "home": str(home.root),
+                  "ledger": str(ledger.path.resolve()), "entries": entries, "head": head.to_dict(),
+                  "keyed": ledger.keyed(), "anchors": held}
+        fd = os.open(to / BACKUP_RECORD, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(record, fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        # a backup stopped short (a full disk, Ctrl-C) is no backup: nothing of it stays to be restored later
+        for name in (BACKUP_LEDGER, BACKUP_RECORD):
+            (to / name).unlink(missing_ok=True)
+        if made:
+            try:
+                to.rmdir()
+            except OSError:
+                pass
+        raise
     return record

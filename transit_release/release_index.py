@@ -235,11 +235,20 @@ def _stamp_time(folder: str) -> str:
 
 
 def add_audit_to_history(reports_dir: Path, folder: str, summary: dict) -> None:
-    """Append an audit's figures (and the folder its report was written to) to the history."""
+    """Append an audit's figures (and the folder its report was written to, and the releases a live run was making
+    while it read the home) to the history. A history whose last line is torn (a full disk or a kill during an
+    append left it without its newline) gets the newline first: the new record is a line of its own, never glued
+    to the torn one and skipped with it."""
     line = {"at": summary.get("at"), "folder": folder, "ok": summary["ok"], "entries": summary["entries"],
-            "releases_published": summary["releases_published"], "discrepancies": summary["discrepancies"]}
-    with open(reports_dir / AUDIT_HISTORY, "a", encoding="utf-8") as f:
-        f.write(json.dumps(line) + "\n")
+            "releases_published": summary["releases_published"], "discrepancies": summary["discrepancies"],
+            **({"in_flight": summary["in_flight"]} if summary.get("in_flight") else {})}
+    path = reports_dir / AUDIT_HISTORY
+    with open(path, "a+b") as f:
+        torn = False
+        if f.seek(0, os.SEEK_END):
+            f.seek(-1, os.SEEK_END)
+            torn = f.read(1) != b"\n"
+        f.write((("\n" if torn else "") + json.dumps(line) + "\n").encode("utf-8"))
 
 
 def audit_history(reports_dir: Path) -> list[dict]:
@@ -260,7 +269,7 @@ def audit_summary(result: dict) -> dict:
     """The few audit figures the index shows."""
     return {"ok": bool(result["ok"]), "entries": result["entries"],
             "releases_published": len(result["releases_published"]),
-            "discrepancies": len(result["discrepancies"]),
+            "discrepancies": len(result["discrepancies"]), "in_flight": list(result.get("in_flight", [])),
             "person": {p: {"bounded": x["bounded"], "epsilon": x["basic"]["epsilon"], "delta": x["basic"]["delta"],
                            "pld_epsilon": (x.get("pld") or {}).get("epsilon")}
                        for p, x in result["loss"].get(PERSON, {}).items()},
@@ -475,12 +484,16 @@ def render_index(rows: list[ReleaseRow], audit: tuple[str, dict] | None, mlflow_
                          + (f" (privacy-loss distributions: ε = {x['pld_epsilon']:.4g})" if x.get("pld_epsilon")
                             else "") + "</li>" for u, x in s["loss"].items())
         audit_html = (f'<p id="latest-audit">{status} — {e(name)}: {s["entries"]} ledger entries, '
-                      f'{s["releases_published"]} published release(s), {s["discrepancies"]} discrepancy(ies). '
-                      f'<a href="{e(name)}/audit.html">Audit report</a></p><ul>{losses}</ul>')
+                      f'{s["releases_published"]} published release(s), {s["discrepancies"]} discrepancy(ies)'
+                      + (f'; in flight, not checked: {e(", ".join(map(str, s["in_flight"])))}' if s.get("in_flight")
+                         else "")
+                      + f'. <a href="{e(name)}/audit.html">Audit report</a></p><ul>{losses}</ul>')
     earlier = (history or [])[1:HISTORY_SHOWN + 1]
     if earlier:
         def history_row(a: dict) -> str:
             status = '<b class="ok">PASSED</b>' if a["ok"] else '<b class="bad">FAILED</b>'
+            if a.get("in_flight"):
+                status += " (in flight, not checked: " + e(", ".join(map(str, a["in_flight"]))) + ")"
             return (f"<tr><td class=w>{e(str(a.get('at') or ''))}</td><td>{status}</td>"
                     f"<td class=n>{a['entries']}</td><td class=n>{a['releases_published']}</td>"
                     f"<td class=n>{a['discrepancies']}</td><td class=w>{e(str(a.get('folder') or ''))}</td></tr>")

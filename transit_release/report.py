@@ -452,6 +452,7 @@ def write_audit_report(out_dir: Path, result: dict, caps: dict[str, dict | float
     threat = "".join(f"<li>{html.escape(t)}</li>" for t in result.get("threat_model", []))
     leftovers = "".join(f"<li><code>{html.escape(x)}</code></li>" for x in result.get("leftovers", []))
     pending = "".join(f"<li>{html.escape(x)}</li>" for x in result.get("pending_publications", []))
+    flying = "".join(f"<li>{html.escape(x)}</li>" for x in result.get("in_flight", []))
     status = "PASSED" if result["ok"] else "FAILED"
     body = f"""<!doctype html><html><head><meta charset="utf-8"><title>Privacy audit {status}</title>
 <style>{_CSS}</style></head><body>
@@ -461,6 +462,7 @@ def write_audit_report(out_dir: Path, result: dict, caps: dict[str, dict | float
 <h2>What this audit can vouch for</h2><ul>{threat}</ul>
 <h2>Charged, not published</h2>{f"<ul>{charged}</ul>" if charged else "<p>None.</p>"}
 <p class="note">These spends count: noise may have been drawn before the run stopped.</p>
+{f"<h2>In flight, not checked</h2><ul>{flying}</ul><p>A live run was making these while the audit read the home; the next audit checks them in full.</p>" if flying else ""}
 {f"<h2>Interrupted publications</h2><ul>{pending}</ul><p>Run <code>transit-release repair</code>.</p>" if pending else ""}
 {f"<h2>Left behind by runs that stopped</h2><ul>{leftovers}</ul><p>Run <code>transit-release repair</code> to remove them.</p>" if leftovers else ""}
 {''.join(sections)}

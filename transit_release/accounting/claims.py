@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from transit_release.errors import PopulationOverlapError
+from transit_release.errors import PopulationOverlapError, RecordsOfAnotherPeriodError
 from transit_release.inputs.content import ContentDigest, InputContent
 from transit_release.inputs.refusals import refusal
 
@@ -302,10 +302,74 @@ def refuse_overlap(store: ClaimStore, claim: Claim, existing: Iterable, events: 
             f"(--population {found.population}), or release other people's records; nothing was charged"))
 
 
+#: The inputs whose records carry no dates: the period a release of them declares is the custodian's word only.
+DATELESS_ROLES = ("sequences", "trajectories", "sets")
+
+
+def charged_periods(entries: Iterable) -> dict[str, str]:
+    """Release id → declared period (``YYYY-MM-DD..YYYY-MM-DD``) of every charged release whose spends are over a
+    declared period (spends only; a free-text scope of older sequence records is no period and is left out)."""
+    out: dict[str, str] = {}
+    for e in entries:
+        if getattr(e, "entry_type", "spend") != "spend":
+            continue
+        ev = e.event() if hasattr(e, "event") else e
+        period = getattr(ev, "period", None)
+        if period is not None and ev.release_id not in out:
+            out[ev.release_id] = f"{period[0].isoformat()}..{period[1].isoformat()}"
+    return out
+
+
+def refuse_another_period(store: ClaimStore, claim: Claim, existing: Iterable, events: Sequence) -> None:
+    """Refuse (:class:`~transit_release.errors.RecordsOfAnotherPeriodError`, exit 3) a release of a date-less
+    record file (:data:`DATELESS_ROLES`) whose content a charged release read for another declared period.
+
+    The accountant composes releases of disjoint periods in parallel (a passenger's records of January and of
+    February are different records) and those of overlapping periods on their common days. That holds only if a
+    period's records are that period's: a file without dates released for January and again for February would
+    release every passenger's records twice while each period's cap and the per-unit statement count them once.
+    One content is the export of one period, so it is released for that period only (as often as the period's cap
+    allows: those releases compose sequentially). Releases charged before per-input claims were kept are not
+    compared (nothing records their content). Data-dependent (registered: ``records-of-another-period``)."""
+    if not events:
+        return
+    period = getattr(events[0], "period", None)
+    mine = {fp for role, fp in claim.fingerprints.items() if role in DATELESS_ROLES}
+    if period is None or not mine:
+        return
+    release_id = events[0].release_id
+    label = f"{period[0].isoformat()}..{period[1].isoformat()}"
+    others = {rid: p for rid, p in charged_periods(existing).items() if p != label and rid != release_id}
+    if not others:
+        return
+    with closing(store._connect()) as con:
+        attempts = store._attempts(con, list(others))
+        for rid, other in others.items():
+            for attempt in attempts.get(rid, ()):
+                for role, fp in con.execute("SELECT role, fingerprint FROM inputs WHERE attempt = ? ORDER BY role",
+                                            (attempt,)):
+                    if fp in mine:
+                        raise refusal("records-of-another-period", RecordsOfAnotherPeriodError(
+                            f"release '{release_id}' for {label} reads the same {role} file content as release "
+                            f"'{rid}' read for {other}: these records carry no dates, so one file is the export of "
+                            f"one period; released for two, each passenger's records would be released twice while "
+                            f"each period's cap and the per-unit statement count them once. Declare the period the "
+                            f"file covers ({other}), or give the file of {label}; nothing was charged"))
+
+
+def refuse_claim(store: ClaimStore, claim: Claim, existing: Iterable, events: Sequence) -> None:
+    """Every refusal of a release's claim: records of another population (:func:`refuse_overlap`), a date-less
+    file of another period (:func:`refuse_another_period`)."""
+    existing = list(existing)
+    refuse_overlap(store, claim, existing, events)
+    refuse_another_period(store, claim, existing, events)
+
+
 def overlap_check(store: ClaimStore, attempt: str):
     """The check the charge runs with the budget policy's, inside the ledger's write transaction: the attempt's
-    recorded claim against every charged release of another population."""
+    recorded claim against every charged release of another population, and (a date-less file) of another
+    period."""
     def check(existing: list, events: Sequence) -> None:
-        refuse_overlap(store, store.claim(attempt), existing, events)
+        refuse_claim(store, store.claim(attempt), existing, events)
 
     return check

@@ -55,15 +55,15 @@ import sqlite3
 import stat
 import time
 from collections.abc import Callable, Sequence
-from contextlib import closing
-from dataclasses import dataclass
+from contextlib import closing, contextmanager
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from transit_release.accounting.events import event_from_json
-from transit_release.errors import (ConfigError, LedgerBusyError, LedgerIntegrityError, LedgerRollbackError,
-                                   LedgerStorageError, ReleaseExistsError)
+from transit_release.errors import (ConfigError, LedgerBusyError, LedgerIntegrityError, LedgerRetiredError,
+                                   LedgerRollbackError, LedgerStorageError, ReleaseExistsError)
 
 GENESIS_HASH = "0" * 64
 SPEND = "spend"
@@ -147,11 +147,25 @@ _STORAGE_ERRORS = ("disk i/o error", "database or disk is full", "unable to open
                    "attempt to write a readonly database", "out of memory", "readonly database")
 
 
+def _on_a_read_only_mount(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def storage_error(path: Path, exc: BaseException) -> LedgerStorageError | None:
     """A storage failure behind ``exc`` (see :data:`_STORAGE_ERRORS`), as one line that never calls the ledger damaged
     and never advises restoring a backup (that would roll back every spend since it); None for anything else."""
     if not isinstance(exc, sqlite3.OperationalError) or not any(w in str(exc).lower() for w in _STORAGE_ERRORS):
         return None
+    if _on_a_read_only_mount(Path(path).parent):
+        return LedgerStorageError(
+            f"{path}: the privacy ledger could not be read or written ({exc}): it lies on a read-only file system, "
+            "which says nothing about its records; keep the file as it is. SQLite reads a ledger in write-ahead-log "
+            "mode only where it can keep its shared-memory index beside it: to read it read-only, read a backup of "
+            "it (`transit-release backup --to DIR`, one file) with `transit-release budget --home DIR`; to release, "
+            "make the file system writable again")
     return LedgerStorageError(f"{path}: the privacy ledger could not be read or written ({exc}): the storage under it "
                               "failed (a full disk, an I/O error, a read-only file system), which says nothing about "
                               "its records; keep the file as it is (restoring a backup would roll spends back), free "
@@ -359,6 +373,9 @@ class HighWaterMark:
     Someone who can write the home but not the key's directory can neither lower the mark nor forge one.
     ``first``: the hash of the ledger's entry 1, which names its history wherever the file lies (re-adopting the
     key after a move requires the marks of that history kept under another path; None in marks written before).
+    ``retired_to``: the path where the key was re-adopted for the same history (`repair --adopt-ledger-key` after
+    a move): the ledger at this path is retired and charges nothing more, so a home that was copied rather than
+    moved cannot spend the budget a second time (None: a live mark).
     """
 
     seq: int
@@ -367,18 +384,41 @@ class HighWaterMark:
     prev_seq: int
     prev_hash: str
     first: str | None = None
+    retired_to: str | None = None
 
     def mac(self, key: bytes, ledger: str) -> str:
         fields = ["high-water", ledger, self.seq, self.hash, self.committed, self.prev_seq, self.prev_hash]
-        body = json.dumps(fields + ([self.first] if self.first is not None else []), separators=(",", ":"),
-                          ensure_ascii=False)
+        if self.first is not None or self.retired_to is not None:
+            fields.append(self.first)
+        if self.retired_to is not None:
+            fields += ["retired-to", self.retired_to]
+        body = json.dumps(fields, separators=(",", ":"), ensure_ascii=False)
         return hmac.new(key, body.encode("utf-8"), hashlib.sha256).hexdigest()
 
     def held_by(self, lookup: Callable[[int], str | None], last: tuple[int, str]) -> bool:
         """Does a ledger hold this mark? ``lookup(seq)``: entry ``seq``'s hash or None; ``last``: its head."""
         if (lookup(self.seq) if self.seq else GENESIS_HASH) == self.hash:
             return True
+        if self.retired_to is not None and not self.committed:  # frozen while a charge was not yet confirmed
+            return (lookup(self.prev_seq) if self.prev_seq else GENESIS_HASH) == self.prev_hash
         return not self.committed and tuple(last) == (self.prev_seq, self.prev_hash)
+
+    def record(self, key: bytes, ledger: str) -> dict:
+        """What ``<key file>.heads`` holds for ``ledger``."""
+        return {"seq": self.seq, "hash": self.hash, "committed": self.committed, "prev_seq": self.prev_seq,
+                "prev_hash": self.prev_hash, "mac": self.mac(key, ledger),
+                **({"first": self.first} if self.first is not None else {}),
+                **({"retired_to": self.retired_to} if self.retired_to is not None else {})}
+
+
+def retired_message(ledger: str | Path, to: str, outcome: str = "nothing was charged") -> str:
+    """Why a ledger whose mark was retired is refused, and what to do."""
+    return (f"{ledger}: the key's records say this ledger's history was adopted at {to} (`transit-release repair "
+            "--adopt-ledger-key` there), so the ledger at this path is retired: it is a copy of that one, and two "
+            f"copies of one ledger would each spend the same budget; {outcome}. Release from the home of {to}. If "
+            "that adoption was a mistake, stop every run there and run `transit-release repair --adopt-ledger-key` "
+            "here: it moves the history back (and retires the other path), only if this ledger holds everything "
+            "recorded there")
 
 
 def _read_marks(path: Path) -> dict:
@@ -395,9 +435,10 @@ def _read_marks(path: Path) -> dict:
 
 def _mark_of(path: Path, key: bytes, ledger: str, rec) -> HighWaterMark:
     try:
-        first = rec.get("first")
+        first, retired = rec.get("first"), rec.get("retired_to")
         mark = HighWaterMark(int(rec["seq"]), str(rec["hash"]), bool(rec["committed"]), int(rec["prev_seq"]),
-                             str(rec["prev_hash"]), None if first is None else str(first))
+                             str(rec["prev_hash"]), None if first is None else str(first),
+                             None if retired is None else str(retired))
         ok = hmac.compare_digest(str(rec["mac"]), mark.mac(key, ledger))
     except (AttributeError, KeyError, TypeError, ValueError):
         ok = False
@@ -470,6 +511,8 @@ def check_key_records(key: bytes | None, ledger: Path, con: sqlite3.Connection |
         n_entries = con.execute("SELECT count(*) FROM entries").fetchone()[0]
         n_macs = con.execute("SELECT count(*) FROM entry_macs").fetchone()[0]
         last = con.execute("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone() or (0, GENESIS_HASH)
+    if mark is not None and mark.retired_to is not None:
+        raise LedgerRetiredError(retired_message(ledger, mark.retired_to))
     if mark is None:
         if n_macs:
             raise LedgerIntegrityError(
@@ -498,19 +541,17 @@ def check_key_records(key: bytes | None, ledger: Path, con: sqlite3.Connection |
     raise LedgerRollbackError(rollback_message(ledger, [(anchor, reason)], last[0]))
 
 
-def write_high_water(key: bytes, ledger: str, mark: HighWaterMark, outcome: str = "nothing was charged") -> None:
-    """Record ``mark`` for ``ledger`` (atomically, under a lock shared by every ledger of the key); a mark that
-    cannot be written raises :class:`ConfigError` ending in ``outcome``."""
+@contextmanager
+def _marks_locked(outcome: str):
+    """The key's marks (raw records), under the lock every ledger of the key shares; whatever the caller changes in
+    the dict is written back (atomically, synced) when the block ends without an exception. A file that cannot be
+    written raises :class:`ConfigError` ending in ``outcome``."""
     path = high_water_file()
-    if path is None:
-        return
     try:
         with open(path.with_name(path.name + ".lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             marks = _read_marks(path)
-            marks[ledger] = {"seq": mark.seq, "hash": mark.hash, "committed": mark.committed,
-                             "prev_seq": mark.prev_seq, "prev_hash": mark.prev_hash, "mac": mark.mac(key, ledger),
-                             **({"first": mark.first} if mark.first is not None else {})}
+            yield marks
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -526,6 +567,21 @@ def write_high_water(key: bytes, ledger: str, mark: HighWaterMark, outcome: str 
     except OSError as exc:
         raise ConfigError(f"cannot write the keyed high-water mark {path} ({exc.strerror}): the key's directory must "
                           f"be writable by the release account; {outcome}") from None
+
+
+def write_high_water(key: bytes, ledger: str, mark: HighWaterMark, outcome: str = "nothing was charged") -> None:
+    """Record ``mark`` for ``ledger`` (atomically, under a lock shared by every ledger of the key); a mark that
+    cannot be written raises :class:`ConfigError` ending in ``outcome``. A ledger whose mark was retired (its
+    history adopted at another path) gets no new mark: :class:`LedgerRetiredError`, before its charge commits."""
+    path = high_water_file()
+    if path is None:
+        return
+    with _marks_locked(outcome) as marks:
+        if ledger in marks:
+            now = _mark_of(path, key, ledger, marks[ledger])
+            if now.retired_to is not None:
+                raise LedgerRetiredError(retired_message(ledger, now.retired_to, outcome))
+        marks[ledger] = mark.record(key, ledger)
 
 
 @dataclass(frozen=True)
@@ -660,6 +716,24 @@ def _unreadable_is_integrity(method):
     return wrapper
 
 
+def _refuse_hard_links(path: Path) -> None:
+    """Refuse a ledger file that has another name (a hard link, ``st_nlink > 1``): SQLite keeps a database's
+    write-ahead log and shared-memory index beside the name it was opened by, so two runs reaching one ledger by two
+    names would not see each other's uncommitted-to-the-file writes, and could both charge against one budget; the
+    key's records, too, name the ledger by its path (as for a symbolic link)."""
+    try:
+        links = os.stat(path).st_nlink
+    except FileNotFoundError:
+        return
+    except OSError:
+        return  # unreadable metadata is the connection's to report, with its storage wording
+    if links > 1:
+        raise LedgerIntegrityError(
+            f"{path}: the privacy ledger file has {links} names (hard links); SQLite keeps its write-ahead log per "
+            "name, so runs reaching it by two names would not see each other's writes. Remove the other names "
+            f"(find / -xdev -samefile {path} lists them) and keep this one")
+
+
 class Ledger:
     """One SQLite file; every method opens its own connection (safe across processes).
 
@@ -680,6 +754,7 @@ class Ledger:
         if snapshot is None and self.path.is_symlink():  # its records beside the key name the path: a link
             raise LedgerIntegrityError(f"{self.path}: the privacy ledger is a symbolic link; put the ledger file "
                                        "itself there")
+        _refuse_hard_links(self.path)  # the audit's too: its snapshot was read through this name
         if self.read_only:
             if not self._db.is_file():
                 raise LedgerIntegrityError(f"{self.path}: the privacy ledger does not exist")
@@ -950,42 +1025,54 @@ class Ledger:
     @_unreadable_is_integrity
     def adopt_mark(self, anchors: Callable[[], Sequence[Anchor]] | None = None) -> Head:
         """Record the high-water mark of a keyed ledger that has none at its path (its home was moved or remounted,
-        or it was keyed before marks were kept); returns the head it records.
+        or it was keyed before marks were kept), or whose mark was retired; returns the head it records.
 
         Only after the checks a charge makes (chain and MACs with the key, exact schema, every anchor ``anchors()``
         names) and only if the ledger holds every mark of its own history kept under another path (marks naming
         the same entry 1, or, in marks written before they named it, the same earlier head): a ledger moved after
         its newest entries were erased is refused. What was erased, together with every anchor of it, while no
         mark named the ledger at all (a ledger keyed before marks were kept) cannot be told.
+
+        Every other path of the same history is retired in the same locked write (:attr:`HighWaterMark.retired_to`):
+        adoption is a move, never a copy. A copy whose key was adopted leaves the original path charging nothing
+        more (a charge there is refused before it commits, even one that checked its mark just before), so the two
+        homes can never each spend the remaining budget.
         """
         if not self.key or high_water_file() is None:
             raise ConfigError(f"no ledger key: set {KEY_FILE_ENV}")
         name = records_name(self.path)
+        heads = high_water_file()
         with closing(self._connect()) as con:
             con.execute("BEGIN IMMEDIATE")  # no charge runs meanwhile
             try:
                 if not con.execute("SELECT count(*) FROM entry_macs").fetchone()[0]:
                     raise LedgerIntegrityError(f"{self.path} holds no MAC: adopt the key with `transit-release repair "
                                                "--adopt-ledger-key` on a ledger that passes its audit")
-                if read_high_water(self.key, name) is not None:
+                here = read_high_water(self.key, name)
+                if here is not None and here.retired_to is None:
                     con.execute("ROLLBACK")
                     return self.head()
                 existing = self._check_whole(con, anchors, marks=False)
                 by_seq = {e.seq: e.hash for e in existing}
                 last = (existing[-1].seq, existing[-1].hash) if existing else (0, GENESIS_HASH)
                 first = existing[0].hash if existing else None
-                for other, mark in read_all_high_water(self.key).items():
-                    same = (mark.first == first if mark.first is not None else
-                            by_seq.get(mark.seq) == mark.hash or (mark.prev_seq > 0
-                                                                  and by_seq.get(mark.prev_seq) == mark.prev_hash))
-                    if other != name and same and not mark.held_by(by_seq.get, last):
-                        reason = f"entry {mark.seq} is missing" if mark.seq not in by_seq else \
-                            f"entry {mark.seq} has another hash"
-                        anchor = Anchor(f"the keyed high-water mark of {other} (a path of this ledger's history)",
-                                        mark.seq, mark.hash)
-                        raise LedgerRollbackError(rollback_message(self.path, [(anchor, reason)], last[0],
-                                                                   "no key was adopted"))
-                write_high_water(self.key, name, HighWaterMark(last[0], last[1], True, *last, first))
+                with _marks_locked("no key was adopted") as marks:  # checked and retired under one lock
+                    for other in sorted(marks):
+                        mark = _mark_of(heads, self.key, other, marks[other])
+                        same = (mark.first == first if mark.first is not None else
+                                by_seq.get(mark.seq) == mark.hash or (mark.prev_seq > 0 and
+                                                                     by_seq.get(mark.prev_seq) == mark.prev_hash))
+                        if other == name or not same:
+                            continue
+                        if not mark.held_by(by_seq.get, last):
+                            reason = f"entry {mark.seq} is missing" if mark.seq not in by_seq else \
+                                f"entry {mark.seq} has another hash"
+                            anchor = Anchor(f"the keyed high-water mark of {other} (a path of this ledger's history)",
+                                            mark.seq, mark.hash)
+                            raise LedgerRollbackError(rollback_message(self.path, [(anchor, reason)], last[0],
+                                                                       "no key was adopted"))
+                        marks[other] = replace(mark, retired_to=name).record(self.key, other)
+                    marks[name] = HighWaterMark(last[0], last[1], True, *last, first).record(self.key, name)
                 self._remember_keyed()
                 con.execute("ROLLBACK")
             except BaseException:

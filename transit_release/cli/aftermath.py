@@ -21,8 +21,8 @@ def entries(home: Home) -> set[Path] | None:
 
 
 def remove_what_a_refusal_created(home: Home, before: set[Path] | None) -> None:
-    """A refused command leaves nothing behind: what it created at the top of the home (its folders, Prefect's
-    database, the home itself if it was new) goes, except the quarantine (the custodian's record of the rows that
+    """A refused command, and a dry run in a directory that was no home, leave nothing behind: what it created at
+    the top of the home (its folders, Prefect's database, the home itself if it was new) goes, except the quarantine (the custodian's record of the rows that
     were refused, kept for its retention), and unless something is on the ledger (this run's charge or a
     concurrent run's) or another run is working in the home."""
     from transit_release.accounting.ledger import Ledger

@@ -32,6 +32,22 @@ def dispatch(args, home: Home) -> int:
     return COMMANDS[args.command](args, home)
 
 
+#: What a command that stopped short (a storage failure, Ctrl-C) did not do, when the ledger recorded nothing of it:
+#: a release's words would be odd for an audit or a backup
+NOT_DONE = {
+    "audit": "the audit did not finish: run it again once the storage is fixed (an audit charges and publishes "
+             "nothing)",
+    "backup": "no backup was made: what was written of it under --to was removed",
+    "budget": "no figures are shown (budget writes nothing)",
+    "repair": "the repair did not finish: run it again once the storage is fixed (it redoes only what is left)",
+}
+
+
+def nothing_done(command: str) -> str:
+    """The words for a command that stopped short before the ledger recorded anything of it."""
+    return NOT_DONE.get(command, "nothing was charged or published")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command ``argv`` (default: the process's arguments); its exit code."""
     args = parse(argv)
@@ -42,13 +58,18 @@ def main(argv: list[str] | None = None) -> int:
             return data.synth(args)
         if args.command == "synth-metro":
             return data.synth_metro(args)
-        home = Home.at(args.home, getattr(args, "ledger", None)).check_usable()  # created only when a flow runs
+        # created only when a flow runs; `budget` reads the ledger only: a read-only home (an auditor's) will do
+        home = Home.at(args.home, getattr(args, "ledger", None)).check_usable(write=args.command != "budget")
         before = aftermath.entries(home)
+        new_home = before is None or not home.is_home()  # a dry run there leaves no home behind (a typo in --home)
         head, results = aftermath.ledger_head(home), aftermath.prefect_results(home)
         try:
             # serve: Prefect's own handling of Ctrl-C
             with aftermath.interruptible() if args.command != "serve" else nullcontext():
-                return dispatch(args, home)
+                rc = dispatch(args, home)
+            if getattr(args, "dry_run", False) and new_home:
+                aftermath.remove_what_a_refusal_created(home, before)
+            return rc
         except BaseException as exc:
             if not isinstance(exc, (TransitReleaseError, KeyboardInterrupt)) and aftermath.storage_failure(exc) is None:
                 raise  # a bug: its traceback
@@ -64,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return exit_code(exc)
     except KeyboardInterrupt:
-        print("transit-release: interrupted: " + (state or "nothing was charged or published"), file=sys.stderr)
+        print("transit-release: interrupted: " + (state or nothing_done(args.command)), file=sys.stderr)
         return EXIT_INTERRUPTED
     except BaseException as exc:
         failure = aftermath.storage_failure(exc)
@@ -72,8 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         if args.verbose:
             traceback.print_exc(file=sys.stderr)
-        print(f"transit-release: error: {failure}; " + (state or "nothing was charged or published"),
-              file=sys.stderr)
+        print(f"transit-release: error: {failure}; " + (state or nothing_done(args.command)), file=sys.stderr)
         return EXIT_UNEXPECTED
 
 

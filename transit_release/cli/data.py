@@ -6,13 +6,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from transit_release.cli.options import integer, number
+
 
 def add_synth(sub: argparse._SubParsersAction) -> None:
     """``synth``."""
     s = sub.add_parser("synth", help="write a synthetic Opal-like week (trips.csv, stops.csv)")
     s.add_argument("--out", required=True, help="output directory")
-    s.add_argument("--scale", type=float, default=1.0, help="1.0 ≈ 13.5 million trips (default 1.0)")
-    s.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (not of any privacy noise)")
+    s.add_argument("--scale", type=number, default=1.0, help="1.0 ≈ 13.5 million trips (default 1.0)")
+    s.add_argument("--seed", type=integer, default=0, help="seed of the synthetic data (not of any privacy noise)")
     s.add_argument("--format", choices=("csv", "parquet"), default="csv", help="file format of the week (default csv)")
     s.add_argument("--week-start", type=monday, metavar="DATE",
                    help="the Monday the week starts on (default 2016-08-08, the calibration week): e.g. 2016-08-15 "
@@ -26,8 +28,8 @@ def add_synth_metro(sub: argparse._SubParsersAction) -> None:
                                            "station sets, taxonomies and the station list")
     m.add_argument("--out", required=True, help="output directory (sequences.txt, trajectories.txt, sets.txt, "
                                                 "taxonomy.csv, stations.csv, locations.txt)")
-    m.add_argument("--passengers", type=int, default=850_000, help="passengers of each file (default 850,000)")
-    m.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (not of any privacy noise)")
+    m.add_argument("--passengers", type=integer, default=850_000, help="passengers of each file (default 850,000)")
+    m.add_argument("--seed", type=integer, default=0, help="seed of the synthetic data (not of any privacy noise)")
 
 
 def monday(text: str):

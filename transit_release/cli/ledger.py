@@ -11,7 +11,7 @@ from pathlib import Path
 
 from transit_release.cli import server
 from transit_release.cli.exits import EXIT_AUDIT_FAILED
-from transit_release.cli.options import add_home
+from transit_release.cli.options import add_home, number
 from transit_release.cli.printing import print_audit, print_budget
 from transit_release.errors import ConfigError
 from transit_release.home import Home
@@ -27,7 +27,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     a = sub.add_parser("audit", help="verify the ledger, releases and MLflow; report the cumulative privacy loss")
     add_home(a)
     a.add_argument("--json", action="store_true", help="print the result as JSON")
-    a.add_argument("--delta-prime", type=float, default=1e-7, help="slack δ' of the advanced-composition bound")
+    a.add_argument("--delta-prime", type=number, default=1e-7, help="slack δ' of the advanced-composition bound")
     a.add_argument("--policy", help="budget policy YAML whose caps the report draws (default: the built-in policy)")
 
     rp = sub.add_parser("repair", help="complete or roll back interrupted publications; remove what dead runs left")
@@ -83,13 +83,13 @@ def audit(args, home: Home) -> int:
 
 def repair(args, home: Home) -> int:
     """No Prefect needed: the ledger, the file system and MLflow's store directly."""
+    home.check_is_home("repair")  # first: importing Prefect (tasks.track) makes its home, .prefect/, in --home
     from tasks.track import read_anchors, tag_published_runs
     from transit_release import recovery
     from transit_release.accounting.ledger import Ledger
 
     from transit_release.anchors import check_ledger_whole
 
-    home.check_is_home("repair")
     if not args.adopt_ledger_key:  # (adopting a key makes its own checks, on a ledger these refuse)
         check_ledger_whole(home, "nothing was repaired")
     home.prepare()

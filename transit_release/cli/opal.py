@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from transit_release.cli import checks, server
-from transit_release.cli.options import POPULATION_HELP, add_home, floats
+from transit_release.cli.options import POPULATION_HELP, add_home, floats, integer, number
 from transit_release.cli.printing import print_expectation, print_summary, summary_exit
 from transit_release import custodian
 from transit_release.cluster import IN_PROCESS, local_workers
@@ -31,16 +31,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         r.add_argument("--population", help=POPULATION_HELP)
         r.add_argument("--config", help="release config YAML (default: the built-in defaults of --unit)")
         r.add_argument("--epsilons", type=floats, help="ε_1..ε_6 overriding the config, e.g. 1,1,1,1,2,2")
-        r.add_argument("--delta", type=float, help="δ_j for every marginal, overriding the config")
+        r.add_argument("--delta", type=number, help="δ_j for every marginal, overriding the config")
         r.add_argument("--release-id", help="default: opal-<unit>-<first date>-<last date>")
         r.add_argument("--policy", help="budget policy YAML (default: the built-in policy)")
-        r.add_argument("--quarantine-limit", type=float,
+        r.add_argument("--quarantine-limit", type=number,
                        help="largest share of quarantined rows that still allows a release (default 0.01)")
         r.add_argument("--dry-run", action="store_true",
                        help="validate everything, print the spends and the policy's verdict, and stop: nothing is "
                             "charged, drawn or written under releases/ or release_reports/")
         where = r.add_mutually_exclusive_group()
-        where.add_argument("--workers", type=int,
+        where.add_argument("--workers", type=integer,
                            help="prepare and sanitize the partitions on a local Dask cluster of N worker processes "
                                 "(default: 2 on a machine with at least 4 cores, else 0); 0: no cluster, one "
                                 "partition after the other in this process")
@@ -55,9 +55,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                                   "with --dry-run, which shows the period the data suggest)")
             r.add_argument("--period-end", help="last day of the release period, YYYY-MM-DD")
         else:
-            r.add_argument("--scale", type=float, default=0.1,
+            r.add_argument("--scale", type=number, default=0.1,
                            help="size of the synthetic week: 1.0 ≈ 13.5 million trips (default 0.1)")
-            r.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
+            r.add_argument("--seed", type=integer, default=0, help="seed of the synthetic data")
 
 
 def release(args, trips: str, stops: str, home: Home) -> int:
@@ -103,6 +103,10 @@ def demo(args, home: Home) -> int:
     """Synthesise a week under ``<home>/private/demo-input`` (once) and release it."""
     from transit_release.synth.opal_week import week_period, write_synthetic_week
 
+    # the home's state first (its settings, the ledger's integrity: exit 4), then the population: a home the release
+    # would refuse gets no demo input written into it (at the default scale, over a million rows)
+    checks.check_home_state(home, args)
+    checks.check_population(args, home)
     home.prepare()
     data = home.private / "demo-input"
     if not (data / "trips.csv").exists() or not (data / "stops.csv").exists():

@@ -7,12 +7,35 @@ from __future__ import annotations
 import argparse
 
 
+import re
+
+#: A number as written in ASCII: Python's float() also reads full-width or other scripts' digits ('１') and '_'
+#: between digits ('1_0' is 10), which a value typed by mistake should not become. nan and inf pass, to be refused
+#: with the parameter's own reason.
+_NUMBER = re.compile(r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|nan|inf|infinity)", re.IGNORECASE)
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def number(text: str) -> float:
+    """A float written in ASCII digits (an argparse type): ``0.5``, ``1e-3``, ``-2``."""
+    if not _NUMBER.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(f"expected a number in ASCII digits, e.g. 0.5 or 1e-3; got {text!r}")
+    return float(text)
+
+
+def integer(text: str) -> int:
+    """An int written in ASCII digits (an argparse type): ``12``, ``-1``."""
+    if not _INTEGER.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(f"expected a whole number in ASCII digits, e.g. 12; got {text!r}")
+    return int(text)
+
+
 def floats(text: str) -> list[float]:
-    """``1,1,1,1,2,2`` as floats (an argparse type)."""
-    try:
-        return [float(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, e.g. 1,1,1,1,2,2; got {text!r}") from None
+    """``1,1,1,1,2,2`` as floats (an argparse type), each written in ASCII digits."""
+    parts = text.split(",")
+    if not all(_NUMBER.fullmatch(x.strip()) for x in parts):
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, e.g. 1,1,1,1,2,2; got {text!r}")
+    return [float(x) for x in parts]
 
 
 def add_home(p: argparse.ArgumentParser, ledger: bool = True) -> None:
@@ -45,7 +68,7 @@ def add_release_options(p: argparse.ArgumentParser, default_id: str, queries: in
     p.add_argument("--release-id", help=f"default: {default_id}")
     p.add_argument("--population", help=POPULATION_HELP)
     p.add_argument("--policy", help="budget policy YAML")
-    p.add_argument("--quarantine-limit", type=float, default=0.01,
+    p.add_argument("--quarantine-limit", type=number, default=0.01,
                    help="largest share of records set aside as malformed before the release is refused (default 0.01)")
-    p.add_argument("--queries", type=int, default=queries, help="count queries of the utility workload")
+    p.add_argument("--queries", type=integer, default=queries, help="count queries of the utility workload")
     p.add_argument("--dry-run", action="store_true", help="validate, print the spend and the policy's verdict, stop")

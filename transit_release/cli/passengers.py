@@ -9,7 +9,7 @@ import importlib
 from pathlib import Path
 
 from transit_release.cli import checks, server
-from transit_release.cli.options import add_home, add_record_inputs, add_release_options
+from transit_release.cli.options import add_home, add_record_inputs, add_release_options, integer, number
 from transit_release.cli.printing import print_summary, summary_exit
 from transit_release.home import Home
 
@@ -21,7 +21,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_record_inputs(q, "sequence", "sequences", "one sequence per line (location ids separated by spaces)", "period")
     q.add_argument("--taxonomy", help="CSV location,group (e.g. station,line): the hybrid tree's taxonomy; its "
                                       "locations are the universe unless --locations is given too")
-    q.add_argument("--epsilon", type=float, required=True, help="ε of the release, per passenger's sequence")
+    q.add_argument("--epsilon", type=number, required=True, help="ε of the release, per passenger's sequence")
     q.add_argument("--mechanism", choices=("prefix-tree", "ngram"),
                    help="ngram (the default; variable-length n-grams, Chen, Ács & Castelluccia, CCS 2012; also "
                         "publishes the noisy n-gram table): on the synthetic metro at ε = 1 its count-query error is "
@@ -29,13 +29,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "against 82-91 (docs/sequences.md). prefix-tree (Chen et al., KDD 2012; needs --height) "
                         "keeps journeys from their first station; --height, --variant or --fanout without "
                         "--mechanism choose it, as when it was the default")
-    q.add_argument("--height", type=int, help="prefix tree: the longest sequence released (required for it)")
-    q.add_argument("--lmax", type=int, help="n-grams: locations kept per sequence, longer ones are cut (default 20)")
-    q.add_argument("--nmax", type=int, help="n-grams: the longest gram, end marker included (default 5)")
+    q.add_argument("--height", type=integer, help="prefix tree: the longest sequence released (required for it)")
+    q.add_argument("--lmax", type=integer, help="n-grams: locations kept per sequence, longer ones are cut (default 20)")
+    q.add_argument("--nmax", type=integer, help="n-grams: the longest gram, end marker included (default 5)")
     q.add_argument("--period-start", required=True, help="first day the sequences cover, YYYY-MM-DD (public)")
     q.add_argument("--period-end", required=True, help="last day the sequences cover, YYYY-MM-DD")
     q.add_argument("--variant", choices=("simple", "hybrid"), help="prefix tree: the variant (default hybrid)")
-    q.add_argument("--fanout", type=int, help="build the taxonomy by grouping F locations of the universe per parent")
+    q.add_argument("--fanout", type=integer, help="build the taxonomy by grouping F locations of the universe per parent")
     add_release_options(q, "sequences-<mechanism>-<start>-<end>")
 
     t = sub.add_parser("trajectories", help="release passenger trajectories (station, hour of the week): the "
@@ -46,11 +46,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     tax.add_argument("--location-taxonomy", help="CSV location,group[,line]: the location taxonomy (groups, and lines "
                                                  "above them); its locations are the universe unless --locations "
                                                  "(or --trips) gives it")
-    tax.add_argument("--location-fanout", type=int, help="build the location taxonomy with F locations of the "
+    tax.add_argument("--location-fanout", type=integer, help="build the location taxonomy with F locations of the "
                                                         "universe per node (default 2, the paper's)")
-    t.add_argument("--location-taxonomy-height", type=int, help="with a fan-out: levels of groups (default 6)")
-    t.add_argument("--time-fanout", type=int, help="blocks of F consecutive hours per node (default 2)")
-    t.add_argument("--time-taxonomy-height", type=int, help="levels of hour blocks (default 6)")
+    t.add_argument("--location-taxonomy-height", type=integer, help="with a fan-out: levels of groups (default 6)")
+    t.add_argument("--time-fanout", type=integer, help="blocks of F consecutive hours per node (default 2)")
+    t.add_argument("--time-taxonomy-height", type=integer, help="levels of hour blocks (default 6)")
     t.add_argument("--mechanism", choices=("safepath", "markov"),
                    help="markov (the default: days, stations and hours of the day as three noisy models, "
                         "trajectories drawn from them) or safepath (the SafePath prefix tree): on a commuter week at "
@@ -61,11 +61,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--budget", choices=("paper", "joint"),
                    help="SafePath's budget split: paper (over two taxonomies, SafePath's default) or joint (one test "
                         "of the (station, hour) pair per level; near noise-free at large ε)")
-    t.add_argument("--nmax", type=int, help="markov: the longest gram of its station and hour models (default 3)")
+    t.add_argument("--nmax", type=integer, help="markov: the longest gram of its station and hour models (default 3)")
     t.add_argument("--thresholds", choices=("paper", "node"),
                    help="SafePath's paper budget: threshold rule (default paper)")
-    t.add_argument("--epsilon", type=float, required=True, help="ε of the release, per passenger's trajectory")
-    t.add_argument("--height", type=int, help="longest released trajectory (taps; default 6)")
+    t.add_argument("--epsilon", type=number, required=True, help="ε of the release, per passenger's trajectory")
+    t.add_argument("--height", type=integer, help="longest released trajectory (taps; default 6)")
     t.add_argument("--period-start", required=True, help="the Monday of the week the trajectories cover, YYYY-MM-DD")
     t.add_argument("--period-end", required=True, help="the Sunday of that week, YYYY-MM-DD")
     add_release_options(t, "trajectories-<mechanism>-<start>-<end>")
@@ -82,7 +82,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--stops", help="with --trips: the stop table, whose locations (mode:location) are the universe")
     st.add_argument("--mode", choices=("bus", "ferry", "lightrail", "train"),
                     help="with --trips: keep the taps of this mode only (default: every mode of the stop table)")
-    st.add_argument("--epsilon", type=float, required=True, help="ε of the release, per passenger's set")
+    st.add_argument("--epsilon", type=number, required=True, help="ε of the release, per passenger's set")
     st.add_argument("--mechanism", choices=("histogram", "diffpart"),
                     help="histogram (every set of the public universe a noisy count, the rarer sets' passengers "
                          "kept in aggregate) or diffpart (DiffPart, Chen et al., VLDB 2011). Default: from the "
@@ -90,7 +90,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                          "--mechanism keeps diffpart. On 989,818 heavy-tailed sets over 17 items at ε = 1 the "
                          "histogram's error on queries of 1-3 stations is 0.033 against DiffPart's 0.278, both "
                          "finding 98 of the 100 most frequent itemsets (docs/sets.md)")
-    st.add_argument("--fanout", type=int, help="DiffPart: locations per group of its taxonomy (default: from the "
+    st.add_argument("--fanout", type=integer, help="DiffPart: locations per group of its taxonomy (default: from the "
                                               "universe size, round(log2 |I|) within 4..6; see docs/sets.md)")
     st.add_argument("--period-start", required=True, help="first day the sets cover, YYYY-MM-DD (public)")
     st.add_argument("--period-end", required=True, help="last day the sets cover, YYYY-MM-DD")

@@ -133,6 +133,9 @@ def print_audit(result: dict) -> None:
           f"{len(result['releases_published'])} published release(s)")
     for d in result["discrepancies"]:
         print(f"  discrepancy: {d}")
+    for rid in result.get("in_flight", []):
+        print(f"  in flight: {rid} (a live run was making it while the audit read the home; the next audit checks "
+              "it in full)")
     for rid, n in result["charged_not_published"].items():
         print(f"  charged, not published: {rid} ({n} spends, counted)")
     for rid in result.get("pending_publications", []):

@@ -94,6 +94,14 @@ REFUSALS: dict[str, Refusal] = {r.key: r for r in (
             "populations would have each loss stated without the other. It refuses (nothing is charged or "
             "published), never publishes; one passenger moves it only by being in both populations' records, "
             "which is what it refuses"),
+    Refusal("records-of-another-period", "a sequence, trajectory or set file already released for another period",
+            ("transit_release.accounting.claims.refuse_another_period",),
+            "one date-less input whose content (its valid records, in any order) equals an input a charged release "
+            "read for another declared period",
+            "releases of disjoint periods compose in parallel only if their records differ: the same records "
+            "released for two periods would be released twice while each period's cap and the per-unit statement "
+            "count them once. It refuses (nothing is charged or published), never publishes; one passenger moves it "
+            "only by making the file another content, which is then another period's export"),
 )}
 
 

@@ -190,10 +190,26 @@ def stop_location_id(name: str) -> str:
     return re.sub(r"\s+", "_", str(name).strip())
 
 
+def _refuse_merged(names: set[str], to_id, what: str) -> None:
+    """Two distinct names must never become one location id (their passengers' taps would be counted as one
+    place's): the stop-table contract refuses such names (:func:`transit_release.inputs.text.name_skeleton`); this
+    is the universe's own guard, for a table that reached it another way."""
+    ids: dict[str, str] = {}
+    merged = 0
+    for n in sorted(names):
+        merged += to_id(n) in ids
+        ids.setdefault(to_id(n), n)
+    if merged:
+        raise InputDataError(f"{what}: {merged} name(s) would be one location id with another (they differ only by "
+                             "white space or '_', which an id writes as one '_'): rename them so each stop keeps "
+                             "its own location")
+
+
 def from_stop_table(stops: pd.DataFrame, mode: str, name: str = "stop table") -> LocationUniverse:
     """The names of one mode's stops (a validated stop table) as ids: the universe of releases built from taps."""
-    names = stops.loc[stops["mode"] == mode, "name"].dropna().map(stop_location_id)
-    names = sorted(set(n for n in names if n))
+    given = set(stops.loc[stops["mode"] == mode, "name"].dropna().astype(str))
+    _refuse_merged(given, stop_location_id, f"{name}: stop names of mode '{mode}'")
+    names = sorted(set(n for n in map(stop_location_id, given) if n))
     if not names:
         raise InputDataError(f"{name}: no named stop of mode '{mode}'")
     bad = [n for n in names if not _ID.fullmatch(n)]
@@ -249,6 +265,8 @@ def from_stop_locations(stops: pd.DataFrame, modes: Sequence[str] | None = None,
         modes = sorted(stops["mode"].dropna().astype(str).unique())
     modes = tuple(sorted(set(modes)))
     index = build_location_index(stops, modes)
+    for m in modes:
+        _refuse_merged(set(map(str, index.vocab[m])), stop_location_id, f"{name}: locations of mode '{m}'")
     ids = sorted({location_id(m, loc) for m in modes for loc in index.vocab[m]} - {""})
     if not ids:
         raise InputDataError(f"{name}: no location of mode(s) {', '.join(modes) or '(none)'}")
