@@ -4,9 +4,9 @@ Builds a home with ``--releases`` published releases of 168 spends each (the led
 its ledger head, and an MLflow store with each release's run mirroring its spends, 28 partition runs and two
 anchor runs), then times, on that home:
 
-* reading every anchor (:func:`transit_release.anchors.home_anchors`: release directories, manifests, MLflow's
+* reading every anchor (:func:`transit_release.integrity.anchors.home_anchors`: release directories, manifests, MLflow's
   SQLite store read directly);
-* the reverse check (:func:`transit_release.anchors.check_records`);
+* the reverse check (:func:`transit_release.integrity.anchors.check_records`);
 * a charge of 168 spends without and with the anchor check (``Ledger.charge``);
 * for comparison, reading the same MLflow records through MLflow's client in a fresh process (import included),
   which is what the check would cost if it went through MLflow.
@@ -38,7 +38,7 @@ def build(base: Path, n_releases: int):
     from transit_release.accounting.events import StabilityHistogramEvent
     from transit_release.accounting.ledger import Ledger
     from transit_release.config import MARGINALS, load_release_config
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
     home = Home.at(base / "home").prepare()
     shutil.copyfile(store_template(), home.mlflow_db)
@@ -101,7 +101,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     from tests.test_accounting import partition_events
-    from transit_release.anchors import check_records, home_anchors
+    from transit_release.integrity.anchors import check_records, home_anchors
 
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()

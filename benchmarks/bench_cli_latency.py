@@ -52,7 +52,7 @@ def big_stop_table(path: Path, rows: int) -> Path:
 
 
 def make_inputs(work: Path, rows: int) -> dict[str, Path]:
-    from transit_release.preflight import MAX_STOP_ROWS
+    from transit_release.cli.preflight import MAX_STOP_ROWS
 
     good = work / "trips.csv"
     bad = work / "trips-bad-header.csv"

@@ -207,11 +207,11 @@ def stages(trips: Path, stops: Path, work: Path) -> tuple[dict, object, list]:
 
     from schemas import RawTrips, Stops, TripsFile, validate
     from transit_release import preprocessing
-    from transit_release.releases import opal
-    from transit_release.inputs import screening
     from transit_release.config import load_release_config
+    from transit_release.inputs import screening
     from transit_release.inputs.tables import read_stops, read_trips
     from transit_release.noise import NoiseSource
+    from transit_release.releases import opal
 
     cfg = load_release_config()
     out = {}

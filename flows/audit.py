@@ -10,8 +10,8 @@ from tasks.home import prepare_home
 from tasks.report import update_index
 from tasks.track import read_anchors, read_mirror, read_mirrored_spends, track_audit
 from tasks.summary import REPORTS_OUTCOME
-from transit_release.audit import DEFAULT_DELTA_PRIME
-from transit_release.disclosure import refusals_kept_private
+from transit_release.integrity.audit import DEFAULT_DELTA_PRIME
+from transit_release.runtime.disclosure import refusals_kept_private
 
 
 @flow(name="privacy-audit", persist_result=False, **REPORTS_OUTCOME)

@@ -47,8 +47,8 @@ from zoneinfo import ZoneInfo
 import yaml
 
 from transit_release.errors import ConfigError, TransitReleaseError
-from transit_release.telemetry import OFF as TELEMETRY_OFF
-from transit_release.subprocesses import die_with_parent
+from transit_release.runtime.subprocesses import die_with_parent
+from transit_release.runtime.telemetry import OFF as TELEMETRY_OFF
 
 PROJECT = Path(__file__).resolve().parent.parent
 DEFAULT_FILE = PROJECT / "prefect.yaml"
@@ -178,7 +178,7 @@ def server_db_template() -> Path:
     (about 5 s) instead of running Prefect's migrations (about 11 s)."""
     from importlib.metadata import version
 
-    from transit_release.home import cache_dir
+    from transit_release.files.home import cache_dir
 
     names = ("prefect", "sqlalchemy", "alembic", "aiosqlite")
     return cache_dir() / ("prefect-server-" + "-".join(f"{n}-{version(n)}" for n in names) + "-empty.db")
@@ -292,7 +292,7 @@ def local_server(prefect_home: Path, timeout: float = 120.0, on_scheduler_error:
         from importlib.util import find_spec  # (not imported here: the command imports Prefect meanwhile)
 
         site = Path(find_spec("prefect").origin).resolve().parent.parent
-        args = ["-m", "transit_release.command_server", "--app-dir", str(site), "--factory",
+        args = ["-m", "transit_release.runtime.command_server", "--app-dir", str(site), "--factory",
                 "prefect.server.api.server:create_app",
                 "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--lifespan", "on"]
     else:
@@ -456,7 +456,7 @@ def _run_now(deployments: list, names) -> None:
 
 class OutcomeWatch:
     """Prints one line for each run of the served deployments that finishes while serving: the full line the run
-    kept in its home's private run log (the server has its short form, :mod:`transit_release.disclosure`), else the
+    kept in its home's private run log (the server has its short form, :mod:`transit_release.runtime.disclosure`), else the
     outcome the run reported (its ``outcome-…`` artifact), else its final state and message."""
 
     def __init__(self, deployments: list, out=None, interval: float = 2.0):
@@ -483,7 +483,7 @@ class OutcomeWatch:
     @staticmethod
     def full_line(run) -> str | None:
         """The line the run kept in its home's private run log, if any."""
-        from transit_release.disclosure import read_run_log
+        from transit_release.runtime.disclosure import read_run_log
 
         home = (run.parameters or {}).get("home")
         return read_run_log(Path(home).resolve()).get(str(run.id)) if home else None
@@ -522,7 +522,7 @@ def serve(path: str | Path = DEFAULT_FILE, api_url: str | None = None, health: S
 
     Once the scheduler is seen working, the command that starts a run of each deployment from another terminal is
     printed, a run of each deployment named in ``run_now`` is created (executed here at once, as a scheduled one),
-    and each finished run of a served deployment is printed as one line: its outcome (:mod:`transit_release.outcome`),
+    and each finished run of a served deployment is printed as one line: its outcome (:mod:`transit_release.runtime.outcome`),
     or its final state.
 
     Raises ``SchedulerError`` if, at start-up, the scheduler does not create the upcoming runs of every

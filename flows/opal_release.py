@@ -26,15 +26,17 @@ from tasks.stream import (bound_partitions_per_card, commit_partitions, content_
 from tasks.report import draw_report_figures, write_report
 from tasks.summary import REPORTS_OUTCOME, summarize
 from tasks.validate import validate_release_tables, validate_stops
-from transit_release import partition_store, progress, report_process, warmup
 from transit_release.config import ReleaseConfig, population_named
+from transit_release.files import partition_store
+from transit_release.files.partition_store import PartitionDataset
 from transit_release.inputs.screening import Period
-from transit_release.partition_store import PartitionDataset
-from transit_release.recovery import WorkDir, work_dir
+from transit_release.integrity.recovery import WorkDir, work_dir
 from transit_release.releases import opal
 from transit_release.releases.opal_expectation import Expectation, public_rules
+from transit_release.reports import report_process
+from transit_release.runtime import progress, warmup
+from transit_release.runtime.disclosure import refusals_kept_private
 from transit_release.version import code_version
-from transit_release.disclosure import refusals_kept_private
 
 
 def _mapped(task, label: str, chunks: list[list[tuple[str, str]]], before: tuple, after: tuple) -> list:

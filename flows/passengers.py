@@ -21,7 +21,7 @@ from tasks.inputs import record_content, tap_content
 from tasks.report import write_sequence_report
 from transit_release.inputs.screening import Period
 from transit_release.inputs.universe import LocationUniverse
-from transit_release.passenger_report import NOT_COMPUTED
+from transit_release.reports.passenger_report import NOT_COMPUTED
 
 
 @dataclass(frozen=True)

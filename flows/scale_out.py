@@ -37,15 +37,15 @@ from prefect.context import FlowRunContext
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from prefect_dask import DaskTaskRunner
 
-from transit_release.cluster import IN_PROCESS, local_workers
-from transit_release.home import cache_dir
+from transit_release.files.home import cache_dir
+from transit_release.runtime.cluster import IN_PROCESS, local_workers
 
 
-#: What the forkserver imports before it forks a local cluster's workers: first :mod:`transit_release.detached`
+#: What the forkserver imports before it forks a local cluster's workers: first :mod:`transit_release.runtime.detached`
 #: (the forkserver and its workers leave the command's process group: a terminal's Ctrl-C reaches the command
 #: alone), then third-party libraries only (see above). (``dask.dataframe``: pandera imports it the first time it
 #: builds a schema, about 0.8 s in every worker.)
-WORKER_PRELOAD = ("transit_release.detached", "distributed", "numpy", "pandas", "pyarrow", "pyarrow.dataset", "pyarrow.parquet", "pandera",
+WORKER_PRELOAD = ("transit_release.runtime.detached", "distributed", "numpy", "pandas", "pyarrow", "pyarrow.dataset", "pyarrow.parquet", "pandera",
                   "dask.dataframe", "great_expectations", "prefect", "prefect.task_engine", "prefect_dask")
 _START_METHOD = "distributed.worker.multiprocessing-method"
 

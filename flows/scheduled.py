@@ -14,7 +14,7 @@ from flows.sets_release import set_release
 from flows.trajectory_release import trajectory_release
 from tasks.schedule import locate_input, period_to_publish
 from tasks.summary import REPORTS_OUTCOME
-from transit_release.disclosure import refusals_kept_private
+from transit_release.runtime.disclosure import refusals_kept_private
 
 
 @flow(name="weekly-opal-release", persist_result=False, **REPORTS_OUTCOME)

@@ -20,8 +20,8 @@ from tasks.summary import REPORTS_OUTCOME
 from transit_release.config import population_named
 from transit_release.mechanisms.prefix_tree import Taxonomy
 from transit_release.releases import sequences
+from transit_release.runtime.disclosure import refusals_kept_private
 from transit_release.version import code_version
-from transit_release.disclosure import refusals_kept_private
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ budget or setup), offering the few steps that differ. :func:`publish_release` ru
 
     fingerprint the inputs → hold the release's lock (another run of it is waited for) → resolve the id
     (published before, or by the run waited for, from the same input: nothing drawn or spent; charged by a run
-    that is dead: refused, see :mod:`transit_release.release_lock`) → read the records → plan the spends
+    that is dead: refused, see :mod:`transit_release.runtime.release_lock`) → read the records → plan the spends
     → (a dry run: what to expect, the policy's verdict, and stop) → pre-check the budget → check the MLflow
     store and the free space → record what the records are (the overlap check between populations:
     :mod:`transit_release.accounting.claims`) → what to expect → charge → anchor the ledger → sanitize → evaluate
@@ -38,16 +38,16 @@ from tasks.publish import commit_release, load_manifest, stage_release, update_c
 from tasks.report import update_index
 from tasks.summary import summarize, summarize_dry_run
 from tasks.track import anchor_ledger, check_store, mark_published, track_release
-from transit_release import custodian, progress
 from transit_release.accounting.policy import BudgetPolicy
-from transit_release.faults import crash_point
 from transit_release.errors import ReleaseExistsError
-from transit_release.home import Home, check_release_id
-from transit_release.outcome import PUBLISHED_BY_ANOTHER_RUN
+from transit_release.files.home import Home, check_release_id
+from transit_release.files.publish import StagedRelease, population_ignored
 from transit_release.inputs.screening import Period
-from transit_release.publish import StagedRelease, population_ignored
-from transit_release.recovery import work_dir
-from transit_release.release_lock import release_lock
+from transit_release.integrity.recovery import work_dir
+from transit_release.runtime import custodian, progress
+from transit_release.runtime.faults import crash_point
+from transit_release.runtime.outcome import PUBLISHED_BY_ANOTHER_RUN
+from transit_release.runtime.release_lock import release_lock
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ class ReleaseKind:
     def workspace(self, run: ReleaseRun):
         """A context for reading through publishing (e.g. a working directory, a cluster); what it yields is given
         to :meth:`read`. By default the run's own working directory, locked while it lives: an audit meanwhile
-        knows the release is in flight (:func:`transit_release.recovery.live_release_ids`)."""
+        knows the release is in flight (:func:`transit_release.integrity.recovery.live_release_ids`)."""
         return work_dir(run.where, run.release_id)
 
     def read(self, run: ReleaseRun, workspace) -> Records:
@@ -139,7 +139,7 @@ class ReleaseKind:
 
     def expectation(self, run: ReleaseRun, records: Records):
         """What the release can be expected to publish, said to the custodian's terminal before the charge
-        (:mod:`transit_release.custodian`): public rules and internal figures of the records; None if the kind
+        (:mod:`transit_release.runtime.custodian`): public rules and internal figures of the records; None if the kind
         says nothing."""
         return None
 
@@ -281,7 +281,7 @@ def publish_release(kind: ReleaseKind, where: Home, policy: BudgetPolicy, popula
 @contextmanager
 def _one_run_of(where: Home, release_id: str):
     """This run alone of ``release_id`` in the home, from its resolution to its end
-    (:mod:`transit_release.release_lock`); another run of it is waited for, and said so."""
+    (:mod:`transit_release.runtime.release_lock`); another run of it is waited for, and said so."""
     from prefect import get_run_logger
 
     @contextmanager

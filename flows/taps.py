@@ -13,7 +13,7 @@ from tasks.ingest import ingest_stops, ingest_trips
 from tasks.screen import screen_trips, validate_trips_file
 from tasks.validate import validate_clean_trips, validate_stops
 from transit_release.config import KNOWN_MODES, QualityPolicy, ReleaseConfig, load_release_config
-from transit_release.home import Home
+from transit_release.files.home import Home
 
 
 def clean_taps(where: Home, release_id: str, trips: str, stops: str, period, quarantine_limit: float,

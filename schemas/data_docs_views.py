@@ -5,7 +5,7 @@ templates again (about fifty per site, half of a site's build). These views are 
 (:class:`~great_expectations.render.view.DefaultJinjaPageView` and the index's), named in the sites' configuration
 (:func:`schemas.expectations.site_config`), whose environment takes the compiled templates from a cache: in memory
 for the process, and on disk beside the other things rebuilt from the installed libraries alone
-(``~/.cache/transit-release``, :func:`transit_release.home.cache_dir`). Jinja keys each compiled template by its
+(``~/.cache/transit-release``, :func:`transit_release.files.home.cache_dir`). Jinja keys each compiled template by its
 name and checks it against its source's checksum and the Python version, so a cached template is always the
 template GE ships; the pages are the same, byte for byte. A cache that cannot be written is skipped.
 
@@ -32,7 +32,7 @@ class TemplateCache(BytecodeCache):
         with contextlib.suppress(OSError):
             import jinja2
 
-            from transit_release.home import cache_dir
+            from transit_release.files.home import cache_dir
 
             directory = cache_dir() / f"jinja2-{jinja2.__version__}-bytecode"
             directory.mkdir(parents=True, exist_ok=True)

@@ -6,23 +6,23 @@ cannot land in Prefect's result storage. Tasks that draw noise or charge the
 ledger have ``retries=0``: a retry could otherwise redraw noise.
 """
 
-from transit_release.telemetry import telemetry_off
+from transit_release.runtime.telemetry import telemetry_off
 
-telemetry_off()  # before Prefect and MLflow are imported (see transit_release.telemetry)
+telemetry_off()  # before Prefect and MLflow are imported (see transit_release.runtime.telemetry)
 
 from prefect import task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 
 import functools  # noqa: E402
 
-from transit_release.disclosure import install_log_filter, refusals_kept_private  # noqa: E402
+from transit_release.runtime.disclosure import install_log_filter, refusals_kept_private  # noqa: E402
 
 install_log_filter()  # Prefect's logging is configured once imported (again: at each flow's start)
 
 
 def data_task(fn=None, **options):
     """The decorator every task here uses: no cache, no stored result, no retry, and a refusal leaving it kept off a
-    shared Prefect server (:mod:`transit_release.disclosure`). ``@data_task(name=...)`` or ``@data_task``."""
+    shared Prefect server (:mod:`transit_release.runtime.disclosure`). ``@data_task(name=...)`` or ``@data_task``."""
     if fn is None:
         return lambda f: data_task(f, **options)
     return task(refusals_kept_private(fn), **{"cache_policy": NO_CACHE, "persist_result": False, "retries": 0,
@@ -31,10 +31,10 @@ def data_task(fn=None, **options):
 
 def bulk_task(**options):
     """:data:`data_task` for a step that builds millions of small objects (a passenger file's records, a release,
-    its evaluation): Python's cyclic collector pauses while it runs (:func:`transit_release.collector.bulk`)."""
+    its evaluation): Python's cyclic collector pauses while it runs (:func:`transit_release.runtime.collector.bulk`)."""
     from functools import wraps
 
-    from transit_release.collector import bulk
+    from transit_release.runtime.collector import bulk
 
     def decorate(fn):
         @wraps(fn)
@@ -61,7 +61,7 @@ def evaluation_task(fn=None, **options):
     leaves it as :class:`EvaluationFailed` (its class only, without its message or the chain), and the tail
     publishes without the evaluation (:func:`flows.tail._evaluate_after_charge`). Python's cyclic collector pauses
     while it runs, as in :func:`bulk_task`."""
-    from transit_release.collector import bulk
+    from transit_release.runtime.collector import bulk
 
     if fn is None:
         return lambda f: evaluation_task(f, **options)

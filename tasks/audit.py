@@ -17,11 +17,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tasks import data_task
-from transit_release import audit, recovery, release_index
 from transit_release.accounting import ledger as ledger_records
 from transit_release.accounting.ledger import Ledger, key_from_environment
 from transit_release.errors import ConfigError, LedgerStorageError, TransitReleaseError
-from transit_release.home import Home
+from transit_release.files.home import Home
+from transit_release.integrity import audit, recovery
+from transit_release.reports import release_index
 
 SNAPSHOT = "ledger.sqlite"
 _STORAGE_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EROFS, errno.EDQUOT)
@@ -229,7 +230,7 @@ def write_audit_report(home: Home, result: dict, caps: dict, folder: str | None 
         raise ConfigError(f"report folder {folder!r}: name it audit-<lowercase letters, digits, dashes>, "
                           "e.g. audit-scheduled")
     now = datetime.now(timezone.utc)
-    from transit_release import report  # matplotlib: imported when a report is drawn
+    from transit_release.reports import report  # matplotlib: imported when a report is drawn
     name = folder or f"audit-{now.strftime('%Y%m%dT%H%M%S%fZ')}"
     out = home.reports / (f".{name}.{now.strftime('%Y%m%dT%H%M%S%fZ')}.tmp" if folder else name)
     path = report.write_audit_report(out, result, caps)

@@ -7,16 +7,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tasks import data_task
-from transit_release.faults import crash_point
+from transit_release.runtime.faults import crash_point
 from transit_release.accounting.ledger import (Ledger, refuse_second_charge,
                                                storage_error)
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
-from transit_release.anchors import check_ledger_whole, check_records, home_anchors, refuse_an_emptied_ledger
-from transit_release.outcome import exit_code
-from transit_release.recovery import live_release_ids
-from transit_release.home import Home, check_release_id
 from transit_release.errors import ConfigError, LedgerIntegrityError, ReleaseExistsError
-from transit_release.publish import recognising_earlier_fingerprints, resolve_release_id
+from transit_release.files.home import Home, check_release_id
+from transit_release.files.publish import recognising_earlier_fingerprints, resolve_release_id
+from transit_release.integrity.anchors import check_ledger_whole, check_records, home_anchors, refuse_an_emptied_ledger
+from transit_release.integrity.recovery import live_release_ids
+from transit_release.runtime.outcome import exit_code
 
 
 @dataclass(frozen=True)
@@ -57,10 +57,10 @@ def same_spend(component: str, epsilon: float, fingerprint: str) -> Callable[[li
 
 @data_task(name="check-earlier-charge")
 def refuse_a_dead_runs_charge(home: Home, release_id: str) -> None:
-    """With the release's lock held (:mod:`transit_release.release_lock`): a release already charged and not
+    """With the release's lock held (:mod:`transit_release.runtime.release_lock`): a release already charged and not
     published was charged by a run that is dead; refused with what became of it and what ``repair`` does."""
-    from transit_release.recovery import pending_intents
-    from transit_release.release_lock import charged_by_a_dead_run
+    from transit_release.integrity.recovery import pending_intents
+    from transit_release.runtime.release_lock import charged_by_a_dead_run
 
     if not home.ledger.exists():
         return
@@ -166,7 +166,7 @@ def charge_budget(home: Home, events: list, policy: BudgetPolicy, attempt: str |
     """Check the budget policy (and, given the ``attempt`` :func:`record_claim` recorded, that no release of
     another population read the same records) and write every spend to the ledger, in one transaction,
     before any noise is drawn. A refusal writes nothing; so does a ledger that lacks any anchor
-    the home holds (:mod:`transit_release.anchors`)."""
+    the home holds (:mod:`transit_release.integrity.anchors`)."""
     crash_point("before-charge")
     ledger = Ledger(home.ledger)
     _refuse_an_emptied_ledger(home, ledger.head().seq)

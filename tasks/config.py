@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tasks import data_task
-from transit_release.cluster import check_workers_setting
 from transit_release.config import ReleaseConfig, load_release_config, release_unit
+from transit_release.runtime.cluster import check_workers_setting
 
 
 @data_task(name="load-release-config")

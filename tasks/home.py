@@ -9,12 +9,12 @@ from pathlib import Path
 from prefect import get_run_logger
 
 from tasks import data_task
-from transit_release import recovery
 from transit_release.accounting.ledger import check_key_place
 from transit_release.errors import ConfigError
-from transit_release.home import UMASK, Home
-from transit_release.opendata import settings as open_data_settings
+from transit_release.files.home import UMASK, Home
+from transit_release.integrity import recovery
 from transit_release.noise import TEST_SEED_ENV
+from transit_release.opendata import settings as open_data_settings
 
 
 @data_task(name="prepare-home")
@@ -60,8 +60,8 @@ def relative(home: Home, path: str | Path) -> str:
 @data_task(name="check-free-space")
 def check_free_space(home: Home, needed: dict[str, int], release_id: str) -> None:
     """Before the charge: every filesystem the release writes to has the room the release still needs there (see
-    :mod:`transit_release.storage`), or the release is refused with nothing charged."""
-    from transit_release import storage
+    :mod:`transit_release.files.storage`), or the release is refused with nothing charged."""
+    from transit_release.files import storage
     from transit_release.noise import NoiseSource
 
     root = home.release_root(NoiseSource.from_environment().kind)
@@ -73,6 +73,6 @@ def check_free_space(home: Home, needed: dict[str, int], release_id: str) -> Non
 @data_task(name="records-space-needed")
 def records_space_needed() -> dict[str, int]:
     """Bytes a passenger-level release still writes once charged (public: never from its input)."""
-    from transit_release import storage
+    from transit_release.files import storage
 
     return storage.records_release_needs()

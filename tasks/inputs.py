@@ -13,14 +13,14 @@ from pathlib import Path
 from prefect import get_run_logger
 
 from tasks import data_task
-from transit_release.disclosure import log_internal
 from transit_release.errors import InputDataError
-from transit_release.home import Home
+from transit_release.files.home import Home
 from transit_release.inputs import content
 from transit_release.inputs import tables as io
 from transit_release.inputs import universe as universes
 from transit_release.inputs.refusals import refusal
 from transit_release.inputs.screening import Period, parse_period
+from transit_release.runtime.disclosure import log_internal
 
 
 @data_task(name="declared-period")

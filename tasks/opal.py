@@ -9,7 +9,7 @@ import pandas as pd
 from tasks import data_task
 from transit_release.accounting.events import DEFAULT_POPULATION
 from transit_release.config import ReleaseConfig
-from transit_release.partition_store import PartitionDataset
+from transit_release.files.partition_store import PartitionDataset
 from transit_release.releases import opal
 
 
@@ -42,7 +42,7 @@ def tracking_record(manifest: dict, utility: pd.DataFrame, quarantine: dict, val
 def count_true_cells(dataset: PartitionDataset, partitions: list[tuple[str, str]], config: ReleaseConfig) -> tuple:
     """Internal: the cells of the stored partitions by their true counts, per published file
     (:func:`~transit_release.releases.opal_expectation.count_cells`); for the custodian's terminal only."""
-    from transit_release.partition_store import read_partition_histograms
+    from transit_release.files.partition_store import read_partition_histograms
     from transit_release.releases.opal_expectation import count_cells
 
     return count_cells((read_partition_histograms(dataset, mode, date) for mode, date in partitions), config)
@@ -50,9 +50,9 @@ def count_true_cells(dataset: PartitionDataset, partitions: list[tuple[str, str]
 
 @data_task(name="space-needed")
 def space_needed(period, config, index_path: str) -> dict[str, int]:
-    """Bytes the release still writes once charged, per place (:mod:`transit_release.storage`): its public files
+    """Bytes the release still writes once charged, per place (:mod:`transit_release.files.storage`): its public files
     from the public domain alone, the release suite's Data Docs and MLflow's copy of both sites."""
-    from transit_release import storage
+    from transit_release.files import storage
     from transit_release.preprocessing import load_location_index
 
     vocab = load_location_index(index_path).vocab  # the stop table's locations: public

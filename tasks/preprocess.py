@@ -8,7 +8,7 @@ import pandas as pd
 from tasks import data_task
 from transit_release import preprocessing
 from transit_release.config import ReleaseConfig
-from transit_release.recovery import WorkDir
+from transit_release.integrity.recovery import WorkDir
 
 
 @data_task(name="location-index")

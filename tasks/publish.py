@@ -9,14 +9,15 @@ from pathlib import Path
 import pandas as pd
 
 from tasks import data_task
-from transit_release.faults import crash_point
-from transit_release import opendata, publish
-from transit_release.opendata import catalog, settings as open_data_settings
+from transit_release import opendata
 from transit_release.accounting.accountant import cumulative_for
 from transit_release.accounting.ledger import SPEND, Ledger
 from transit_release.accounting.person import person_loss
 from transit_release.accounting.policy import BudgetPolicy
-from transit_release.home import Home
+from transit_release.files import publish
+from transit_release.files.home import Home
+from transit_release.opendata import catalog, settings as open_data_settings
+from transit_release.runtime.faults import crash_point
 
 
 @data_task(name="stage-release")

@@ -12,15 +12,15 @@ import pandas as pd
 
 from schemas import expectations
 from tasks import data_task
-from transit_release.releases import opal
 from transit_release.config import MARGINALS, ReleaseConfig
 from transit_release.errors import InputDataError, TransitReleaseError
-from transit_release.home import Home
-from transit_release.releases.opal import OUTPUT_COLUMNS
-from transit_release.partition_store import PartitionDataset
-from transit_release.preprocessing import location_label, time_label
+from transit_release.files.home import Home
+from transit_release.files.partition_store import PartitionDataset
 from transit_release.inputs.screening import GateFigures
 from transit_release.inputs.streaming import PreparedPartition
+from transit_release.preprocessing import location_label, time_label
+from transit_release.releases import opal
+from transit_release.releases.opal import OUTPUT_COLUMNS
 
 
 #: The folder beside the two Data Docs sites (``data_docs/raw``, ``data_docs/release``) that holds their pages'

@@ -10,9 +10,10 @@ from pathlib import Path
 import pandas as pd
 
 from tasks import data_task
-from transit_release import opendata, release_index, report_process
-from transit_release.home import Home
+from transit_release import opendata
+from transit_release.files.home import Home
 from transit_release.releases import opal
+from transit_release.reports import release_index, report_process
 
 
 def _links(home: Home, manifest: dict, out: Path) -> dict[str, str]:
@@ -44,7 +45,7 @@ def _write_summary(out: Path, summary: dict) -> None:
 def draw_report_figures(home: Home, manifest: dict, utility: pd.DataFrame,
                         outcomes: list[opal.PartitionOutcome]) -> str:
     """The Opal release's report figures (true next to released counts), drawn in a process of their own
-    (:mod:`transit_release.report_process`) while the flow goes on; the report's folder."""
+    (:mod:`transit_release.reports.report_process`) while the flow goes on; the report's folder."""
     out = home.reports / manifest["release_id"]
     out.mkdir(parents=True, exist_ok=True)
     report_process.draw(out, manifest["privacy"], utility, opal.released_vs_true(outcomes))
@@ -58,7 +59,7 @@ def write_report(home: Home, work: str, manifest: dict, utility: pd.DataFrame, q
     its index summary."""
     out = Path(figures)
     links = {**_links(home, manifest, out), **_keep_validation(work, out)}
-    from transit_release import report
+    from transit_release.reports import report
 
     report.write_report(out, manifest, utility, links=links, quarantine=quarantine, figures_drawn=True)
     _write_summary(out, {"trip_coverage": float(utility["trip_coverage"].mean())})
@@ -72,7 +73,7 @@ def write_sequence_report(home: Home, manifest: dict, metrics: dict, quarantine:
     plots) and its index summary."""
     out = home.reports / manifest["release_id"]
     out.mkdir(parents=True, exist_ok=True)
-    from transit_release import report  # matplotlib: imported when a report is drawn
+    from transit_release.reports import report  # matplotlib: imported when a report is drawn
     report.write_sequence_report(out, manifest, metrics, quarantine, _links(home, manifest, out), figures)
     _write_summary(out, metrics)
     return str(out)

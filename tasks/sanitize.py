@@ -21,11 +21,12 @@ import socket
 
 from schemas import PartitionMarginals, marginals_frame, validate
 from tasks import data_task
-from transit_release import cluster, partition_store
 from transit_release.accounting.ledger import Ledger
 from transit_release.config import ReleaseConfig
+from transit_release.files import partition_store
 from transit_release.noise import NoiseSource
 from transit_release.releases import opal
+from transit_release.runtime import cluster
 
 
 def _sanitize_one(dataset, charged: list, mode: str, date: str, config: ReleaseConfig,

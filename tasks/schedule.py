@@ -8,8 +8,8 @@ from pathlib import Path
 from prefect.runtime import flow_run
 
 from tasks import data_task
-from transit_release import schedule
 from transit_release.errors import InputDataError
+from transit_release.inputs import schedule
 
 
 @data_task(name="period-to-publish")

@@ -12,12 +12,12 @@ from prefect import get_run_logger
 
 from schemas import TripsFile, validate
 from tasks import data_task
-from transit_release.disclosure import log_internal
-from transit_release.inputs import screening
 from transit_release.config import ReleaseConfig
 from transit_release.errors import InputDataError
+from transit_release.files.home import Home
+from transit_release.inputs import screening
 from transit_release.inputs.refusals import refusal
-from transit_release.home import Home
+from transit_release.runtime.disclosure import log_internal
 
 
 @data_task(name="validate-trips-file")

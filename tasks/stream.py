@@ -20,15 +20,15 @@ from schemas import EncodedPartition, PartitionTrips, TripsFile
 from schemas import expectations
 from schemas.validation import check, validate
 from tasks import data_task
-from transit_release.disclosure import log_internal
-from transit_release import partition_store
 from transit_release.config import ReleaseConfig
 from transit_release.errors import InputDataError
-from transit_release.home import Home
+from transit_release.files import partition_store
+from transit_release.files.home import Home
 from transit_release.inputs import screening, streaming
+from transit_release.integrity.recovery import WorkDir
 from transit_release.noise import NoiseSource
 from transit_release.preprocessing import key_space_of, load_location_index
-from transit_release.recovery import WorkDir
+from transit_release.runtime.disclosure import log_internal
 
 
 class PartitionCheckError(InputDataError):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tasks import data_task
-from transit_release import outcome
-from transit_release.home import Home
+from transit_release.files.home import Home
+from transit_release.runtime import outcome
 
 
 @data_task(name="summarize-release")
@@ -31,18 +31,18 @@ def summarize_dry_run(release_id: str, period, period_declared: bool, events: li
 
 
 def _report(flow, flow_run, state) -> None:
-    """Say a run's outcome (see :mod:`transit_release.outcome`): one line at INFO in the run's log, and a Markdown
+    """Say a run's outcome (see :mod:`transit_release.runtime.outcome`): one line at INFO in the run's log, and a Markdown
     artifact on the run. Only the outermost run says it: a scheduled run's release flow is its subflow, and its
     outcome is the scheduled run's. On a Prefect server other than the command's own, a refusal is said as its
     class and exit code only, and the full line goes to the home's private run log
-    (:mod:`transit_release.disclosure`)."""
+    (:mod:`transit_release.runtime.disclosure`)."""
     if flow_run.parent_task_run_id is not None:
         _discard_pickled_exception(state)
         return
     from prefect.artifacts import MarkdownArtifact
     from prefect.logging.loggers import flow_run_logger
 
-    from transit_release import disclosure
+    from transit_release.runtime import disclosure
 
     shared = disclosure.shared_api()
     summary = None

@@ -29,10 +29,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tasks import data_task
-from transit_release import audit
 from transit_release.accounting.ledger import Ledger, anchor_mac
-from transit_release.home import Home, cache_dir
-from transit_release.publish import rows_released
+from transit_release.files.home import Home, cache_dir
+from transit_release.files.publish import rows_released
+from transit_release.integrity import audit
 
 EXPERIMENT = "transit-release"
 AUDIT_EXPERIMENT = "transit-release-audit"
@@ -280,7 +280,7 @@ def _mirrored_spends(params: dict) -> dict[int, tuple[str, float, float]]:
 @data_task(name="read-mlflow-mirror")
 def read_mirror(home: Home) -> list:
     """Every run of the release experiment, deleted ones included, as the audit needs them."""
-    from transit_release.audit import MirrorRun
+    from transit_release.integrity.audit import MirrorRun
 
     if not home.mlflow_db.exists():
         return []

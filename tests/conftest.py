@@ -142,7 +142,7 @@ WEEK_PERIOD = _week_period()
 def _store_cache(tmp_path_factory):
     """The empty MLflow store new homes copy is made once per session, in the session's temporary directory
     (not in the user's ~/.cache); subprocesses inherit the setting."""
-    from transit_release.home import CACHE_ENV
+    from transit_release.files.home import CACHE_ENV
 
     os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("transit-release-cache"))
 

@@ -1,7 +1,7 @@
 """A home holding eight published releases of every kind, built from the library without a Prefect flow.
 
 Each release is planned, charged on a real ledger, staged and committed with the functions the flows call
-(:func:`transit_release.publish.stage_release` with the open-data files, :func:`transit_release.publish.commit_release`),
+(:func:`transit_release.files.publish.stage_release` with the open-data files, :func:`transit_release.files.publish.commit_release`),
 its manifest stating where one passenger stood at publication (:func:`~transit_release.accounting.person.person_loss`
 of the ledger so far; basic composition only: its privacy-loss-distribution figure costs a second or two per
 release, and the flows' tests state it). Its MLflow run is a real run of the release experiment (named by the id,
@@ -19,16 +19,18 @@ from pathlib import Path
 import numpy as np
 
 from tests.test_opendata import UNIVERSE, opal_tables
-from transit_release import opendata, publish, release_index
+from transit_release import opendata
 from transit_release.accounting.accountant import cumulative_for
 from transit_release.accounting.ledger import SPEND, Ledger
 from transit_release.accounting.person import person_loss
 from transit_release.accounting.policy import load_budget_policy
 from transit_release.config import load_release_config
+from transit_release.files import publish
 from transit_release.inputs.screening import Period
 from transit_release.inputs.sets import format_sets
 from transit_release.opendata import settings
 from transit_release.releases import opal, sequences, sets, trajectories
+from transit_release.reports import release_index
 
 KINDS = ("opal", "sequences", "trajectories", "sets")
 PER_KIND = 8
@@ -87,7 +89,7 @@ def build(home: Path, per_kind: int = PER_KIND, with_pld: bool = False) -> list[
     write its index. Returns the release ids, in publication order. ``with_pld``: the manifests state a
     passenger's loss by privacy-loss distributions too, as releases do (a second or two more per release)."""
     from tasks.track import ANCHOR_EXPERIMENT, EXPERIMENT, mlflow_client
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
     home.mkdir(parents=True, exist_ok=True)
     where = Home(home)

@@ -107,7 +107,7 @@ def test_52_weekly_card_releases_by_basic_composition_and_by_pld():
 
 
 def test_after_a_trip_level_release_the_per_card_loss_of_its_period_is_unbounded():
-    from transit_release.audit import card_unbounded_periods
+    from transit_release.integrity.audit import card_unbounded_periods
 
     class E:  # a ledger entry as the audit reads it
         def __init__(self, ev):

@@ -261,8 +261,8 @@ def test_the_same_date_less_file_for_another_period_is_refused(tmp_path, role):
     for February goes on."""
     from tasks.budget import charge_budget, check_budget, record_claim
     from transit_release.errors import BudgetError
-    from transit_release.home import Home
-    from transit_release.outcome import exit_code
+    from transit_release.files.home import Home
+    from transit_release.runtime.outcome import exit_code
 
     home = Home.at(tmp_path / "home").prepare()
     policy = load_budget_policy()

@@ -16,7 +16,7 @@ from tests.conftest import WEEK_FLAGS
 
 from flows.deployments import free_port
 from transit_release.cli import main
-from transit_release.release_index import collect_releases, render_index
+from transit_release.reports.release_index import collect_releases, render_index
 
 CHROMIUM = "/usr/bin/chromium"
 

@@ -393,7 +393,7 @@ def test_a_new_homes_server_starts_from_the_empty_database_template(tmp_path, mo
     import sqlite3
 
     from flows import deployments
-    from transit_release.home import CACHE_ENV
+    from transit_release.files.home import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     seeded = []
@@ -478,7 +478,7 @@ def test_two_served_runs_of_one_release_race_and_the_later_ends_published_by_ano
     "published by another run" (exit 0, nothing spent). The refused run's state, logs and outcome artifact on the
     server say its class and exit code only; serve prints its full line, which the home's private run log keeps.
     The audit is then started with serve's printed `prefect deployment run` hint, as printed."""
-    from transit_release.faults import PAUSE_ENV, PAUSE_FILE_ENV
+    from transit_release.runtime.faults import PAUSE_ENV, PAUSE_FILE_ENV
 
     home, inbox, elsewhere, cue = tmp_path / "home", tmp_path / "inbox", tmp_path / "ops", tmp_path / "cue"
     inbox.mkdir()
@@ -567,7 +567,7 @@ def test_serve_of_the_audit_alone_from_prefect_yaml_outside_the_project_serves_t
     that does not exist yet: `serve --only monthly-audit` asks for nothing else, starts its own server, which serves
     Prefect's UI at the printed link, prints no warning about Prefect's home, and its printed `prefect deployment
     run` hint, run as printed in a terminal without PREFECT_API_URL, starts a run that serve executes."""
-    from transit_release.home import CACHE_ENV
+    from transit_release.files.home import CACHE_ENV
 
     home, elsewhere = tmp_path / "new-home", tmp_path / "ops"
     elsewhere.mkdir()

@@ -10,12 +10,13 @@ import sys
 import numpy as np
 import pytest
 
-from transit_release import analysis, custodian
+from transit_release import analysis
 from transit_release.config import MARGINALS, load_release_config
 from transit_release.opendata.uncertainty import uncertainty_rows
 from transit_release.preprocessing import Histogram, PartitionHistograms
 from transit_release.releases.opal import privacy_statement
 from transit_release.releases.opal_expectation import Expectation, count_cells, public_rules
+from transit_release.runtime import custodian
 
 
 @pytest.mark.parametrize("unit,epsilons", [("card", None), ("trip", None), ("card", [0.2, 0.1, 0.3, 0.1, 0.5, 1])])

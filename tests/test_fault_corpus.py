@@ -32,9 +32,9 @@ import pytest
 from tests.conftest import WEEK, WEEK_FLAGS
 from transit_release.accounting.ledger import Ledger
 from transit_release.cli import main
-from transit_release.faults import PAUSE_ENV, PAUSE_FILE_ENV
+from transit_release.files.publish import stage_release
 from transit_release.noise import TEST_SEED_ENV
-from transit_release.publish import stage_release
+from transit_release.runtime.faults import PAUSE_ENV, PAUSE_FILE_ENV
 
 #: The command's exit after a terminal's Ctrl-C, at any stage (seconds): a bound that tells "at once" from the
 #: retries of a dead API (150 s) on a loaded test machine; the 2 s target is measured by
@@ -74,7 +74,7 @@ def spends(home: Path) -> int:
 
 def published(home: Path) -> list[str]:
     """The release folders under ``releases/`` (the DCAT catalogue beside them is not a release)."""
-    from transit_release.home import RELEASES_TOOL_FILES
+    from transit_release.files.home import RELEASES_TOOL_FILES
 
     releases = home / "releases"
     return sorted(p.name for p in releases.iterdir() if p.name not in RELEASES_TOOL_FILES) if releases.is_dir() else []
@@ -249,7 +249,7 @@ def test_a_stop_table_over_the_size_read_is_refused_before_it_is_read(tmp_path, 
     """atk39 #9: a stop table has no bound, so the refusal of a bad row in a 400,000-row table took 6 s and one of
     2 million rows 27 s and 775 MB. The table is checked whole, so its size is bounded (rows, and bytes), checked
     before it is read (benchmarks/bench_cli_latency.py times a table at the bound)."""
-    from transit_release import preflight
+    from transit_release.cli import preflight
     from transit_release.errors import InputDataError
 
     table = pd.DataFrame({"stop_id": range(11), "mode": ["bus"] * 11, "name": [f"S{i}" for i in range(11)],
@@ -288,7 +288,7 @@ def test_location_ids_and_ledgers_that_would_lie_are_refused(tmp_path):
     """A locations file's ids are published too: no hidden characters. A ledger kept in a public tree is refused
     like a home there."""
     from transit_release.errors import ConfigError, InputDataError
-    from transit_release.home import Home
+    from transit_release.files.home import Home
     from transit_release.inputs.universe import read_locations_file
 
     f = tmp_path / "locations.txt"
@@ -342,7 +342,7 @@ def test_naive_parquet_and_csv_of_the_same_week_publish_the_same_bytes(prefect_h
 # ---- a full disk: refused before the charge; a storage error after it is one line ---------------------------
 
 def test_too_little_free_space_is_refused_before_the_charge(prefect_harness, week, tmp_path, capsys, monkeypatch):
-    from transit_release import storage
+    from transit_release.files import storage
 
     real = shutil.disk_usage
     monkeypatch.setattr(storage.shutil, "disk_usage",
@@ -382,9 +382,9 @@ def test_every_filesystem_a_release_writes_to_is_checked_and_one_shared_is_count
     """atk39 #2 at the library level: the parts of the estimate go to the filesystem of the directory each is
     written in (releases/, release_reports/, mlartifacts/, private/, the ledger's, the home's records) and add up
     per filesystem (device number)."""
-    from transit_release import storage
     from transit_release.errors import InsufficientSpaceError
-    from transit_release.home import Home
+    from transit_release.files import storage
+    from transit_release.files.home import Home
 
     home = Home.at(tmp_path / "home", tmp_path / "elsewhere" / "ledger.sqlite").prepare()
     for where in storage.places(home, home.releases).values():
@@ -424,8 +424,8 @@ def test_a_catalogue_that_cannot_be_rewritten_after_a_publication_is_a_warning_a
     from tasks.publish import update_catalog
     from tasks.report import update_index
     from tests.test_tamper_corpus import _build
-    from transit_release import recovery
-    from transit_release.home import Home
+    from transit_release.files.home import Home
+    from transit_release.integrity import recovery
     from transit_release.opendata import catalog
 
     built = _build(tmp_path / "built", keyed=False)
@@ -441,7 +441,7 @@ def test_a_catalogue_that_cannot_be_rewritten_after_a_publication_is_a_warning_a
     note = update_catalog.fn(home, str(home.releases / "r2"))
     assert note == ("releases/catalog.jsonld could not be rewritten (No space left on device), so it does not list "
                     "r2 yet; run `transit-release repair` once there is room: it rebuilds the catalogue")
-    from transit_release import release_index
+    from transit_release.reports import release_index
 
     monkeypatch.setattr(release_index.os, "replace", full)
     assert update_index.fn(home, None, after_publication=True).startswith(
@@ -457,7 +457,7 @@ def test_a_storage_error_after_the_charge_is_one_line_with_the_state_and_repair(
                                                                                 capsys, monkeypatch):
     import errno
 
-    from transit_release import publish
+    from transit_release.files import publish
 
     def disk_full(root, release_id, *args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(root / release_id))
@@ -581,7 +581,7 @@ def test_ctrl_c_at_every_stage_exits_130_at_once_and_leaves_what_repair_handles(
                         "and not published; `transit-release repair` removes what the run left; the same id "
                         "cannot be charged again")
     assert published(home) == []  # nothing visible: no staged release was renamed into releases/
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
     if stage == "before-charge" and not Home.at(home).is_home():
         # the interrupted command removed all it had created: there is no home to repair or audit (#42 item 2)
@@ -651,7 +651,7 @@ def test_the_csv_guard_never_publishes_two_values_alike_and_parquet_keeps_them(k
     files, which need no guard; passenger kinds merged the two). The guard is one-to-one on every kind's tables: a
     cell starting with ' gets one more, removing one leading ' gives the value; Parquet holds the values as they are."""
     from tests.test_publish import manifest
-    from transit_release.publish import unguard_cell
+    from transit_release.files.publish import unguard_cell
 
     tables = _every_kinds_tables()[kind]
     staged = stage_release(tmp_path / "releases", "r1", tables, manifest(), "card")
@@ -668,7 +668,7 @@ def test_the_csv_guard_never_publishes_two_values_alike_and_parquet_keeps_them(k
 
 
 def test_the_guard_is_one_to_one():
-    from transit_release.publish import neutralise_cell, unguard_cell
+    from transit_release.files.publish import neutralise_cell, unguard_cell
 
     values = ["=Z1", "'=Z1", "''=Z1", "'", "''", "-1", "'-1", "+1", "A", " =1", "' =1", "\uff1d1", "'\uff1d1", ""]
     guarded = [neutralise_cell(v) for v in values]
@@ -681,10 +681,10 @@ def test_every_name_the_tool_writes_beside_the_releases_is_a_reserved_release_id
     release was charged and failed (`File exists`). Every name the tool writes under releases/ and release_reports/
     beside the release folders (the catalogue, the index, the audit history, an audit's folder, their temporary
     files) is refused as a release id, before anything is charged."""
-    from transit_release import release_index
     from transit_release.errors import ConfigError
-    from transit_release.home import Home, check_release_id
+    from transit_release.files.home import Home, check_release_id
     from transit_release.opendata.catalog import write_catalog
+    from transit_release.reports import release_index
 
     home = Home.at(tmp_path / "home").prepare()
     write_catalog(home.root, home.releases)
@@ -708,7 +708,7 @@ def test_a_torn_last_line_of_the_audit_history_never_swallows_the_next_audit(tmp
     """atk39 #11: a history ending without its newline (a full disk or a kill during the append) had the next
     audit's record appended onto the torn line, and the merged line was skipped as unreadable: a FAILED audit could
     vanish from "Earlier audits"."""
-    from transit_release import release_index
+    from transit_release.reports import release_index
 
     reports = tmp_path / "release_reports"
     reports.mkdir()
@@ -727,8 +727,8 @@ def _published_home(tmp_path, rid="r1"):
     """A home with one release charged and published at the library level (no Prefect, no MLflow)."""
     from tests.test_accounting import partition_events
     from tests.test_publish import manifest, tables
-    from transit_release.home import Home
-    from transit_release.publish import commit_release
+    from transit_release.files.home import Home
+    from transit_release.files.publish import commit_release
 
     home = Home.at(tmp_path / "home").prepare()
     ledger = Ledger(home.ledger)
@@ -743,7 +743,7 @@ def test_a_catalogue_rewrite_killed_midway_is_removed_by_repair_which_rebuilds_t
     ignored it, the audit failed and every later charge exited 4 until it was deleted by hand, and the release stayed
     missing from the catalogue. Now the charge's records check knows it for the tool's, `repair` removes it under the
     catalogue's lock and rebuilds the catalogue, and the next catalogue write removes it too."""
-    from transit_release.anchors import check_records
+    from transit_release.integrity.anchors import check_records
     from transit_release.opendata.catalog import CATALOG
 
     home, ledger = _published_home(tmp_path)
@@ -767,7 +767,7 @@ def test_a_storage_error_on_the_ledger_is_never_called_a_corrupt_ledger(failure,
     (disk I/O error); restore it from a backup". The ledger was intact; following the advice would have rolled 168
     spends back. A storage error is exit 1, says the records are not in question and never advises a restore."""
     from transit_release.errors import LedgerStorageError
-    from transit_release.outcome import exit_code
+    from transit_release.runtime.outcome import exit_code
 
     home, ledger = _published_home(tmp_path)
     real = Ledger._connect
@@ -795,7 +795,7 @@ def test_the_staging_place_is_tested_by_a_real_rename(tmp_path, monkeypatch):
     of an empty directory decides: where it fails with EXDEV, releases are staged in the release root itself."""
     import errno
 
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
     home = Home.at(tmp_path / "home").prepare()
     assert home.staging_root(home.releases) == home.staging
@@ -814,7 +814,7 @@ def test_the_staging_place_is_tested_by_a_real_rename(tmp_path, monkeypatch):
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mount"), reason="a bind mount needs root")
 def test_a_release_into_a_bind_mounted_releases_directory_publishes(tmp_path):
     """The finding itself, on a real bind mount of the same filesystem: charged, staged and published."""
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
     web = tmp_path / "webroot"
     web.mkdir()
@@ -855,7 +855,7 @@ def test_a_dry_run_the_policy_refuses_exits_3(tmp_path, capsys):
     from tests.test_accounting import partition_events
     from transit_release.accounting.policy import load_budget_policy
     from transit_release.cli.printing import summary_exit
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
     home = Home.at(tmp_path / "home").prepare()
     refusing = replace(load_budget_policy(), allow_unbounded_person_loss=False)
@@ -930,9 +930,9 @@ def test_an_impossible_delta_prime_is_refused_and_no_audit_is_recorded(value, tm
 def test_two_homes_sharing_a_ledger_are_told_so(tmp_path):
     """Two homes sharing `--ledger`: every release of the second was refused with "records disagree"; the refusal
     now says the ledger is another home's."""
-    from transit_release.anchors import check_records
     from transit_release.errors import LedgerIntegrityError
-    from transit_release.home import Home
+    from transit_release.files.home import Home
+    from transit_release.integrity.anchors import check_records
 
     first, ledger = _published_home(tmp_path)
     second = Home.at(tmp_path / "second", first.ledger).prepare()
@@ -948,9 +948,9 @@ def test_two_homes_sharing_a_ledger_are_told_so(tmp_path):
 def test_a_home_or_a_backup_inside_another_homes_linked_releases_is_refused(tmp_path):
     """`--home` inside another home's symlinked `releases/` was accepted, and so was `backup --to` another home's
     `releases/`: both would publish a ledger."""
-    from transit_release import recovery
     from transit_release.errors import ConfigError
-    from transit_release.home import Home
+    from transit_release.files.home import Home
+    from transit_release.integrity import recovery
 
     web = tmp_path / "webroot"
     web.mkdir()
@@ -970,8 +970,8 @@ def test_a_home_or_a_backup_inside_another_homes_linked_releases_is_refused(tmp_
 
 def test_the_free_space_the_docs_state_is_what_a_release_asks(tiny_week):
     """The free space asked (199 MiB) differed from the docs (32 MiB)."""
-    from transit_release import storage
     from transit_release.config import load_release_config
+    from transit_release.files import storage
     from transit_release.inputs.tables import read_stops
     from transit_release.preprocessing import build_location_index
 

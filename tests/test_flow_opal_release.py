@@ -16,7 +16,7 @@ from tests.open_data_checks import check_open_data
 
 from transit_release.accounting.ledger import Ledger
 from transit_release.errors import ReleaseExistsError, SchemaViolationError
-from transit_release.home import Home
+from transit_release.files.home import Home
 
 pytestmark = pytest.mark.flow
 
@@ -254,7 +254,8 @@ def test_a_release_that_fails_while_its_figures_are_drawn_waits_for_them_and_kee
     import time
 
     from flows.opal_release import opal_release
-    from transit_release import publish, report_process
+    from transit_release.files import publish
+    from transit_release.reports import report_process
 
     real, drawn = report_process.draw, {}
 

@@ -157,7 +157,7 @@ def test_ngram_command_publishes_grams_and_synthetic_sequences_charges_once_and_
         prefect_harness, metro, tmp_path, capsys, test_seed):
     from mlflow.tracking import MlflowClient
 
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
     home = tmp_path / "home"
     args = ["sequences", "--mechanism", "ngram", "--input", str(metro / "sequences.txt"), "--epsilon", "1",

@@ -226,7 +226,7 @@ def test_a_run_refused_at_its_charge_leaves_another_runs_report_alone(prefect_ha
     charges between this one's precheck and its charge (simulated: no precheck)."""
     import flows.tail as flow_module
     from transit_release.accounting.events import StabilityHistogramEvent
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
     monkeypatch.setattr(flow_module, "precheck_budget", lambda *a, **k: None)
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from transit_release.errors import TransitReleaseError
-from transit_release.home import Home
+from transit_release.files.home import Home
 from transit_release.noise import NoiseSource
 
 COLUMNS = ["card_id", "mode", "tap_on_time", "tap_on_stop", "tap_off_time", "tap_off_stop"]
@@ -57,9 +57,9 @@ def release_tables_of(trips_path, stops_path, home: Home):
     from tasks.stream import commit_partitions, declared_period, pair_shards, prepare_partition, stream_trips
     from tasks.validate import validate_release_tables, validate_stops
     from schemas import PartitionMarginals, marginals_frame, validate
-    from transit_release import partition_store
+    from transit_release.files import partition_store
     from transit_release.inputs import screening, streaming
-    from transit_release.recovery import WorkDir
+    from transit_release.integrity.recovery import WorkDir
     from transit_release.releases import opal
 
     cfg = load_config.fn(None, None, None)

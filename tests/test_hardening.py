@@ -20,9 +20,9 @@ import pytest
 from tests.conftest import WEEK, WEEK_FLAGS
 from transit_release.accounting.ledger import Ledger
 from transit_release.cli import main
-from transit_release.faults import CRASH_ENV, STEPS
-from transit_release.home import Home
-from transit_release.publish import verify_release
+from transit_release.files.home import Home
+from transit_release.files.publish import verify_release
+from transit_release.runtime.faults import CRASH_ENV, STEPS
 
 pytestmark = pytest.mark.flow
 
@@ -347,7 +347,7 @@ def test_no_library_reports_usage_from_a_release_process(monkeypatch):
     from prefect._internal.analytics.enabled import is_telemetry_enabled
 
     from transit_release.cli import _prepare_environment
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
     for var in CI_ENV_VARS:  # Prefect's client stays quiet in CI by itself: test it as on a custodian's machine
         monkeypatch.delenv(var, raising=False)

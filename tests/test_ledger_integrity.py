@@ -108,7 +108,7 @@ def test_keyed_erase_of_the_newest_spends_with_their_anchor_is_caught(prefect_ha
     from tasks.track import anchor_ledger
     from tests.test_accounting import partition_events
     from transit_release.accounting.policy import load_budget_policy
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
     charge_budget.fn(Home.at(home), partition_events("k2", date="20160809"), load_budget_policy(policy))
     anchor_ledger.fn(Home.at(home), "k2", "charge")
@@ -195,7 +195,7 @@ def test_the_deployments_path_refuses_a_key_inside_the_home(tmp_path, monkeypatc
 
 def test_a_backup_is_refused_inside_the_home_or_over_another(tmp_path, capsys):
     from tests.test_accounting import partition_events
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
     home = Home.at(tmp_path / "home").prepare()
     Ledger(home.ledger).charge(partition_events("r1"))
@@ -219,7 +219,7 @@ def test_a_hard_linked_ledger_is_refused_by_either_name(tmp_path, capsys):
     charge and by `budget` (exit 4), until one name is left."""
     from tests.test_accounting import partition_events
     from transit_release.errors import LedgerIntegrityError
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
     home = Home.at(tmp_path / "home").prepare()
     Ledger(home.ledger).charge(partition_events("r1"))
@@ -244,7 +244,7 @@ def test_a_backup_is_refused_in_the_web_root_that_is_the_homes_releases_under_an
     device and inode too) has another name, so `--to <webroot>/bk` passed a check by name and put the ledger in the
     public tree. Refused (exit 2), nothing written."""
     from tests.test_accounting import partition_events
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
     web = tmp_path / "www"
     web.mkdir()
@@ -269,7 +269,7 @@ def test_budget_asks_nothing_of_a_directory_and_reads_a_read_only_backup(tmp_pat
     import subprocess
 
     from tests.test_accounting import partition_events
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
     data = tmp_path / "data"
     data.mkdir()
@@ -311,7 +311,7 @@ def test_demo_on_a_home_that_fails_integrity_writes_no_input(tmp_path, capsys):
     """atk39 #8: `demo` on a home whose ledger fails its checks exited 4, but only after writing its synthetic
     week (about 1.3 M rows at the default scale) under private/demo-input/, which stayed. Refused first now."""
     from tests.test_accounting import partition_events
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
     home = Home.at(tmp_path / "home").prepare()
     Ledger(home.ledger).charge(partition_events("r1"))
@@ -329,9 +329,9 @@ def test_a_storage_failure_of_an_audit_or_a_backup_is_told_in_its_own_words(tmp_
     import sqlite3
 
     from tests.test_accounting import partition_events
-    from transit_release import recovery
     from transit_release.cli import command
-    from transit_release.home import Home
+    from transit_release.files.home import Home
+    from transit_release.integrity import recovery
 
     home = Home.at(tmp_path / "home").prepare()
     Ledger(home.ledger).charge(partition_events("r1"))

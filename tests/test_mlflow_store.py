@@ -6,8 +6,8 @@ from __future__ import annotations
 import sqlite3
 
 from tasks.track import mlflow_client, store_template
-from transit_release.home import CACHE_ENV
-from transit_release.home import Home
+from transit_release.files.home import CACHE_ENV
+from transit_release.files.home import Home
 
 
 def _schema(db) -> set:

@@ -1,7 +1,7 @@
 """Open data beside every release: Data Package, margins of error, landing page, DCAT catalogue (no Prefect).
 
 Releases of every kind are staged here with the library functions their flows call (the kind's manifest and data
-card, ``transit_release.publish.stage_release`` with the open-data hook) from small made-up outputs; the flow tests
+card, ``transit_release.files.publish.stage_release`` with the open-data hook) from small made-up outputs; the flow tests
 of each kind run the same checks on real releases (``tests/open_data_checks.py``).
 """
 
@@ -20,10 +20,11 @@ import pandas as pd
 import pytest
 
 from tests.open_data_checks import (check_open_data, datapackage_view, page_view, validate_datapackage)
-from transit_release import analysis, opendata, publish
+from transit_release import analysis, opendata
 from transit_release.accounting.ledger import Ledger
 from transit_release.config import load_release_config
 from transit_release.errors import ConfigError
+from transit_release.files import publish
 from transit_release.inputs.screening import Period
 from transit_release.inputs.sets import format_sets
 from transit_release.inputs.universe import LocationUniverse
@@ -333,9 +334,9 @@ def test_concurrent_publications_are_all_in_the_catalogue(tmp_path):
 
 
 def test_the_audit_accepts_the_catalogue_and_repair_regenerates_it(tmp_path):
-    from transit_release.audit import check_releases
-    from transit_release.home import Home
-    from transit_release.recovery import repair
+    from transit_release.files.home import Home
+    from transit_release.integrity.audit import check_releases
+    from transit_release.integrity.recovery import repair
 
     home = Home.at(tmp_path)
     ledger = Ledger(home.ledger)
@@ -481,7 +482,7 @@ def test_the_landing_page_in_the_browser(tmp_path):
 
 
 def test_the_catalogue_is_the_one_file_the_tool_writes_beside_the_releases():
-    from transit_release.home import RELEASES_TOOL_FILES
+    from transit_release.files.home import RELEASES_TOOL_FILES
     from transit_release.opendata.catalog import CATALOG
 
     assert RELEASES_TOOL_FILES == {CATALOG}

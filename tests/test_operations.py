@@ -17,7 +17,7 @@ from tests.conftest import WEEK_FLAGS
 from transit_release.accounting.ledger import Ledger
 from transit_release.cli import main
 from transit_release.config import load_release_config
-from transit_release.home import Home
+from transit_release.files.home import Home
 
 CHECK_WITHOUT_PREFECT = ("import sys; from transit_release.cli import main; rc = main(sys.argv[1:]); "
                          "print('PREFECT-IMPORTED' if 'prefect' in sys.modules else 'NO-PREFECT'); sys.exit(rc)")
@@ -308,7 +308,7 @@ def test_progress_shows_on_a_terminal_and_stays_quiet_otherwise():
 
     from rich.console import Console
 
-    from transit_release import progress
+    from transit_release.runtime import progress
 
     buf = io.StringIO()
     reporter = progress.RichReporter(Console(file=buf, force_terminal=True, width=100))
@@ -332,7 +332,7 @@ def test_progress_shows_on_a_terminal_and_stays_quiet_otherwise():
 def test_the_audit_chart_draws_every_mode_and_the_cap(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
 
-    from transit_release import report
+    from transit_release.reports import report
 
     panels = {}
     real = plt.subplots

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from transit_release import outcome
 from transit_release.cli import main
 from transit_release.errors import BudgetError, ConfigError, LedgerIntegrityError
+from transit_release.runtime import outcome
 
 PUBLISHED = {"release_id": "sets-x", "status": "published", "epsilon": 1.0, "delta": 0.0, "unit_of_privacy": "passenger-set",
              "rows": {"sets.csv": 1200, "counts.txt": 34}, "release_dir": "/h/releases/sets-x", "report": "/h/r.html",
@@ -115,7 +115,7 @@ def test_a_scheduled_run_reports_published_already_published_and_refused_on_its_
 def test_a_scheduled_audit_replaces_its_report_and_the_index_keeps_every_audits_figures(prefect_harness, tmp_path):
     from flows.audit import privacy_audit
     from transit_release.errors import ConfigError
-    from transit_release.release_index import audit_history, latest_audit
+    from transit_release.reports.release_index import audit_history, latest_audit
 
     home = tmp_path / "home"
     for _ in range(3):

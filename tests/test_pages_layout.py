@@ -139,7 +139,7 @@ def _overlapping_labels(ax) -> list[str]:
 
 
 def test_cumulative_chart_of_one_spend_spans_days_not_years(monkeypatch, tmp_path):
-    from transit_release import report
+    from transit_release.reports import report
 
     figures = _drawn(monkeypatch)
     tl = pd.DataFrame({"recorded_at": pd.to_datetime(["2026-11-27T10:00:00"]), "mode": ["all modes"],
@@ -153,7 +153,7 @@ def test_cumulative_chart_of_one_spend_spans_days_not_years(monkeypatch, tmp_pat
 
 
 def test_cumulative_chart_of_a_year_has_no_overlapping_dates(monkeypatch, tmp_path):
-    from transit_release import report
+    from transit_release.reports import report
 
     figures = _drawn(monkeypatch)
     times = pd.date_range("2026-01-05", periods=52, freq="7D")
@@ -169,7 +169,7 @@ def test_an_empty_released_vs_true_panel_says_why_and_shows_its_threshold(monkey
     of no point is not drawn); a panel with a few points draws them large enough to see."""
     import numpy as np
 
-    from transit_release import report
+    from transit_release.reports import report
 
     figures = _drawn(monkeypatch)
     points = {"tap_on_time": (np.array([410, 500, 900]), np.array([415, 490, 910]))}
@@ -202,7 +202,7 @@ def test_the_dashboard_with_eight_releases_of_every_kind_fits_1400px(eight_of_ev
 
     from transit_release.accounting.ledger import SPEND, Ledger
     from transit_release.accounting.person import person_loss
-    from transit_release.release_index import release_runs
+    from transit_release.reports.release_index import release_runs
 
     home, order = eight_of_every_kind
     index = home / "release_reports" / "index.html"

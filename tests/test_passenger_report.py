@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from transit_release import passenger_report as pr
+from transit_release.reports import passenger_report as pr
 
 
 def test_numbers_inside_keys_sort_by_value():

@@ -12,8 +12,8 @@ from tests.conftest import WEEK_FLAGS
 from transit_release.accounting.events import DEFAULT_POPULATION
 from transit_release.accounting.ledger import Ledger
 from transit_release.accounting.policy import default_policy_path
-from transit_release.audit import cumulative_loss
 from transit_release.cli import EXIT_BUDGET, main
+from transit_release.integrity.audit import cumulative_loss
 from transit_release.releases.loss_statement import person_text
 
 pytestmark = pytest.mark.flow

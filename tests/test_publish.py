@@ -8,7 +8,7 @@ import pytest
 from transit_release.accounting.ledger import Ledger
 from transit_release.config import load_release_config
 from transit_release.errors import ConfigError, ReleaseExistsError
-from transit_release.publish import (check_release_id, commit_release, neutralise_cell, stage_release,
+from transit_release.files.publish import (check_release_id, commit_release, neutralise_cell, stage_release,
                                      verify_release)
 from transit_release.releases.opal import privacy_statement, render_datacard
 
@@ -117,7 +117,7 @@ def test_datacard_states_the_guarantee_and_what_thresholds_do():
 
 
 def test_private_files_are_not_world_readable(tmp_path):
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
     home = Home.at(tmp_path / "h").prepare()
     assert stat.S_IMODE(home.private.stat().st_mode) == 0o700
@@ -152,7 +152,7 @@ def read_only_dir(tmp_path):
 def test_a_home_that_is_a_file_or_read_only_is_refused_at_once(tmp_path, read_only_dir):
     import time
 
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match="is a file, not a directory"):
@@ -165,7 +165,7 @@ def test_a_home_that_is_a_file_or_read_only_is_refused_at_once(tmp_path, read_on
 
 def test_formulas_behind_spaces_or_invisible_characters_are_neutralised():
     """The finding: a leading space or a zero-width space let `=HYPERLINK(...)` through the CSV guard."""
-    from transit_release.publish import neutralise_cell
+    from transit_release.files.publish import neutralise_cell
 
     for text in (" =HYPERLINK(\"http://x\")", "\u200b=1+1", "\ufeff@SUM(A1)", "\u00a0+1+2"):
         assert neutralise_cell(text) == "'" + text
@@ -190,7 +190,7 @@ def test_neutralising_keeps_every_column_kind():
     every formula-like cell gets its quote, and the result is what the cell-by-cell rule gives."""
     import pandas as pd
 
-    from transit_release.publish import neutralise_cell, neutralise_frame
+    from transit_release.files.publish import neutralise_cell, neutralise_frame
 
     df = pd.DataFrame({"s": pd.array(["=1", "ok", None, "=1"], dtype="string"),
                        "c": pd.Series(["=1", "ok", "ok", "+x"], dtype="category"),

@@ -8,10 +8,10 @@ import time
 
 import pandas as pd
 
-from transit_release import recovery
 from transit_release.accounting.ledger import Ledger
-from transit_release.home import Home
-from transit_release.publish import stage_release, verify_release
+from transit_release.files.home import Home
+from transit_release.files.publish import stage_release, verify_release
+from transit_release.integrity import recovery
 from tests.test_accounting import partition_events
 from tests.test_publish import manifest
 
@@ -132,8 +132,8 @@ def test_a_key_is_never_adopted_by_a_ledger_an_anchor_says_was_keyed(tmp_path):
 
     import pytest
 
-    from transit_release.audit import check_anchors
     from transit_release.errors import LedgerIntegrityError
+    from transit_release.integrity.audit import check_anchors
 
     home = Home.at(tmp_path / "home").prepare()
     keyed = Ledger(home.ledger, key=b"k" * 32)
@@ -160,8 +160,8 @@ def test_an_intent_for_a_release_never_charged_is_refused(tmp_path):
     as release 'evil' (a MACed publication entry, no spend) and the audit passed."""
     import pytest
 
-    from transit_release.audit import check_releases
     from transit_release.errors import LedgerIntegrityError
+    from transit_release.integrity.audit import check_releases
 
     home, ledger, _ = staged_home(tmp_path)
     t = {"trips": pd.DataFrame({"card_id": [1], "mode": ["bus"]})}
@@ -180,7 +180,7 @@ def test_an_intent_for_a_release_never_charged_is_refused(tmp_path):
 
 def test_the_audit_names_anything_under_releases_that_is_not_a_release(tmp_path):
     """The finding: plain files and hidden folders under releases/ (raw trips dropped there) passed the audit."""
-    from transit_release.audit import check_releases
+    from transit_release.integrity.audit import check_releases
 
     home = Home.at(tmp_path / "home").prepare()
     (home.releases / "trips.csv").write_text("card_id\n1\n")

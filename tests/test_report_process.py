@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from transit_release import report_process
 from transit_release.config import MARGINALS
-from transit_release.report import FIGURES
-from transit_release.report_process import ReportFiguresError
+from transit_release.reports import report_process
+from transit_release.reports.report import FIGURES
+from transit_release.reports.report_process import ReportFiguresError
 
 PARTS = ["bus/20160808", "bus/20160809", "train/20160808"]
 

@@ -138,7 +138,8 @@ def test_the_audit_charts_plot_what_the_audit_states(monkeypatch, tmp_path):
     import matplotlib.pyplot as plt
 
     from tests.test_person_loss import trip_release
-    from transit_release import audit, report
+    from transit_release.integrity import audit
+    from transit_release.reports import report
 
     ledger = Ledger(tmp_path / "ledger.sqlite")
     for events in card_weeks(3):
@@ -174,8 +175,8 @@ def test_the_index_links_each_release_to_its_own_run(tmp_path):
     anchors (made after it) and the audits'. A failed publication's run of the same id (not tagged published)
     comes first. The index links the published release run, as MLflow's own search finds it."""
     from tasks.track import ANCHOR_EXPERIMENT, ANCHOR_ROLE, AUDIT_EXPERIMENT, EXPERIMENT, ROLE_TAG, mlflow_client
-    from transit_release.home import Home
-    from transit_release.release_index import mlflow_runs, release_runs
+    from transit_release.files.home import Home
+    from transit_release.reports.release_index import mlflow_runs, release_runs
 
     home = Home(tmp_path)
     client = mlflow_client(home)

@@ -13,8 +13,8 @@ from tests.conftest import WEEK, WEEK_PERIOD
 
 from transit_release.config import load_release_config
 from transit_release.errors import ClusterError, ConfigError
-from transit_release.home import Home
-from transit_release.partition_store import (PartitionStoreError, read_partition, remove_dataset,
+from transit_release.files.home import Home
+from transit_release.files.partition_store import (PartitionStoreError, read_partition, remove_dataset,
                                              write_dataset)
 from transit_release.preprocessing import build_location_index, encode_trips, partition_histograms
 
@@ -75,7 +75,7 @@ def test_a_damaged_partition_file_is_refused_by_name(encoded, tmp_path):
 
 
 def test_scale_out_settings_are_checked():
-    from transit_release.cluster import check_workers_setting
+    from transit_release.runtime.cluster import check_workers_setting
 
     with pytest.raises(ConfigError, match="at least 0 \\(0: no cluster, .*; got -1\\)"):
         check_workers_setting(-1, None)
@@ -144,7 +144,7 @@ def test_probe_refuses_an_unreachable_scheduler_and_blind_workers(tmp_path):
     from distributed import LocalCluster
 
     from flows.deployments import free_port
-    from transit_release.cluster import probe_scheduler
+    from transit_release.runtime.cluster import probe_scheduler
 
     address = f"tcp://127.0.0.1:{free_port()}"
     with pytest.raises(ClusterError, match=f"cannot reach the Dask scheduler at {address}.*nothing was spent"):
@@ -276,7 +276,7 @@ def test_an_unreachable_scheduler_is_refused_before_any_spend(prefect_harness, s
     from flows.deployments import free_port
     from flows.opal_release import opal_release
 
-    monkeypatch.setattr("transit_release.cluster.CONNECT_TIMEOUT_S", 3)  # nothing listens: no need to wait 20 s
+    monkeypatch.setattr("transit_release.runtime.cluster.CONNECT_TIMEOUT_S", 3)  # nothing listens: no need to wait 20 s
     address = f"tcp://127.0.0.1:{free_port()}"
     with pytest.raises(ClusterError, match=f"cannot reach the Dask scheduler at {address}"):
         opal_release(trips=str(small_week["trips"]), stops=str(small_week["stops"]), home=str(tmp_path), **WEEK,
@@ -339,7 +339,7 @@ def test_card_level_streamed_on_two_workers_equals_the_in_memory_path(prefect_ha
 def test_the_default_is_a_local_cluster_only_on_a_machine_with_spare_cores(monkeypatch):
     """Without ``--workers``: 2 local workers with at least 4 usable cores; none (in the flow's process) on fewer,
     where workers would only compete with the flow and Prefect's server for the same cores. Asked for, as asked."""
-    from transit_release import cluster
+    from transit_release.runtime import cluster
 
     for cores, expected in ((1, 0), (2, 0), (3, 0), (4, 2), (64, 2)):
         monkeypatch.setattr(cluster, "usable_cores", lambda cores=cores: cores)

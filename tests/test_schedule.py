@@ -6,7 +6,7 @@ from datetime import date, datetime, timezone
 
 import pytest
 
-from transit_release.schedule import PatternError, fill_pattern, period_containing, previous_period
+from transit_release.inputs.schedule import PatternError, fill_pattern, period_containing, previous_period
 
 
 def test_a_monday_morning_in_sydney_publishes_the_week_that_just_ended():

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from transit_release import disclosure
 from transit_release.errors import BudgetExceededError, ConfigError, InputDataError, ReleaseExistsError
-from transit_release.release_lock import charged_by_a_dead_run, is_held, lock_path, release_lock
+from transit_release.runtime import disclosure
+from transit_release.runtime.release_lock import charged_by_a_dead_run, is_held, lock_path, release_lock
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from transit_release.release_lock import release_lock
+from transit_release.runtime.release_lock import release_lock
 with release_lock(Path(sys.argv[1]), "r1"):
     Path(sys.argv[2]).write_text("held")
     time.sleep(600)
@@ -113,7 +113,7 @@ def test_a_run_that_holds_the_lock_of_a_release_a_dead_run_charged_is_refused_wi
     from tasks.budget import refuse_a_dead_runs_charge
     from tests.test_accounting import partition_events
     from transit_release.accounting.ledger import Ledger
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
     home = Home.at(tmp_path / "home")
     refuse_a_dead_runs_charge.fn(home, "r1")  # no ledger yet: nothing to say
@@ -299,7 +299,7 @@ def test_a_late_log_of_a_forgotten_run_is_removed_with_the_runs_records(tmp_path
 
     from flows.deployments import local_server
     from transit_release.cli.server import scrub_database
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
     home = Home.at(tmp_path / "home")
     with local_server(home.prefect_home) as url:

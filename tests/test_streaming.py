@@ -262,7 +262,7 @@ def test_a_partition_step_run_again_after_its_spill_is_gone_is_refused(week, tmp
 def test_a_lost_record_of_dropped_pairs_fails_closed(week, tmp_path):
     """Card level: the partitions-per-card bound is stored beside the rows; if its record is lost or altered,
     reading the partition refuses instead of counting a card in more than P partitions."""
-    from transit_release import partition_store
+    from transit_release.files import partition_store
 
     paths, base = week
     cfg = load_release_config(unit="card")

@@ -29,7 +29,7 @@ from tests.test_publish import manifest as release_manifest, tables
 from transit_release.accounting.ledger import (KEY_FILE_ENV, _SCHEMA, Ledger, entry_hash, read_high_water,
                                                write_high_water)
 from transit_release.errors import LedgerIntegrityError, TransitReleaseError
-from transit_release.home import Home
+from transit_release.files.home import Home
 
 LATER = ("later", "20160811")  # a release whose spends the policy would allow on an intact home
 
@@ -62,8 +62,8 @@ def _build(base: Path, keyed: bool) -> Built:
     from tasks.budget import charge_budget
     from tasks.publish import commit_release, stage_release
     from tasks.track import anchor_ledger, check_store, mark_published, track_release
-    from transit_release import recovery
-    from transit_release.anchors import home_anchors
+    from transit_release.integrity import recovery
+    from transit_release.integrity.anchors import home_anchors
     from transit_release.releases.opal import render_datacard
 
     key = None
@@ -502,7 +502,7 @@ def noop_triggers_and_newest_erased(c):
 def published_without_spends(c):
     """A publication entry (chained) for a release never charged, its directory a copy of r1's: what a foreign
     trigger dropping a release's spends left behind once it was removed again."""
-    from transit_release.publish import sha256_file
+    from transit_release.files.publish import sha256_file
 
     shutil.copytree(c.home / "releases" / "r1", c.home / "releases" / "ghost")
     con = sqlite3.connect(c.ledger)
@@ -825,8 +825,8 @@ def test_the_audit_reads_one_snapshot_of_the_ledger(case_of):
 def test_a_moved_keyed_home_is_re_adopted_by_repair(case_of):
     """A keyed ledger reached by a path with no mark is refused (corpus); after a move made by the operator,
     `repair --adopt-ledger-key` records the mark at the new path, and then the audit passes and charges go on."""
-    from transit_release import recovery
     from transit_release.accounting.ledger import read_high_water
+    from transit_release.integrity import recovery
 
     c = case_of(True)
     old = c.ledger.resolve()
@@ -849,8 +849,8 @@ def test_adopting_the_key_on_a_copy_retires_the_original_so_the_budget_is_never_
     a move: it retires the mark of every other path of the same history, so the original refuses every later
     charge (and its audit and budget say why), while the copy charges; moving back is refused once the copy has
     charged what the original lacks."""
-    from transit_release import recovery
     from transit_release.accounting.ledger import write_high_water
+    from transit_release.integrity import recovery
 
     c = case_of(True)
     copy = c.home.parent / "copy" / "home"
@@ -884,9 +884,9 @@ def test_adopting_the_key_on_a_copy_retires_the_original_so_the_budget_is_never_
 def test_a_home_moved_after_an_erase_lacks_the_mark_of_its_old_path_and_is_not_re_adopted(case_of):
     """A ledger whose newest entries (and their anchor run) were erased before it moved lacks the mark of its old
     path, which names the same history (its entry 1): no key is adopted, and charges stay refused."""
-    from transit_release import recovery
     from transit_release.accounting.ledger import read_high_water
-    from transit_release.anchors import mlflow_anchors
+    from transit_release.integrity import recovery
+    from transit_release.integrity.anchors import mlflow_anchors
 
     c = case_of(True)
     delete_newest_and_its_anchor(c)
@@ -988,7 +988,7 @@ def test_a_directory_that_is_not_a_home_is_refused_and_nothing_is_created(tmp_pa
     `budget --home /nonexistent/x` said "nothing spent". A command that reads a home's records refuses a directory
     holding none (exit 2) and creates nothing; a first release may still make an empty directory its home."""
     from transit_release.cli import main
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -1039,7 +1039,7 @@ def test_an_audit_beside_a_live_release_sees_it_in_flight_and_records_no_false_a
     fails it (test_tampering_is_caught_…)."""
     from contextlib import ExitStack
 
-    from transit_release.recovery import work_dir
+    from transit_release.integrity.recovery import work_dir
 
     c = case_of(keyed)
     with ExitStack() as held:
@@ -1067,8 +1067,8 @@ def test_a_lock_never_vouches_for_a_release_directory_without_an_intent(case_of,
     whoever holds a lock; what is in flight is named in the text output and the history."""
     from tasks.audit import write_audit_report
     from transit_release.cli.printing import print_audit
-    from transit_release.recovery import work_dir
-    from transit_release.release_index import audit_history
+    from transit_release.integrity.recovery import work_dir
+    from transit_release.reports.release_index import audit_history
 
     c = case_of(keyed)
     shutil.copytree(c.home / "releases" / "r1", c.home / "releases" / "forged")
@@ -1093,7 +1093,7 @@ def test_every_release_kind_holds_its_working_directory_while_it_runs(tmp_path):
     """The audit knows a live run by its working directory's lock: passenger kinds held none, so a live passenger
     release's report folder read as left behind by a run that stopped (#39)."""
     from flows.tail import ReleaseKind, ReleaseRun
-    from transit_release.recovery import live_release_ids
+    from transit_release.integrity.recovery import live_release_ids
 
     where = Home.at(tmp_path / "home").prepare()
     with ReleaseKind.workspace(None, ReleaseRun(where, "sets-x", False)):

@@ -55,7 +55,7 @@ def test_a_release_is_one_run_whose_partitions_are_metric_histories(tmp_path):
     """What the runs view shows of two weeks: two runs (no nested runs), the same metric names, each partition's
     figure as a history over the days."""
     from tasks.track import experiment_id, mlflow_client
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
     home = Home.at(tmp_path)
     client = mlflow_client(home)  # a copy of the session's empty store (no migrations)

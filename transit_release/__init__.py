@@ -5,7 +5,7 @@ metrics and synthetic data. Nothing in this package imports Prefect or MLflow;
 the orchestration lives in the top-level ``tasks`` and ``flows`` packages.
 """
 
-from transit_release.telemetry import telemetry_off
+from transit_release.runtime.telemetry import telemetry_off
 
 telemetry_off()  # before any library that reports usage is imported, whatever the entry point (see telemetry)
 

@@ -7,17 +7,17 @@ class TransitReleaseError(Exception):
     """Base class of every error the tool raises on purpose.
 
     Once marked as leaving a task or flow that reports to a Prefect server other than the command's own
-    (:func:`transit_release.disclosure.keep_private`), its text inside a Prefect run is its class and exit code
+    (:func:`transit_release.runtime.disclosure.keep_private`), its text inside a Prefect run is its class and exit code
     only (what Prefect's states, logs and events then hold); elsewhere, and always through
-    :func:`transit_release.disclosure.full_message`, the full message."""
+    :func:`transit_release.runtime.disclosure.full_message`, the full message."""
 
     def __str__(self) -> str:
-        from transit_release import disclosure
+        from transit_release.runtime import disclosure
 
         return disclosure.short_form(self) if disclosure.redacted(self) else super().__str__()
 
     def __repr__(self) -> str:
-        from transit_release import disclosure
+        from transit_release.runtime import disclosure
 
         return f"{type(self).__name__}({str(self)!r})" if disclosure.redacted(self) else super().__repr__()
 

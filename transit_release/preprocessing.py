@@ -328,7 +328,7 @@ def partition_histograms(encoded: EncodedTrips) -> list[PartitionHistograms]:
     """The six histograms of every partition, held in memory together (tests, benchmarks).
 
     The release flow reads the partitions back one at a time from a Parquet
-    dataset instead (:mod:`transit_release.partition_store`); both use
+    dataset instead (:mod:`transit_release.files.partition_store`); both use
     :func:`partition_of_rows`.
     """
     ks = key_space(encoded)

@@ -11,7 +11,7 @@ streamed input path of ``flows/opal_release.py`` through its tasks' functions (:
 file contract, screen, spill by partition; :func:`tasks.stream._prepare`: duplicates, pandera contracts, the
 per-partition bound k, encoding; :func:`tasks.stream.bound_partitions_per_card`: the cap P over the saved
 (card, partition) pairs; :func:`tasks.stream.commit_partitions`), the histograms as the sanitizing task reads them
-(:func:`transit_release.partition_store.read_partition_histograms`, which applies the dropped pairs), and the
+(:func:`transit_release.files.partition_store.read_partition_histograms`, which applies the dropped pairs), and the
 sanitizer the release calls for the marginal's budget (:func:`transit_release.releases.opal.sanitizer_for`), which
 :func:`test_the_audit_draws_what_the_sanitizing_task_draws` ties to the task's own per-partition call. Only the
 partitions' Great Expectations suite is left out (a data check that changes nothing the mechanism computes, and
@@ -49,12 +49,12 @@ from tasks.ingest import ingest_stops
 from tasks.preprocess import location_index
 from tasks.stream import _prepare, bound_partitions_per_card, commit_partitions, pair_shards, stream_trips
 from tasks.validate import validate_stops
-from transit_release import partition_store
 from transit_release.config import CardBounds, load_release_config
+from transit_release.files import partition_store
 from transit_release.inputs.screening import Period, check_gate
+from transit_release.integrity.recovery import WorkDir
 from transit_release.mechanisms.contribution_bounding import ContributionBounds
 from transit_release.noise import TEST_SEED_ENV, DiscreteLaplaceTable, NoiseSource
-from transit_release.recovery import WorkDir
 from transit_release.releases import opal
 from tests.privacy.audit import check, run_case
 

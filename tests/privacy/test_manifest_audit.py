@@ -26,11 +26,11 @@ import pandas as pd
 import pytest
 
 from transit_release.accounting.events import DEFAULT_POPULATION
+from transit_release.config import load_release_config
 from transit_release.inputs.screening import Period
 from transit_release.inputs.universe import read_locations_file, read_taxonomy_file
 from transit_release.releases import opal
 from transit_release.releases import sequences as sequence_release
-from transit_release.config import load_release_config
 from transit_release.version import code_version
 
 pytestmark = pytest.mark.privacy

@@ -28,7 +28,7 @@ Properties:
   "charged, not published" entries that still count;
 * recoverable publication: an *intent* (release id, manifest hash, staging
   directory) is committed before the release directory is renamed into place,
-  and the ``published`` entry after; :mod:`transit_release.recovery` completes
+  and the ``published`` entry after; :mod:`transit_release.integrity.recovery` completes
   or rolls back an intent left by a crash;
 * publication is recorded as its own entry, never by changing a spend;
 * never older than the home's records: :meth:`Ledger.charge` refuses to write a spend unless the ledger

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from transit_release.errors import TransitReleaseError
-from transit_release.home import Home
+from transit_release.files.home import Home
 
 
 def entries(home: Home) -> set[Path] | None:
@@ -33,7 +33,7 @@ def remove_what_a_refusal_created(home: Home, before: set[Path] | None) -> None:
         if home.ledger.exists() and Ledger(home.ledger, key=b"", read_only=True).head().seq > 0:
             return
         if home.work.is_dir():  # (runs work there; recovery imports pandas, seconds on a busy machine)
-            from transit_release.recovery import live_release_ids
+            from transit_release.integrity.recovery import live_release_ids
 
             if live_release_ids(home):
                 return  # another run works in this home now
@@ -72,7 +72,7 @@ def interruptible():
         return
 
     def stop(signum, frame):
-        from transit_release.report_process import stop_drawing
+        from transit_release.reports.report_process import stop_drawing
 
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         stop_drawing()
@@ -136,7 +136,7 @@ def state_since(home: Home, head: int) -> str:
     if not ours or not home.ledger.exists():
         return ""
     from transit_release.accounting.ledger import Ledger
-    from transit_release.recovery import pending_intents
+    from transit_release.integrity.recovery import pending_intents
 
     try:
         ledger = Ledger(home.ledger, key=b"", read_only=True)

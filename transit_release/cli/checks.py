@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from transit_release.errors import InputDataError
-from transit_release.home import Home, check_release_id
+from transit_release.files.home import Home, check_release_id
 
 
 def check_ledger_key(home: Home) -> None:
@@ -34,7 +34,7 @@ def check_home_state(home: Home, args) -> list:
     """The home's open-data settings and the ledger's integrity (every check the charge makes, read only: a refusal
     exits 4 with the audit's reason, for a dry run too); returns the ledger's entries. Cheap (YAML and SQLite, no
     pandas, pandera or privacy accounting imported), so these refusals come within a second or two."""
-    from transit_release.anchors import check_ledger_whole
+    from transit_release.integrity.anchors import check_ledger_whole
     from transit_release.opendata import settings
 
     settings.load(home.root)  # the home's open-data settings, refused here rather than after reading the input
@@ -71,9 +71,9 @@ def check_release_args(args, trips: str, stops: str, home: Home) -> None:
     """Everything about a release invocation that needs no Prefect: files, headers, period, id, the home's state,
     the stop table and the trips' header, config, policy. Cheapest first: each refusal comes before the imports it
     does not need (pandera, the privacy accounting)."""
-    from transit_release import preflight
-    from transit_release.cluster import check_workers_setting
+    from transit_release.cli import preflight
     from transit_release.inputs.stored_types import STOP_COLUMN_TYPES, TRIP_COLUMN_TYPES
+    from transit_release.runtime.cluster import check_workers_setting
 
     policy, population = check_population(args, home)  # before any file is read
     check_workers_setting(args.workers, args.dask_address)
@@ -119,19 +119,19 @@ def check_published_before(args, trips: str, stops: str, home: Home, period, cfg
     ``population`` is not the one it was published about); an id published or present from other input, or charged
     by a run that is no longer alive and not published, is refused
     (:class:`~transit_release.errors.ReleaseExistsError`, the flow's own message). A release a live run holds
-    (:mod:`transit_release.release_lock`) is left to the flow, which waits for that run. Reads the ledger read only,
+    (:mod:`transit_release.runtime.release_lock`) is left to the flow, which waits for that run. Reads the ledger read only,
     and hashes the inputs only when the id is published."""
     if not home.ledger.exists():
         return
-    from transit_release import outcome
     from transit_release.accounting.ledger import Ledger
     from transit_release.errors import ReleaseExistsError
     from transit_release.inputs import tables as io
-    from transit_release.publish import (MANIFEST, population_ignored, recognising_earlier_fingerprints,
+    from transit_release.runtime import outcome
+    from transit_release.files.publish import (MANIFEST, population_ignored, recognising_earlier_fingerprints,
                                          resolve_release_id)
-    from transit_release.recovery import pending_intents
-    from transit_release.release_lock import charged_by_a_dead_run, is_held
+    from transit_release.integrity.recovery import pending_intents
     from transit_release.releases import opal
+    from transit_release.runtime.release_lock import charged_by_a_dead_run, is_held
 
     rid = args.release_id or opal.release_id_for(period.start, period.end, cfg.unit_of_privacy)
     earlier = [] if args.release_id else list(opal.earlier_release_ids(period.start, period.end))
@@ -174,7 +174,7 @@ def check_passenger_release_args(args, home: Home | None = None) -> tuple:
 
 def validated_stops(args):
     """(stop table, its name in messages) of a release built from taps, after the trips and stops files' checks."""
-    from transit_release import preflight
+    from transit_release.cli import preflight
 
     preflight.check_trip_inputs(args.trips, args.stops)
     return preflight.check_stop_table(args.stops), f"stops file {Path(args.stops).name}"
@@ -202,7 +202,7 @@ def check_passenger_budget(args, home: Home, declared: tuple, plan, default_id, 
 def check_sequence_args(args, home: Home | None = None) -> None:
     """A ``sequences`` invocation: the universe (a locations or taxonomy file, or the stop table's stations), then
     the mechanism's flags, an impossible ε or a tree too large."""
-    from transit_release import preflight
+    from transit_release.cli import preflight
     from transit_release.inputs.universe import load_universe
     from transit_release.releases.sequences import budget_for
 
@@ -228,7 +228,7 @@ def check_sequence_args(args, home: Home | None = None) -> None:
 def check_trajectory_args(args, home: Home | None = None) -> None:
     """A ``trajectories`` invocation: the week, the universe, then a configuration the public universe cannot carry
     (flags, the ε_ng guard, scales, sizes)."""
-    from transit_release import preflight
+    from transit_release.cli import preflight
     from transit_release.inputs.universe import load_universe, read_taxonomy_file, with_taxonomy
     from transit_release.releases.trajectories import check_period, trajectory_setup
 
@@ -264,7 +264,7 @@ def check_trajectory_args(args, home: Home | None = None) -> None:
 def check_set_args(args, home: Home | None = None) -> None:
     """A ``sets`` invocation: the universe (a locations file, or the stop table's locations), then a bad ε or an
     exploding partitioning."""
-    from transit_release import preflight
+    from transit_release.cli import preflight
     from transit_release.inputs.universe import from_stop_locations, read_locations_file
     from transit_release.releases.sets import set_setup
 

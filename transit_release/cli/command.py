@@ -15,8 +15,8 @@ from transit_release.cli.exits import EXIT_INTERRUPTED, EXIT_UNEXPECTED
 from transit_release.cli.parser import parse
 from transit_release.cli.server import prepare_environment
 from transit_release.errors import TransitReleaseError
-from transit_release.home import UMASK, Home
-from transit_release.outcome import exit_code
+from transit_release.files.home import UMASK, Home
+from transit_release.runtime.outcome import exit_code
 
 #: the commands that run on a home, by name
 COMMANDS = {"backup": ledger.backup, "budget": ledger.budget, "repair": ledger.repair, "serve": serve.serve,
@@ -137,7 +137,7 @@ def run() -> None:
 
     import gc
 
-    from transit_release import collector
+    from transit_release.runtime import collector
 
     collector.SHORT_LIVED = True  # one command, then the process ends: see collector.settle
     gc.set_threshold(*collector.THRESHOLDS)  # its imports alone cost a sixth more CPU with the default collection

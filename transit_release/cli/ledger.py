@@ -14,7 +14,7 @@ from transit_release.cli.exits import EXIT_AUDIT_FAILED
 from transit_release.cli.options import add_home, number
 from transit_release.cli.printing import print_audit, print_budget
 from transit_release.errors import ConfigError
-from transit_release.home import Home
+from transit_release.files.home import Home
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -45,7 +45,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def budget(args, home: Home) -> int:
     """Spent and remaining under each cap, from the ledger and the policy alone (no Prefect, no MLflow)."""
     from transit_release.accounting.policy import load_budget_policy
-    from transit_release.anchors import check_ledger_whole
+    from transit_release.integrity.anchors import check_ledger_whole
 
     home.check_is_home("show")
     policy = load_budget_policy(args.policy)
@@ -85,10 +85,10 @@ def repair(args, home: Home) -> int:
     """No Prefect needed: the ledger, the file system and MLflow's store directly."""
     home.check_is_home("repair")  # first: importing Prefect (tasks.track) makes its home, .prefect/, in --home
     from tasks.track import read_anchors, tag_published_runs
-    from transit_release import recovery
     from transit_release.accounting.ledger import Ledger
+    from transit_release.integrity import recovery
 
-    from transit_release.anchors import check_ledger_whole
+    from transit_release.integrity.anchors import check_ledger_whole
 
     if not args.adopt_ledger_key:  # (adopting a key makes its own checks, on a ledger these refuse)
         check_ledger_whole(home, "nothing was repaired")
@@ -115,9 +115,9 @@ def repair(args, home: Home) -> int:
 
 def backup(args, home: Home) -> int:
     """No Prefect, no MLflow import: the ledger, the release directories and MLflow's store read directly."""
-    from transit_release import recovery
     from transit_release.accounting.ledger import Ledger
-    from transit_release.anchors import home_anchors
+    from transit_release.integrity import recovery
+    from transit_release.integrity.anchors import home_anchors
 
     home.check_is_home("back up")
     if not home.ledger.is_file():

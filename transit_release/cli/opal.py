@@ -12,10 +12,10 @@ from pathlib import Path
 from transit_release.cli import checks, server
 from transit_release.cli.options import POPULATION_HELP, add_home, floats, integer, number
 from transit_release.cli.printing import print_expectation, print_summary, summary_exit
-from transit_release import custodian
-from transit_release.cluster import IN_PROCESS, local_workers
-from transit_release.home import Home
-from transit_release.warmup import RELEASE_MODULES
+from transit_release.files.home import Home
+from transit_release.runtime import custodian
+from transit_release.runtime.cluster import IN_PROCESS, local_workers
+from transit_release.runtime.warmup import RELEASE_MODULES
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -63,7 +63,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def release(args, trips: str, stops: str, home: Home) -> int:
     """Release ``trips`` and ``stops`` (checked while the server starts; the population before it starts) with the
     Opal flow; before the charge, what it can be expected to publish is printed here, on the custodian's terminal
-    (:mod:`transit_release.custodian`); a release the home has published from the same input and parameters is
+    (:mod:`transit_release.runtime.custodian`); a release the home has published from the same input and parameters is
     said so at once (no flow runs: nothing is drawn or spent)."""
     checks.check_population(args, home)  # an undeclared population: refused before anything is read or started
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 from transit_release.cli import checks, server
 from transit_release.cli.options import add_home, add_record_inputs, add_release_options, integer, number
 from transit_release.cli.printing import print_summary, summary_exit
-from transit_release.home import Home
+from transit_release.files.home import Home
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:

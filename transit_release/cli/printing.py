@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from transit_release.home import Home
+from transit_release.files.home import Home
 
 
 def input_line(quarantine: dict) -> str:
@@ -35,7 +35,7 @@ def summary_exit(summary: dict) -> int:
 def print_expectation(e) -> None:
     """Before the charge, what the release can be expected to publish (an
     :class:`~transit_release.releases.opal_expectation.Expectation`): the public rules, then the internal figures
-    of the true counts, labelled as such. Written with ``sys.stdout.write`` (:mod:`transit_release.custodian`:
+    of the true counts, labelled as such. Written with ``sys.stdout.write`` (:mod:`transit_release.runtime.custodian`:
     never through ``print``, which Prefect's ``log_prints`` would send to its API)."""
     import sys
 
@@ -111,7 +111,7 @@ def print_summary(summary: dict) -> None:
     if summary.get("thresholds"):
         print("  thresholds: " + ", ".join(f"{k}={v}" for k, v in summary["thresholds"].items()))
     if summary.get("metrics"):
-        from transit_release.passenger_report import headline
+        from transit_release.reports.passenger_report import headline
 
         for label, value in headline(summary.get("kind", ""), summary["metrics"], summary["epsilon"]):
             # figures computed from the true records are for the custodian: never published
@@ -149,7 +149,7 @@ def print_audit(result: dict) -> None:
     if result.get("card_unbounded_periods"):
         print("  per card: unbounded over " + ", ".join(result["card_unbounded_periods"]) + " (trip-level releases put "
               "no bound on a card's trips)")
-    from transit_release.audit import PERSON, unit_losses
+    from transit_release.integrity.audit import PERSON, unit_losses
 
     if result.get("populations"):
         print("Populations (declared in the budget policy, or named on the ledger):")

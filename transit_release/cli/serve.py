@@ -8,7 +8,7 @@ import argparse
 import os
 import warnings
 
-from transit_release.home import Home
+from transit_release.files.home import Home
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from contextlib import contextmanager
 
 from transit_release.cli.aftermath import forgettable, uninterruptible
-from transit_release.disclosure import PRIVATE_API_ENV
-from transit_release.home import Home
-from transit_release.telemetry import telemetry_off
+from transit_release.files.home import Home
+from transit_release.runtime.disclosure import PRIVATE_API_ENV
+from transit_release.runtime.telemetry import telemetry_off
 
 
 #: The servers the tool starts in a home (a command's, serve's) keep no event feed: Prefect's events repeat every
@@ -165,7 +165,7 @@ def quiet_logging(verbose: bool) -> None:
 
 def show_progress(verbose: bool) -> None:
     """On a terminal, without ``--verbose``, the steps' progress on standard error (the first line at once)."""
-    from transit_release import progress
+    from transit_release.runtime import progress
 
     if not verbose and sys.stderr.isatty() and not isinstance(progress.current(), progress.RichReporter):
         progress.install(progress.RichReporter())
@@ -185,7 +185,7 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
     them, while the server goes on starting, the ``preload`` modules are imported and, with ``prewarm_workers``,
     the forkserver of the local Dask workers starts importing their libraries; then the ``warm`` modules, one
     after the other until the server answers (the flow imports the others later, see
-    :mod:`transit_release.warmup`)."""
+    :mod:`transit_release.runtime.warmup`)."""
     configured = os.environ.get("PREFECT_API_URL")
     if not configured and "prefect" in sys.modules:
         from prefect.settings import get_current_settings
@@ -200,7 +200,7 @@ def prefect_api(home: Home, verbose: bool, preload: tuple[str, ...] = (), prewar
 
     import threading
 
-    from transit_release import collector, progress
+    from transit_release.runtime import collector, progress
     from transit_release.version import code_version
 
     show_progress(verbose)

@@ -556,7 +556,7 @@ def prepare_partition(spill: Path, staging: Path, quarantine_parts: Path, pairs:
     rows (their digest and distinct card ids, to ``content``: :mod:`transit_release.inputs.content`), the
     per-partition bound (``max_rows``, card level; its pairs saved in ``shards`` card shards), the encoding and
     its check (``check_encoded(encoded)``), the partition's file; then the spill of the partition is removed."""
-    from transit_release import partition_store
+    from transit_release.files import partition_store
     from transit_release.inputs import content as contents
 
     for stale in (pairs_path(pairs, mode, date), _offsets(pairs_path(pairs, mode, date))):

@@ -37,7 +37,7 @@ def with_publication(manifest: dict, settings: OpenDataSettings) -> dict:
 
 
 def _entry(path: Path) -> dict:
-    from transit_release.publish import sha256_file
+    from transit_release.files.publish import sha256_file
 
     return {"sha256": sha256_file(path), "bytes": path.stat().st_size}
 

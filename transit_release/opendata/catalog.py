@@ -66,7 +66,7 @@ def _typed(value, datatype: str) -> dict:
 
 
 def _sha256(path: Path) -> str:
-    from transit_release.publish import sha256_file
+    from transit_release.files.publish import sha256_file
 
     return sha256_file(path)
 

@@ -21,9 +21,9 @@ from transit_release.errors import NoiseSourceMismatchError
 from transit_release.mechanisms.stability_histogram import (TruncatedCardLevelBudget, card_level_stability_histogram,
                                                             drop_probability, mean_released,
                                                             truncated_card_level_stability_histogram)
+from transit_release.files.publish import CSV_NEUTRALISATION
 from transit_release.noise import NoiseSource
 from transit_release.opendata.titles import card_heading
-from transit_release.publish import CSV_NEUTRALISATION
 from transit_release.releases.loss_statement import person_text, unit_text
 from transit_release.preprocessing import (Histogram, KeySpace, PartitionHistograms, location_label,
                                            time_label)

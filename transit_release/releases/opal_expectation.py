@@ -9,7 +9,7 @@ release itself).
   per published file, how many cells there are, how many the true counts put at or over ``T``, how many at or over
   ``T + A`` (published whatever the noise), and how many the release can be expected to publish, ``Σ P(c + Z ≥ T)``
   over the cells (exactly, from the public noise distribution). These are figures of the data: they are said on
-  the custodian's terminal only (:mod:`transit_release.custodian`) and never written to a file, a log, MLflow or
+  the custodian's terminal only (:mod:`transit_release.runtime.custodian`) and never written to a file, a log, MLflow or
   Prefect.
 
 Prefect-free; reads nothing but what it is given.

@@ -32,9 +32,9 @@ from transit_release.mechanisms import ngram
 from transit_release.mechanisms.ngram import NGramBudget
 from transit_release.mechanisms.prefix_tree import (Sequences, Taxonomy, TreeBudget, check_tree_size, delta_slack,
                                                     sanitize_sequences)
+from transit_release.files.publish import CSV_NEUTRALISATION
 from transit_release.noise import NoiseSource
 from transit_release.opendata.titles import card_heading
-from transit_release.publish import CSV_NEUTRALISATION
 from transit_release.releases.passengers import PERIOD_COMPOSITION, counted_table, cumulative_text, provenance_text
 from transit_release.utility.ngrams import QUERIES_PER_SUBSET, TOP_K
 from transit_release.utility.sequence_evaluation import SequenceUtility

@@ -47,10 +47,10 @@ from transit_release.inputs.universe import LocationUniverse
 from transit_release.mechanisms import set_histogram
 from transit_release.mechanisms.diffpart import (DiffPartBudget, ItemSets, check_partition_size, delta_slack,
                                                  fanout_for, sanitize_sets)
+from transit_release.files.publish import CSV_NEUTRALISATION
 from transit_release.mechanisms.set_histogram import SetHistogramBudget
 from transit_release.noise import NoiseSource
 from transit_release.opendata.titles import card_heading
-from transit_release.publish import CSV_NEUTRALISATION
 from transit_release.releases.passengers import (PERIOD_COMPOSITION, counted_table, cumulative_text,
                                                  provenance_text)
 from transit_release.utility.sets import (N_SUBSETS, WeightedSets, count_query_error, itemset_utility,

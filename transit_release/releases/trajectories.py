@@ -48,10 +48,10 @@ from transit_release.mechanisms import safepath, trajectory_markov
 from transit_release.mechanisms.safepath import (HOURS_PER_WEEK, Hierarchy, JointBudget, SafePathBudget, Thresholds,
                                                  Trajectories, check_joint_size, check_tree_size, delta_slack,
                                                  expand_release, joint_delta_slack, thresholds_for)
+from transit_release.files.publish import CSV_NEUTRALISATION
 from transit_release.mechanisms.trajectory_markov import MarkovBudget
 from transit_release.noise import NoiseSource
 from transit_release.opendata.titles import card_heading
-from transit_release.publish import CSV_NEUTRALISATION
 from transit_release.releases.sequences import cumulative_text
 from transit_release.utility import trajectories as utility
 

@@ -23,9 +23,9 @@ from transit_release.accounting.accountant import ADVANCED_COMPOSITION, compose
 from transit_release.accounting.ledger import PUBLISHED, SPEND, TRIGGERS, LedgerEntry, anchor_mac
 from transit_release.accounting.person import DEFAULT_PLD_DELTA, person_loss, person_losses
 from transit_release.errors import LedgerIntegrityError, TransitReleaseError
-from transit_release.home import RELEASES_TOOL_FILES, RENAME_PROBE_PATTERN, Home
+from transit_release.files.home import RELEASES_TOOL_FILES, RENAME_PROBE_PATTERN, Home
+from transit_release.files.publish import MANIFEST, sha256_file, verify_release
 from transit_release.opendata.catalog import PART_PATTERN
-from transit_release.publish import MANIFEST, sha256_file, verify_release
 
 DEFAULT_DELTA_PRIME = 1e-7
 #: The key of ``loss`` that holds a person's loss per population (every other key is a unit of privacy).
@@ -209,7 +209,7 @@ def check_releases(home: Home, published: dict[str, LedgerEntry],
                    known_staging: set[str] | None = None) -> tuple[list[Discrepancy], list[str], dict]:
     """Every published release is on disk, intact and exactly what its manifest lists; every release on disk is
     on the ledger; nothing under ``releases/`` was made with the test seed, and nothing is there but releases
-    and :data:`~transit_release.home.RELEASES_TOOL_FILES`. Returns the problems, the staging leftovers and each
+    and :data:`~transit_release.files.home.RELEASES_TOOL_FILES`. Returns the problems, the staging leftovers and each
     published release's manifest (for the anchors).
 
     ``known_staging`` (a keyed home): the staging directories this tool can vouch for (named by a pending intent

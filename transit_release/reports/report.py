@@ -4,7 +4,7 @@ Internal: it shows true counts next to released ones, so it lives outside
 ``releases/`` and is never published.
 
 The Opal release draws its figures (:func:`draw_figures`) in a process of its own while the flow checks and
-stages the release (:mod:`transit_release.report_process`), then writes the page (:func:`write_report` with
+stages the release (:mod:`transit_release.reports.report_process`), then writes the page (:func:`write_report` with
 ``figures_drawn``); matplotlib is imported only by what draws.
 """
 
@@ -329,7 +329,7 @@ def _cumulative_chart(tl: pd.DataFrame, unit: str, cap, path: Path, pld: float |
     """One panel per mode (lines of equal height would hide one another), each with the cap. The time axis spans
     the recorded spends (a few days around a single one), with dates labelled concisely.
 
-    The line is the audit's own figures (:func:`transit_release.audit.cumulative_loss`'s timeline): the loss by
+    The line is the audit's own figures (:func:`transit_release.integrity.audit.cumulative_loss`'s timeline): the loss by
     basic composition, whose last point is the total the page states; ``pld``, the unit's stated figure by
     privacy-loss distributions, is marked at the last release. The cap is drawn in its own measure's words."""
     import matplotlib.dates as mdates
@@ -383,7 +383,7 @@ _NO_PER_MODE_OTHER = ("No per-mode figures: a {unit} record spans every station 
 def write_audit_report(out_dir: Path, result: dict, caps: dict[str, dict | float] | None = None) -> Path:
     """``audit.html``: integrity findings, threat model, cumulative loss per unit, mode and scope, with plots; ``caps``:
     the budget policy's cap of each unit (``{"name", "epsilon", "delta", "measure"}``, or ε alone: basic)."""
-    from transit_release.audit import PERSON, unit_losses
+    from transit_release.integrity.audit import PERSON, unit_losses
 
     out_dir.mkdir(parents=True, exist_ok=True)
     sections = [_person_section(p, x) for p, x in result["loss"].get(PERSON, {}).items()]
@@ -498,7 +498,7 @@ def _person_section(population: str, person: dict) -> str:
 def write_sequence_report(out_dir: Path, manifest: dict, metrics: dict, quarantine: dict,
                           links: dict[str, str] | None = None, figures: dict | None = None) -> Path:
     """``report.html`` of a passenger-level release (sequences, n-grams, trajectories, sets): headline figures, plots
-    and every utility figure in words (:mod:`transit_release.passenger_report`). Internal."""
-    from transit_release import passenger_report
+    and every utility figure in words (:mod:`transit_release.reports.passenger_report`). Internal."""
+    from transit_release.reports import passenger_report
 
     return passenger_report.write_report(out_dir, manifest, metrics, quarantine, links, figures)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from transit_release.errors import InsufficientSpaceError
 
 if TYPE_CHECKING:
-    from transit_release.home import Home
+    from transit_release.files.home import Home
 
 #: Bytes a released row takes at most, as CSV and as Parquet together (mode, date, tap, a time bin, a location
 #: name, a count).
@@ -66,7 +66,7 @@ def data_docs_site_bytes() -> int:
     share one copy of the assets: counted once per site, this errs on the safe side.)"""
     spec = importlib.util.find_spec("great_expectations")
     images = Path(spec.origin).parent / "render" / "view" / "static" / "images" if spec and spec.origin else None
-    assets = Path(__file__).resolve().parent.parent / "schemas" / "data_docs_assets"
+    assets = Path(__file__).resolve().parent.parent.parent / "schemas" / "data_docs_assets"
     loaded = sum((images / name).stat().st_size for name in ("logo-long.png", "favicon.ico")
                  if images and (images / name).is_file())
     return loaded + _tree_bytes(assets) + DOCS_PAGES_BYTES

@@ -38,7 +38,7 @@ def start(modules: tuple[str, ...] = RELEASE_MODULES) -> threading.Thread:
         if "sqlalchemy.orm" in sys.modules:  # MLflow's store classes, mapped once per process (~0.4 s)
             with contextlib.suppress(Exception):
                 sys.modules["sqlalchemy.orm"].configure_mappers()
-        from transit_release import collector
+        from transit_release.runtime import collector
 
         collector.settle_again()  # a command's process: these libraries out of the collector's way too
 

@@ -8,6 +8,6 @@ end with the command: the forkserver stops when the command's end closes its pip
 command's process) stop their workers.
 """
 
-from transit_release.subprocesses import own_session
+from transit_release.runtime.subprocesses import own_session
 
 own_session()

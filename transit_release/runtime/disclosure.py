@@ -78,7 +78,7 @@ def shared_api() -> bool:
 
 def short_form(exc: BaseException) -> str:
     """What a server other than the command's own learns of a refusal: its class and exit code."""
-    from transit_release.outcome import exit_code
+    from transit_release.runtime.outcome import exit_code
 
     return f"refused: {type(exc).__name__}, exit {exit_code(exc)}"
 

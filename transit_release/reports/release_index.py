@@ -25,8 +25,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from transit_release import publish
-from transit_release.audit import PERSON, unit_losses
+from transit_release.files import publish
+from transit_release.integrity.audit import PERSON, unit_losses
 
 INDEX = "index.html"
 SUMMARY = "summary.json"
@@ -109,7 +109,7 @@ def _figures(kind: str, summary: dict | None) -> tuple[tuple[str, str], ...]:
         return tuple((name, _pct(summary[k]) if k == "trip_coverage" else f"{summary[k]:g}")
                      for k, name in (("trip_coverage", "trips covered (mean over partitions)"),)
                      if summary.get(k) is not None)
-    from transit_release.passenger_report import _value, metric_rows
+    from transit_release.reports.passenger_report import _value, metric_rows
 
     return tuple((name, _value(name, value)) for name, value, _ in metric_rows(kind, summary))
 

@@ -2,7 +2,7 @@
 
 Drawing them (matplotlib: about a second for the full-size week, and half a second to import) is work only
 for the report, and the flow has other work meanwhile — the release tables' checks and staging — on a
-machine whose other core is then idle. :func:`draw` runs ``python -m transit_release.report_process`` and
+machine whose other core is then idle. :func:`draw` runs ``python -m transit_release.reports.report_process`` and
 waits for it, so the Prefect task that calls it can run in a thread beside the flow. The child reads what it
 draws from its standard input (a pickle: nothing is written to disk but the figures) and writes the figures
 into a folder that exists; it dies with its parent.
@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from transit_release.errors import TransitReleaseError
-from transit_release.subprocesses import die_with_parent
+from transit_release.runtime.subprocesses import die_with_parent
 
 
 class ReportFiguresError(TransitReleaseError):
@@ -40,7 +40,7 @@ def _spawn() -> subprocess.Popen:
     # -P: not the working directory first on the module path (a stray pandas.py there would get the counts);
     # no preexec_fn (unsafe in a threaded parent: the child may hang before it runs): the child arranges to die
     # with its parent itself
-    return subprocess.Popen([sys.executable, "-P", "-m", "transit_release.report_process", str(os.getpid())],
+    return subprocess.Popen([sys.executable, "-P", "-m", "transit_release.reports.report_process", str(os.getpid())],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             env={**os.environ, "MPLBACKEND": "Agg"}, start_new_session=True)
 
@@ -84,7 +84,7 @@ def _ready_or_new() -> subprocess.Popen:
 
 def draw(out_dir: Path, privacy: dict, utility: pd.DataFrame, points: dict[str, tuple[np.ndarray, np.ndarray]],
          timeout_s: float = 600.0) -> None:
-    """:func:`transit_release.report.draw_figures` in a child process (one :func:`prestart` started, if any);
+    """:func:`transit_release.reports.report.draw_figures` in a child process (one :func:`prestart` started, if any);
     returns once it has finished. ``out_dir`` must exist."""
     job = pickle.dumps({"out_dir": str(out_dir), "privacy": privacy, "utility": utility, "points": points},
                        protocol=pickle.HIGHEST_PROTOCOL)
@@ -132,7 +132,7 @@ def main(parent: int) -> int:
     if os.getppid() != parent:  # the parent died before the line above took effect
         return 1
     try:
-        from transit_release import report  # with matplotlib, before the job arrives (started ahead: prestart)
+        from transit_release.reports import report  # with matplotlib, before the job arrives (started ahead: prestart)
 
         report._pyplot()
         job = pickle.loads(sys.stdin.buffer.read())

@@ -1,9 +1,9 @@
 """The process of a command's own Prefect server: Prefect's API app under uvicorn, as Prefect's own temporary server
 runs it (:func:`flows.deployments.local_server` with ``command=True``), with Python's cyclic collector set for a
-process that imports a great deal and lives for one command (:data:`transit_release.collector.THRESHOLDS`: its
+process that imports a great deal and lives for one command (:data:`transit_release.runtime.collector.THRESHOLDS`: its
 start-up imports cost about a sixth less CPU).
 
-    python -m transit_release.command_server <uvicorn's arguments>
+    python -m transit_release.runtime.command_server <uvicorn's arguments>
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import sys
 
-from transit_release.collector import THRESHOLDS
+from transit_release.runtime.collector import THRESHOLDS
 
 
 def main() -> None:

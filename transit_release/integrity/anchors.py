@@ -23,7 +23,7 @@ from pathlib import Path
 
 from transit_release.accounting.ledger import KEY_FILE_ENV, Anchor, Ledger
 from transit_release.errors import LedgerIntegrityError
-from transit_release.home import RELEASES_TOOL_FILES, RENAME_PROBE_PATTERN, Home
+from transit_release.files.home import RELEASES_TOOL_FILES, RENAME_PROBE_PATTERN, Home
 from transit_release.opendata.catalog import PART_PATTERN
 
 MANIFEST = "manifest.json"
@@ -180,7 +180,7 @@ def check_ledger_whole(home: Home, outcome: str = "it would charge nothing") -> 
     ``outcome``; returns the ledger's entries. Every command that reads the ledger (a dry run, ``budget``, a release
     before Prefect starts, ``repair``) runs it, so integrity fails loud everywhere, at once."""
     from transit_release.accounting.ledger import check_key_records, key_from_environment
-    from transit_release.recovery import live_release_ids
+    from transit_release.integrity.recovery import live_release_ids
 
     if not (home.ledger.exists() or home.ledger.is_symlink()):  # what a charge would create: an empty ledger
         refuse_an_emptied_ledger(home, 0, outcome)

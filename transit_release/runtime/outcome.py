@@ -38,7 +38,7 @@ def _one_line(text: str) -> str:
 
 def failure_line(exc: BaseException | str) -> str:
     """A refused run (a :class:`TransitReleaseError`: the command's one-line refusal) or a failed one."""
-    from transit_release.disclosure import full_message
+    from transit_release.runtime.disclosure import full_message
 
     if isinstance(exc, str):
         return f"failed: {_one_line(exc)} (exit {EXIT_UNEXPECTED})"

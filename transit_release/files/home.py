@@ -9,8 +9,8 @@ Layout and who may read it::
         work/<id>-<run>/      one run's working files (its partition dataset), removed when it ends
         staging/.tmp-<id>-*/  a release being written, renamed into releases/ in one step when published
         test-releases/<id>/   releases made with the test-only noise seed (never under releases/)
-        locks/<id>.lock       held by the one live run of a release (transit_release.release_lock)
-        run-log.jsonl         the full outcome line of each run on a shared Prefect server (transit_release.disclosure)
+        locks/<id>.lock       held by the one live run of a release (transit_release.runtime.release_lock)
+        run-log.jsonl         the full outcome line of each run on a shared Prefect server (transit_release.runtime.disclosure)
     ledger.sqlite             the privacy ledger (0600)
     mlflow.db, mlartifacts/   the MLflow store (not world-readable)
     .prefect/                 Prefect's local database
@@ -38,7 +38,7 @@ from transit_release.errors import ConfigError
 #: anything else there): the DCAT catalogue of the releases (:data:`transit_release.opendata.catalog.CATALOG`).
 RELEASES_TOOL_FILES: frozenset[str] = frozenset({"catalog.jsonld"})
 #: Top-level files the tool writes under ``release_reports/`` beside the releases' report folders: the index and
-#: the audits' history (:mod:`transit_release.release_index`).
+#: the audits' history (:mod:`transit_release.reports.release_index`).
 REPORTS_TOOL_FILES: frozenset[str] = frozenset({"index.html", "audit_history.jsonl"})
 #: Names a release id may not take: every name the tool writes under ``releases/`` and ``release_reports/`` beside
 #: the releases (:data:`RELEASES_TOOL_FILES`, :data:`REPORTS_TOOL_FILES`; ``audit-<stamp>/`` and

@@ -7,7 +7,7 @@ root itself when that is on another filesystem) and the directory is renamed int
 committed to the ledger first, then the rename, then the ledger's ``published`` entry. A crash never leaves half a
 release under ``<root>/<id>``, an existing release is never overwritten, and a
 crash between the steps is completed or rolled back by
-:mod:`transit_release.recovery` from the intent.
+:mod:`transit_release.integrity.recovery` from the intent.
 
 Public CSV cells never start a spreadsheet formula: a text cell starting with
 ``=``, ``+``, ``-``, ``@``, ``|``, a tab or a carriage return — or with a
@@ -38,8 +38,8 @@ from pathlib import Path
 import pandas as pd
 
 from transit_release.errors import ReleaseExistsError
-from transit_release.faults import crash_point
-from transit_release.home import check_release_id
+from transit_release.files.home import check_release_id
+from transit_release.runtime.faults import crash_point
 
 MANIFEST = "manifest.json"
 DATACARD = "DATACARD.md"
@@ -247,7 +247,7 @@ def stage_release(root: Path, release_id: str, tables: dict[str, pd.DataFrame], 
 def commit_release(staged: StagedRelease, ledger, mlflow_run_id: str | None = None) -> Path:
     """Intent on the ledger → one atomic rename → ``published`` entry on the ledger.
 
-    A crash after the intent is completed (or rolled back) by :func:`transit_release.recovery.repair`.
+    A crash after the intent is completed (or rolled back) by :func:`transit_release.integrity.recovery.repair`.
     """
     if staged.final_dir.exists():
         shutil.rmtree(staged.staging_dir, ignore_errors=True)

@@ -1,6 +1,6 @@
 """Recovery after a crash, and the working files of live runs.
 
-Publication is three steps (:func:`transit_release.publish.commit_release`):
+Publication is three steps (:func:`transit_release.files.publish.commit_release`):
 an intent on the ledger, the rename into place, the ``published`` entry. A
 process killed between them leaves an intent without a ``published`` entry;
 :func:`repair` then completes the publication when the release directory (or
@@ -36,9 +36,9 @@ from pathlib import Path
 
 from transit_release.accounting.ledger import Anchor, Ledger, PublicationIntent, rollback_message, snapshot_ledger
 from transit_release.errors import ConfigError, LedgerIntegrityError, LedgerRollbackError
-from transit_release.home import RENAME_PROBE_PATTERN, Home, check_release_id, public_tree
+from transit_release.files.home import RENAME_PROBE_PATTERN, Home, check_release_id, public_tree
+from transit_release.files.publish import MANIFEST, open_to_the_public, sha256_file, verify_release
 from transit_release.opendata.catalog import PART_PATTERN, dead_rewrites, repair_catalog
-from transit_release.publish import MANIFEST, open_to_the_public, sha256_file, verify_release
 
 LOCK = ".lock"
 
@@ -259,7 +259,7 @@ def adopt_ledger_key(home: Home, ledger: Ledger, mlflow_anchors: list[dict]) -> 
     """``repair --adopt-ledger-key``: key a ledger that never had a key (:meth:`Ledger.adopt_key`, after
     :func:`check_never_keyed`), or re-adopt the key for a keyed ledger that has no high-water mark at its path (its
     home moved or remounted: :meth:`Ledger.adopt_mark`, after the checks a charge makes). Returns what was done."""
-    from transit_release.anchors import check_records, home_anchors
+    from transit_release.integrity.anchors import check_records, home_anchors
 
     if ledger.keyed():
         check_records(home, ledger, live_release_ids(home))
@@ -276,7 +276,7 @@ def check_never_keyed(home: Home, mlflow_anchors: list[dict]) -> None:
     adopting a key then would vouch for the forgery. Published manifests and MLflow anchors record whether
     the ledger was keyed when they were written.
     """
-    from transit_release.audit import keyed_anchors
+    from transit_release.integrity.audit import keyed_anchors
 
     manifests = {}
     for root in (home.releases, home.test_releases):
