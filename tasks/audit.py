@@ -18,7 +18,9 @@ from pathlib import Path
 
 from tasks import data_task
 from transit_release.accounting import ledger as ledger_records
-from transit_release.accounting.ledger import Ledger, key_from_environment
+from transit_release.accounting import ledger_chain, ledger_key, ledger_schema
+from transit_release.accounting.ledger import Ledger
+from transit_release.accounting.ledger_key import key_from_environment
 from transit_release.errors import ConfigError, LedgerStorageError, TransitReleaseError
 from transit_release.files.home import Home
 from transit_release.integrity import audit, recovery
@@ -45,7 +47,7 @@ def snapshot_ledger(home: Home) -> dict:
         ledger_records.snapshot_ledger(path, tmp / SNAPSHOT)
     except (OSError, sqlite3.Error) as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        storage = ledger_records.storage_error(path, exc) if isinstance(exc, sqlite3.Error) else None
+        storage = ledger_schema.storage_error(path, exc) if isinstance(exc, sqlite3.Error) else None
         if storage is not None or (isinstance(exc, OSError) and exc.errno in _STORAGE_ERRNOS):
             # the audit cannot read it now: it fails (exit 1) without calling the ledger damaged
             raise storage or LedgerStorageError(f"{path}: the privacy ledger could not be copied for the audit "
@@ -121,7 +123,7 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
         ledger, keyed, intents, pending = None, False, [], []  # reported by the ledger's verification
     # with a key, the key's records beside it are checked whatever the ledger holds: a ledger emptied or deleted
     # (with everything in the home that anchored it) is not "not keyed" if they name it
-    recorded_keyed = key is not None and ledger_records.keyed_by_records(home.ledger)
+    recorded_keyed = key is not None and ledger_key.keyed_by_records(home.ledger)
     # what the ledger recorded after the snapshot (a live run's charge or publication): the home's records of it
     # (an anchor run, a renamed directory) may be read after the snapshot; the ledger read again now holds them
     current, current_intents = _current_ledger(home)
@@ -149,7 +151,7 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
             marked = []  # the mark moved on with a live run's entries after the snapshot, which the ledger holds now
         problems += marked
     elif key is not None and not snapshot.get("problem"):  # no ledger file: a head of 0
-        problems += audit.check_high_water(lambda: ledger_records.check_key_records(key, home.ledger, None))
+        problems += audit.check_high_water(lambda: ledger_key.check_key_records(key, home.ledger, None))
     checked, trouble = audit.guarded("release", "releases/", audit.check_releases, home, published,
                                      {e.release_id for e in spends}, known_staging)
     release_problems, staging, manifests = checked or (trouble, [], {})
@@ -196,13 +198,13 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
 
 
 def _head(entries: list) -> tuple[int, str]:
-    return (entries[-1].seq, entries[-1].hash) if entries else (0, ledger_records.GENESIS_HASH)
+    return (entries[-1].seq, entries[-1].hash) if entries else (0, ledger_chain.GENESIS_HASH)
 
 
 def _mark_held_now(key: bytes, home: Home, current: list) -> bool:
     """Does the ledger as it is now (``current``, which holds the snapshot's head) hold the keyed high-water mark?"""
     try:
-        mark = ledger_records.read_high_water(key, ledger_records.records_name(home.ledger))
+        mark = ledger_key.read_high_water(key, ledger_key.records_name(home.ledger))
     except TransitReleaseError:
         return False
     by_seq = {e.seq: e.hash for e in current}

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from tasks import data_task
 from transit_release.runtime.faults import crash_point
-from transit_release.accounting.ledger import (Ledger, refuse_second_charge,
-                                               storage_error)
+from transit_release.accounting.ledger import Ledger, refuse_second_charge
+from transit_release.accounting.ledger_schema import storage_error
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
 from transit_release.errors import ConfigError, LedgerIntegrityError, ReleaseExistsError
 from transit_release.files.home import Home, check_release_id

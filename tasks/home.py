@@ -9,7 +9,7 @@ from pathlib import Path
 from prefect import get_run_logger
 
 from tasks import data_task
-from transit_release.accounting.ledger import check_key_place
+from transit_release.accounting.ledger_key import check_key_place
 from transit_release.errors import ConfigError
 from transit_release.files.home import UMASK, Home
 from transit_release.integrity import recovery

@@ -11,7 +11,8 @@ import pandas as pd
 from tasks import data_task
 from transit_release import opendata
 from transit_release.accounting.accountant import cumulative_for
-from transit_release.accounting.ledger import SPEND, Ledger
+from transit_release.accounting.ledger import Ledger
+from transit_release.accounting.ledger_chain import SPEND
 from transit_release.accounting.person import person_loss
 from transit_release.accounting.policy import BudgetPolicy
 from transit_release.files import publish

@@ -29,7 +29,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tasks import data_task
-from transit_release.accounting.ledger import Ledger, anchor_mac
+from transit_release.accounting.ledger import Ledger
+from transit_release.accounting.ledger_chain import anchor_mac
 from transit_release.files.home import Home, cache_dir
 from transit_release.files.publish import rows_released
 from transit_release.integrity import audit

@@ -21,7 +21,8 @@ import numpy as np
 from tests.test_opendata import UNIVERSE, opal_tables
 from transit_release import opendata
 from transit_release.accounting.accountant import cumulative_for
-from transit_release.accounting.ledger import SPEND, Ledger
+from transit_release.accounting.ledger import Ledger
+from transit_release.accounting.ledger_chain import SPEND
 from transit_release.accounting.person import person_loss
 from transit_release.accounting.policy import load_budget_policy
 from transit_release.config import load_release_config

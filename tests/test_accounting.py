@@ -191,7 +191,7 @@ def test_events_refuse_impossible_values_at_construction(field, value, message):
 
 
 def _raw_insert(path, payload: str, seq: int = 1, prev: str = "0" * 64):
-    from transit_release.accounting.ledger import entry_hash
+    from transit_release.accounting.ledger_chain import entry_hash
 
     con = sqlite3.connect(path)
     digest = entry_hash(prev, seq, "2026-01-01T00:00:00+00:00", "spend", "forged", payload)
@@ -248,7 +248,7 @@ def test_one_release_id_is_charged_once(tmp_path):
 # ---- the keyed chain and the anchors -------------------------------------------------------------------
 
 def test_keyed_chain_detects_a_recomputed_forgery(tmp_path):
-    from transit_release.accounting.ledger import entry_hash
+    from transit_release.accounting.ledger_chain import entry_hash
 
     path, key = tmp_path / "ledger.sqlite", b"k" * 32
     ledger = Ledger(path, key=key)
@@ -306,7 +306,7 @@ def test_keyed_ledger_is_never_appended_to_without_its_key_and_never_launders(tm
 
 
 def test_a_key_file_inside_the_home_is_refused(tmp_path):
-    from transit_release.accounting.ledger import read_key_file
+    from transit_release.accounting.ledger_key import read_key_file
     from transit_release.errors import ConfigError
 
     (tmp_path / "key").write_bytes(b"x" * 40)

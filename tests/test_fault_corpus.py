@@ -869,7 +869,7 @@ def test_a_dry_run_the_policy_refuses_exits_3(tmp_path, capsys):
 
 def test_a_key_file_that_is_a_fifo_is_refused_at_once(tmp_path):
     """A key file that was a FIFO hung every command on its read."""
-    from transit_release.accounting.ledger import read_key_file
+    from transit_release.accounting.ledger_key import read_key_file
     from transit_release.errors import ConfigError
 
     fifo = tmp_path / "keys" / "ledger.key"

@@ -215,7 +215,8 @@ def test_test_seed_releases_stay_private_and_a_keyed_ledger_resists_a_forged_his
     with a recomputed chain) passed the audit: with a key outside the home it is caught."""
     import sqlite3
 
-    from transit_release.accounting.ledger import KEY_FILE_ENV, entry_hash
+    from transit_release.accounting.ledger_chain import entry_hash
+    from transit_release.accounting.ledger_key import KEY_FILE_ENV
 
     key = tmp_path / "ledger.key"
     key.write_bytes(os.urandom(48).hex().encode())

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import WEEK_FLAGS
-from transit_release.accounting.ledger import KEY_FILE_ENV, TRIGGERS, Ledger, _SCHEMA
+from transit_release.accounting.ledger import Ledger
+from transit_release.accounting.ledger_key import KEY_FILE_ENV
+from transit_release.accounting.ledger_schema import TRIGGERS, _SCHEMA
 from transit_release.cli import EXIT_AUDIT_FAILED, main
 
 pytestmark = pytest.mark.flow

@@ -200,7 +200,8 @@ def test_the_dashboard_with_eight_releases_of_every_kind_fits_1400px(eight_of_ev
     runs."""
     from playwright.sync_api import sync_playwright
 
-    from transit_release.accounting.ledger import SPEND, Ledger
+    from transit_release.accounting.ledger import Ledger
+    from transit_release.accounting.ledger_chain import SPEND
     from transit_release.accounting.person import person_loss
     from transit_release.reports.release_index import release_runs
 

@@ -252,7 +252,7 @@ def test_a_ledger_the_key_record_lists_never_adopts_the_key_again(tmp_path, monk
 
     import pytest
 
-    from transit_release.accounting.ledger import KEY_FILE_ENV
+    from transit_release.accounting.ledger_key import KEY_FILE_ENV
     from transit_release.errors import LedgerIntegrityError
 
     key = tmp_path / "keys" / "ledger.key"

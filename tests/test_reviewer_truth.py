@@ -19,7 +19,8 @@ import pandas as pd
 import pytest
 
 from transit_release.accounting.accountant import bounded_release_losses
-from transit_release.accounting.ledger import SPEND, Ledger
+from transit_release.accounting.ledger import Ledger
+from transit_release.accounting.ledger_chain import SPEND
 from transit_release.accounting.pld import pld_epsilon, release_components, threshold_delta
 from transit_release.accounting.policy import BudgetPolicy, default_policy_path, load_budget_policy
 from transit_release.config import load_release_config, read_yaml

@@ -160,7 +160,8 @@ def test_probe_refuses_an_unreachable_scheduler_and_blind_workers(tmp_path):
 
 
 def _spends(home: Home) -> list:
-    from transit_release.accounting.ledger import SPEND, Ledger
+    from transit_release.accounting.ledger import Ledger
+    from transit_release.accounting.ledger_chain import SPEND
 
     return [e.event() for e in Ledger(home.ledger).entries() if e.entry_type == SPEND]
 

@@ -26,8 +26,10 @@ import pytest
 
 from tests.test_accounting import partition_events
 from tests.test_publish import manifest as release_manifest, tables
-from transit_release.accounting.ledger import (KEY_FILE_ENV, _SCHEMA, Ledger, entry_hash, read_high_water,
-                                               write_high_water)
+from transit_release.accounting.ledger import Ledger
+from transit_release.accounting.ledger_chain import entry_hash
+from transit_release.accounting.ledger_key import KEY_FILE_ENV, read_high_water, write_high_water
+from transit_release.accounting.ledger_schema import _SCHEMA
 from transit_release.errors import LedgerIntegrityError, TransitReleaseError
 from transit_release.files.home import Home
 
@@ -402,7 +404,7 @@ def drop_table(table):
 
 
 def drop_all_triggers(c):
-    from transit_release.accounting.ledger import TRIGGERS
+    from transit_release.accounting.ledger_schema import TRIGGERS
 
     _drop_triggers(c, *TRIGGERS)
 
@@ -453,7 +455,7 @@ def _wipe_home_records(c: Case) -> None:
 def wipe_ledger_tables(c):
     """The review's finding: every table of the ledger emptied (triggers dropped and put back), releases/ and the
     MLflow store removed: a home that looks new."""
-    from transit_release.accounting.ledger import TRIGGERS
+    from transit_release.accounting.ledger_schema import TRIGGERS
 
     _drop_triggers(c, *TRIGGERS)
     c.sql("DELETE FROM entries", "DELETE FROM entry_macs", "DELETE FROM publication_intents",
@@ -482,7 +484,7 @@ def foreign_trigger(c):
 def noop_triggers_and_newest_erased(c):
     """Every append-only trigger replaced by a same-named one that never fires (names alone passed), then the
     newest spends and their anchor run deleted through them."""
-    from transit_release.accounting.ledger import TRIGGERS
+    from transit_release.accounting.ledger_schema import TRIGGERS
 
     con = sqlite3.connect(c.ledger)
     for t in TRIGGERS:
@@ -772,7 +774,7 @@ def test_a_mark_that_cannot_be_confirmed_stops_the_run_before_any_noise(case_of,
     charge is refused (exit 2) after its spends were committed, so the flow draws no noise; they count. Erasing them
     then goes unseen by the mark (the one state it accepts without its entries), which is harmless: no noise was
     drawn for them (docs/threat-model.md)."""
-    import transit_release.accounting.ledger as ledger_module
+    import transit_release.accounting.ledger_key as ledger_module
     from tasks.budget import charge_budget
     from transit_release.errors import ConfigError
 
@@ -825,7 +827,7 @@ def test_the_audit_reads_one_snapshot_of_the_ledger(case_of):
 def test_a_moved_keyed_home_is_re_adopted_by_repair(case_of):
     """A keyed ledger reached by a path with no mark is refused (corpus); after a move made by the operator,
     `repair --adopt-ledger-key` records the mark at the new path, and then the audit passes and charges go on."""
-    from transit_release.accounting.ledger import read_high_water
+    from transit_release.accounting.ledger_key import read_high_water
     from transit_release.integrity import recovery
 
     c = case_of(True)
@@ -849,7 +851,7 @@ def test_adopting_the_key_on_a_copy_retires_the_original_so_the_budget_is_never_
     a move: it retires the mark of every other path of the same history, so the original refuses every later
     charge (and its audit and budget say why), while the copy charges; moving back is refused once the copy has
     charged what the original lacks."""
-    from transit_release.accounting.ledger import write_high_water
+    from transit_release.accounting.ledger_key import write_high_water
     from transit_release.integrity import recovery
 
     c = case_of(True)
@@ -884,7 +886,7 @@ def test_adopting_the_key_on_a_copy_retires_the_original_so_the_budget_is_never_
 def test_a_home_moved_after_an_erase_lacks_the_mark_of_its_old_path_and_is_not_re_adopted(case_of):
     """A ledger whose newest entries (and their anchor run) were erased before it moved lacks the mark of its old
     path, which names the same history (its entry 1): no key is adopted, and charges stay refused."""
-    from transit_release.accounting.ledger import read_high_water
+    from transit_release.accounting.ledger_key import read_high_water
     from transit_release.integrity import recovery
     from transit_release.integrity.anchors import mlflow_anchors
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from transit_release.accounting.accountant import PrivacyLoss, compose
 from transit_release.accounting.events import DEFAULT_POPULATION, InvalidEventError, check_population
-from transit_release.accounting.ledger import LedgerEntry
+from transit_release.accounting.ledger_chain import LedgerEntry
 from transit_release.accounting.units import PERSON, UNITS
 from transit_release.config import KNOWN_MODES, default_file, read_yaml
 from transit_release.errors import (BudgetError, BudgetExceededError, ConfigError, UnboundedPersonLossError,

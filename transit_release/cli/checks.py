@@ -14,8 +14,8 @@ from transit_release.files.home import Home, check_release_id
 
 def check_ledger_key(home: Home) -> None:
     """Before anything starts (Prefect, a flow, a read of the ledger): a configured key lies outside the home and
-    the ledger's directory and is private (:func:`~transit_release.accounting.ledger.check_key_place`)."""
-    from transit_release.accounting.ledger import check_key_place
+    the ledger's directory and is private (:func:`~transit_release.accounting.ledger_key.check_key_place`)."""
+    from transit_release.accounting.ledger_key import check_key_place
 
     check_key_place(home.root, home.ledger)
 

@@ -11,7 +11,7 @@ MLflow's SQLite store is read directly, read-only, with ``sqlite3`` (its ``exper
 queries. Deleted runs count: deleting a run hides nothing. An anchor that cannot be read (a manifest that is not
 JSON, a store that is not MLflow's) is returned as a problem, which no ledger holds: a charge is refused rather
 than made against records it cannot read. The keyed high-water mark beside the key is the ledger's own check
-(:class:`transit_release.accounting.ledger.HighWaterMark`).
+(:class:`transit_release.accounting.ledger_key.HighWaterMark`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from transit_release.accounting.ledger import KEY_FILE_ENV, Anchor, Ledger
+from transit_release.accounting.ledger import Ledger
+from transit_release.accounting.ledger_anchors import Anchor
+from transit_release.accounting.ledger_key import KEY_FILE_ENV
 from transit_release.errors import LedgerIntegrityError
 from transit_release.files.home import RELEASES_TOOL_FILES, RENAME_PROBE_PATTERN, Home
 from transit_release.opendata.catalog import PART_PATTERN
@@ -179,7 +181,7 @@ def check_ledger_whole(home: Home, outcome: str = "it would charge nothing") -> 
     Raises :class:`LedgerIntegrityError` (exit 4) or :class:`ConfigError` naming the first problem, each ending in
     ``outcome``; returns the ledger's entries. Every command that reads the ledger (a dry run, ``budget``, a release
     before Prefect starts, ``repair``) runs it, so integrity fails loud everywhere, at once."""
-    from transit_release.accounting.ledger import check_key_records, key_from_environment
+    from transit_release.accounting.ledger_key import check_key_records, key_from_environment
     from transit_release.integrity.recovery import live_release_ids
 
     if not (home.ledger.exists() or home.ledger.is_symlink()):  # what a charge would create: an empty ledger

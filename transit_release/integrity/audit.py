@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from transit_release.accounting.accountant import ADVANCED_COMPOSITION, compose
-from transit_release.accounting.ledger import PUBLISHED, SPEND, TRIGGERS, LedgerEntry, anchor_mac
+from transit_release.accounting.ledger_chain import PUBLISHED, SPEND, LedgerEntry, anchor_mac
+from transit_release.accounting.ledger_schema import TRIGGERS
 from transit_release.accounting.person import DEFAULT_PLD_DELTA, person_loss, person_losses
 from transit_release.errors import LedgerIntegrityError, TransitReleaseError
 from transit_release.files.home import RELEASES_TOOL_FILES, RENAME_PROBE_PATTERN, Home
@@ -100,7 +101,7 @@ def check_ledger(verify) -> list[Discrepancy]:
 
 def check_protections(schema) -> list[Discrepancy]:
     """The ledger's schema is exactly the one this tool creates (``schema()``:
-    :class:`~transit_release.accounting.ledger.SchemaCheck`): every append-only trigger (:data:`TRIGGERS`) in
+    :class:`~transit_release.accounting.ledger_schema.SchemaCheck`): every append-only trigger (:data:`TRIGGERS`) in
     place and unaltered, nothing foreign (a trigger, view, table or index this tool never creates)."""
     try:
         checked = schema()

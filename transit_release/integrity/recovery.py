@@ -34,7 +34,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from transit_release.accounting.ledger import Anchor, Ledger, PublicationIntent, rollback_message, snapshot_ledger
+from transit_release.accounting.ledger import Ledger, snapshot_ledger
+from transit_release.accounting.ledger_anchors import Anchor, rollback_message
+from transit_release.accounting.ledger_chain import PublicationIntent
 from transit_release.errors import ConfigError, LedgerIntegrityError, LedgerRollbackError
 from transit_release.files.home import RENAME_PROBE_PATTERN, Home, check_release_id, public_tree
 from transit_release.files.publish import MANIFEST, open_to_the_public, sha256_file, verify_release
