@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def build(base: Path, n_releases: int):
-    from tasks.track import store_template
+    from transit_release.reports.tracking import store_template
     from transit_release.accounting.events import StabilityHistogramEvent
     from transit_release.accounting.ledger import Ledger
     from transit_release.config import MARGINALS, load_release_config

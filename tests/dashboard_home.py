@@ -89,7 +89,7 @@ def build(home: Path, per_kind: int = PER_KIND, with_pld: bool = False) -> list[
     """Publish ``per_kind`` releases of every kind into ``home`` in publication order (the kinds interleaved);
     write its index. Returns the release ids, in publication order. ``with_pld``: the manifests state a
     passenger's loss by privacy-loss distributions too, as releases do (a second or two more per release)."""
-    from tasks.track import ANCHOR_EXPERIMENT, EXPERIMENT, mlflow_client
+    from transit_release.reports.tracking import ANCHOR_EXPERIMENT, EXPERIMENT, mlflow_client
     from transit_release.files.home import Home
 
     home.mkdir(parents=True, exist_ok=True)

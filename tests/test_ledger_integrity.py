@@ -107,13 +107,13 @@ def test_keyed_erase_of_the_newest_spends_with_their_anchor_is_caught(prefect_ha
     assert main(release(tiny_week, home, "k1", "--policy", policy)) == 0
     # k2 as a run killed right after its charge and its anchor leaves it (tests/test_hardening.py kills real runs)
     from tasks.budget import charge_budget
-    from tasks.track import anchor_ledger
+    from transit_release.reports.tracking import anchor_ledger
     from tests.test_accounting import partition_events
     from transit_release.accounting.policy import load_budget_policy
     from transit_release.files.home import Home
 
     charge_budget.fn(Home.at(home), partition_events("k2", date="20160809"), load_budget_policy(policy))
-    anchor_ledger.fn(Home.at(home), "k2", "charge")
+    anchor_ledger(Home.at(home), "k2", "charge")
     con = sqlite3.connect(home / "ledger.sqlite")
     first = con.execute("SELECT min(seq) FROM entries WHERE release_id = 'k2'").fetchone()[0]
     for t in TRIGGERS:

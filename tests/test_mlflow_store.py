@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from tasks.track import mlflow_client, store_template
+from transit_release.reports.tracking import mlflow_client, store_template
 from transit_release.files.home import CACHE_ENV
 from transit_release.files.home import Home
 

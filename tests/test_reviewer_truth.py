@@ -175,7 +175,7 @@ def test_the_index_links_each_release_to_its_own_run(tmp_path):
     """Runs tagged with a release id live in three experiments: the release's own (named by the id), the ledger's
     anchors (made after it) and the audits'. A failed publication's run of the same id (not tagged published)
     comes first. The index links the published release run, as MLflow's own search finds it."""
-    from tasks.track import ANCHOR_EXPERIMENT, ANCHOR_ROLE, AUDIT_EXPERIMENT, EXPERIMENT, ROLE_TAG, mlflow_client
+    from transit_release.reports.tracking import ANCHOR_EXPERIMENT, ANCHOR_ROLE, AUDIT_EXPERIMENT, EXPERIMENT, ROLE_TAG, mlflow_client
     from transit_release.files.home import Home
     from transit_release.reports.release_index import mlflow_runs, release_runs
 

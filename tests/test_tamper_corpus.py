@@ -63,7 +63,7 @@ def _with_key(key: Path | None):
 def _build(base: Path, keyed: bool) -> Built:
     from tasks.budget import charge_budget
     from tasks.publish import commit_release, stage_release
-    from tasks.track import anchor_ledger, check_store, mark_published, track_release
+    from transit_release.reports.tracking import anchor_ledger, check_store, mark_published, track_release
     from transit_release.integrity import recovery
     from transit_release.integrity.anchors import home_anchors
     from transit_release.releases.opal import render_datacard
@@ -77,21 +77,21 @@ def _build(base: Path, keyed: bool) -> Built:
     _with_key(key)
     home = Home.at(base / "home").prepare()
     policy = trip_level_policy()
-    check_store.fn(home)
+    check_store(home)
     backups = []
 
     def charge(rid, date):
         charged = charge_budget.fn(home, partition_events(rid, date=date), policy)
-        anchor_ledger.fn(home, rid, "charge")
+        anchor_ledger(home, rid, "charge")
         return charged
 
     def publish(rid, charged):
         staged = stage_release.fn(home, rid, tables(), {}, release_manifest(rid), render_datacard, charged,
                                     policy)
-        run = track_release.fn(home, staged.manifest, charged, {"kind": "opal", "mechanism": "sbh"}, None)
+        run = track_release(home, staged.manifest, charged, {"kind": "opal", "mechanism": "sbh"}, None)
         commit_release.fn(home, staged, run)
-        anchor_ledger.fn(home, rid, "publication")
-        mark_published.fn(home, run)
+        anchor_ledger(home, rid, "publication")
+        mark_published(home, run)
 
     def backup():
         to = base / f"backup{len(backups) + 1}"
@@ -175,7 +175,7 @@ def audit_result(home: Path, after_snapshot=None) -> dict:
     """The audit flow's steps at the library level (one snapshot of the ledger for all of them); ``after_snapshot``
     runs right after the snapshot is taken (a change to the home while the audit runs)."""
     from tasks.audit import discard_snapshot, read_ledger, reconcile, snapshot_ledger, verify_ledger
-    from tasks.track import read_anchors, read_mirror, read_mirrored_spends
+    from transit_release.reports.tracking import read_anchors, read_mirror, read_mirrored_spends
 
     where = Home.at(home)
     snapshot = snapshot_ledger.fn(where)
@@ -184,9 +184,9 @@ def audit_result(home: Path, after_snapshot=None) -> dict:
             after_snapshot()
         problems = verify_ledger.fn(where, snapshot)
         entries = read_ledger.fn(where, snapshot)
-        mirror = read_mirror.fn(where)
-        return reconcile.fn(where, entries, problems, mirror, read_anchors.fn(where), 1e-7,
-                            read_mirrored_spends.fn(where, mirror, entries), snapshot=snapshot)
+        mirror = read_mirror(where)
+        return reconcile.fn(where, entries, problems, mirror, read_anchors(where), 1e-7,
+                            read_mirrored_spends(where, mirror, entries), snapshot=snapshot)
     finally:
         discard_snapshot.fn(snapshot)
 
@@ -1016,19 +1016,19 @@ def _publish_r4(home: Path, steps: str = "all") -> None:
     tagged published and its publication anchored)."""
     from tasks.budget import charge_budget
     from tasks.publish import commit_release, stage_release
-    from tasks.track import anchor_ledger, mark_published, track_release
+    from transit_release.reports.tracking import anchor_ledger, mark_published, track_release
     from transit_release.releases.opal import render_datacard
 
     where, policy = Home.at(home), trip_level_policy()
     charged = charge_budget.fn(where, partition_events("r4", date="20160811"), policy)
-    anchor_ledger.fn(where, "r4", "charge")
+    anchor_ledger(where, "r4", "charge")
     (where.reports / "r4").mkdir()  # its report folder, written before the commit
     staged = stage_release.fn(where, "r4", tables(), {}, release_manifest("r4"), render_datacard, charged, policy)
-    run = track_release.fn(where, staged.manifest, charged, {"kind": "opal", "mechanism": "sbh"}, None)
+    run = track_release(where, staged.manifest, charged, {"kind": "opal", "mechanism": "sbh"}, None)
     commit_release.fn(where, staged, run)
     if steps == "all":
-        anchor_ledger.fn(where, "r4", "publication")
-        mark_published.fn(where, run)
+        anchor_ledger(where, "r4", "publication")
+        mark_published(where, run)
 
 
 @pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "keyed"])

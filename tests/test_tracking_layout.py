@@ -1,6 +1,6 @@
 """MLflow as a reviewer uses it: one run per release, and two weeks compared in the runs view.
 
-Unit level (no flow): two weeks' Opal tracking records, logged by :func:`tasks.track.log_to_run` into a real SQLite
+Unit level (no flow): two weeks' Opal tracking records, logged by :func:`transit_release.reports.tracking.log_to_run` into a real SQLite
 store, must give two runs with the same metric keys, and each partition's figure at the same step (the day of the
 period), so that MLflow's runs table and charts lay them side by side; the partitions' table names the weekday.
 """
@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.track import ROLE_TAG, RELEASE_ROLE, log_to_run
+from transit_release.reports.tracking import ROLE_TAG, RELEASE_ROLE, log_to_run
 from transit_release.releases.opal import SERIES_METRICS, UTILITY_METRICS, partition_series, partition_table, tracking
 
 MARGINALS = ("tap_on_time", "tap_off_time")
@@ -54,7 +54,7 @@ def test_the_partitions_table_has_a_row_per_partition_and_marginal_with_its_week
 def test_a_release_is_one_run_whose_partitions_are_metric_histories(tmp_path):
     """What the runs view shows of two weeks: two runs (no nested runs), the same metric names, each partition's
     figure as a history over the days."""
-    from tasks.track import experiment_id, mlflow_client
+    from transit_release.reports.tracking import experiment_id, mlflow_client
     from transit_release.files.home import Home
 
     home = Home.at(tmp_path)

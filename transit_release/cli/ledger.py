@@ -83,10 +83,10 @@ def audit(args, home: Home) -> int:
 
 def repair(args, home: Home) -> int:
     """No Prefect needed: the ledger, the file system and MLflow's store directly."""
-    home.check_is_home("repair")  # first: importing Prefect (tasks.track) makes its home, .prefect/, in --home
-    from tasks.track import read_anchors, tag_published_runs
+    home.check_is_home("repair")  # first: nothing is read or made in a --home that is not one
     from transit_release.accounting.ledger import Ledger
     from transit_release.integrity import recovery
+    from transit_release.reports.tracking import read_anchors, tag_published_runs
 
     from transit_release.integrity.anchors import check_ledger_whole
 
@@ -95,9 +95,9 @@ def repair(args, home: Home) -> int:
     home.prepare()
     ledger = Ledger(home.ledger)
     if args.adopt_ledger_key:
-        print(recovery.adopt_ledger_key(home, ledger, read_anchors.fn(home)))
+        print(recovery.adopt_ledger_key(home, ledger, read_anchors(home)))
     result = recovery.repair(home, ledger)
-    tagged = tag_published_runs.fn(home, sorted(ledger.published())) if home.mlflow_db.exists() else []
+    tagged = tag_published_runs(home, sorted(ledger.published())) if home.mlflow_db.exists() else []
     for rid in result.completed:
         print(f"completed the interrupted publication of {rid}")
     for rid in result.rolled_back:

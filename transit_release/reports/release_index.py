@@ -27,6 +27,7 @@ from pathlib import Path
 
 from transit_release.files import publish
 from transit_release.integrity.audit import PERSON, unit_losses
+from transit_release.reports.tracking import EXPERIMENT, RELEASE_ROLE, ROLE_TAG
 
 INDEX = "index.html"
 SUMMARY = "summary.json"
@@ -120,13 +121,13 @@ def _group(kind: str, manifest: dict) -> str:
             "trajectories": "Passenger trajectories", "sets": "Station sets"}.get(kind, kind)
 
 
-#: The MLflow experiment that holds the releases' own runs (``tasks.track.EXPERIMENT``; the ledger's anchor runs
-#: and the audits' runs live in experiments of their own and are never a release's run).
-RELEASE_EXPERIMENT = "transit-release"
-#: The tag that says what a run is (``tasks.track.ROLE_TAG``) and its value on a release's own run: a run of
-#: :data:`RELEASE_EXPERIMENT` tagged with another role is never a release's run; one without the tag (tracked before
-#: runs said their role) is found by its name and ``release_id`` tag alone.
-RELEASE_RUN_TAG: tuple[str, str] | None = ("transit_release.role", "release")
+#: The MLflow experiment that holds the releases' own runs (the ledger's anchor runs and the audits' runs live in
+#: experiments of their own and are never a release's run).
+RELEASE_EXPERIMENT = EXPERIMENT
+#: The tag that says what a run is (:data:`~transit_release.reports.tracking.ROLE_TAG`) and its value on a release's
+#: own run: a run of :data:`RELEASE_EXPERIMENT` tagged with another role is never a release's run; one without the
+#: tag (tracked before runs said their role) is found by its name and ``release_id`` tag alone.
+RELEASE_RUN_TAG: tuple[str, str] | None = (ROLE_TAG, RELEASE_ROLE)
 
 
 def release_runs(mlflow_db: Path, run_tag: tuple[str, str] | None = RELEASE_RUN_TAG) -> dict[str, tuple[str, str]]:
