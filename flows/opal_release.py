@@ -26,7 +26,8 @@ from tasks.stream import (bound_partitions_per_card, commit_partitions, content_
 from tasks.report import draw_report_figures, write_report
 from tasks.summary import REPORTS_OUTCOME, summarize
 from tasks.validate import validate_release_tables, validate_stops
-from transit_release.config import ReleaseConfig, population_named
+from transit_release.accounting.events import population_named
+from transit_release.config import ReleaseConfig
 from transit_release.files import partition_store
 from transit_release.files.partition_store import PartitionDataset
 from transit_release.inputs.screening import Period

@@ -17,7 +17,7 @@ from tasks.sequences import (evaluate_sequences, plan_sequence_spend, read_seque
                              sequence_budget, sequence_outputs, sequences_from_taps, tracking_record)
 from tasks.validate import validate_stops
 from tasks.summary import REPORTS_OUTCOME
-from transit_release.config import population_named
+from transit_release.accounting.events import population_named
 from transit_release.mechanisms.prefix_tree import Taxonomy
 from transit_release.releases import sequences
 from transit_release.runtime.disclosure import refusals_kept_private

@@ -18,7 +18,7 @@ from tasks.sets import (evaluate_sets, plan_set_spend, read_sets, sanitize_sets,
                         sets_from_taps, stop_locations, tracking_record)
 from tasks.validate import validate_stops
 from tasks.summary import REPORTS_OUTCOME
-from transit_release.config import population_named
+from transit_release.accounting.events import population_named
 from transit_release.releases import sets
 from transit_release.runtime.disclosure import refusals_kept_private
 from transit_release.version import code_version

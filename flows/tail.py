@@ -38,10 +38,11 @@ from tasks.publish import commit_release, load_manifest, stage_release, update_c
 from tasks.report import update_index
 from tasks.summary import summarize, summarize_dry_run
 from tasks.track import anchor_ledger, check_store, mark_published, track_release
+from transit_release.accounting.events import population_ignored
 from transit_release.accounting.policy import BudgetPolicy
 from transit_release.errors import ReleaseExistsError
 from transit_release.files.home import Home, check_release_id
-from transit_release.files.publish import StagedRelease, population_ignored
+from transit_release.files.publish import StagedRelease
 from transit_release.inputs.screening import Period
 from transit_release.integrity.recovery import work_dir
 from transit_release.runtime import custodian, progress
@@ -122,7 +123,7 @@ class ReleaseKind:
     def workspace(self, run: ReleaseRun):
         """A context for reading through publishing (e.g. a working directory, a cluster); what it yields is given
         to :meth:`read`. By default the run's own working directory, locked while it lives: an audit meanwhile
-        knows the release is in flight (:func:`transit_release.integrity.recovery.live_release_ids`)."""
+        knows the release is in flight (:func:`transit_release.files.home.live_release_ids`)."""
         return work_dir(run.where, run.release_id)
 
     def read(self, run: ReleaseRun, workspace) -> Records:

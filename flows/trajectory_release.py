@@ -18,7 +18,7 @@ from tasks.trajectories import (check_trajectory_period, evaluate_trajectories, 
                                 trajectories_from_taps, trajectory_outputs, trajectory_setup, trajectory_universe)
 from tasks.validate import validate_stops
 from tasks.summary import REPORTS_OUTCOME
-from transit_release.config import population_named
+from transit_release.accounting.events import population_named
 from transit_release.releases import trajectories
 from transit_release.runtime.disclosure import refusals_kept_private
 from transit_release.version import code_version

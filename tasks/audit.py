@@ -22,7 +22,7 @@ from transit_release.accounting import ledger_chain, ledger_key, ledger_schema
 from transit_release.accounting.ledger import Ledger
 from transit_release.accounting.ledger_key import key_from_environment
 from transit_release.errors import ConfigError, LedgerStorageError, TransitReleaseError
-from transit_release.files.home import Home
+from transit_release.files.home import Home, live_release_ids
 from transit_release.integrity import audit, recovery
 from transit_release.reports import release_index
 
@@ -107,7 +107,7 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
     """Every record against the others; whatever a tampered home holds gives discrepancies, never a crash.
     ``snapshot``: the one the entries were read from (:func:`snapshot_ledger`)."""
     problems = list(ledger_problems)
-    live_ids = recovery.live_release_ids(home)  # before the records are read: a run alive now was alive then
+    live_ids = live_release_ids(home)  # before the records are read: a run alive now was alive then
     valid = audit.valid_entries(entries)
     published_ids, charged, spends, published = audit.summarise(valid)
     key = key_from_environment(home.root)
@@ -140,7 +140,7 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
         for i in intents:
             if i.release_id in pending and not audit.check_intents([i], ledger.check_intent):
                 vouched.append(Path(i.staging_dir).name)
-        live = recovery.live_release_ids(home)
+        live = live_release_ids(home)
         known_staging = set(vouched) | {p.name for root in (home.releases, home.test_releases, home.staging)
                                         if root.is_dir() for p in root.glob(".tmp-*")
                                         if p.name[5:].rsplit("-", 1)[0] in live}

@@ -12,10 +12,10 @@ from transit_release.accounting.ledger import Ledger, refuse_second_charge
 from transit_release.accounting.ledger_schema import storage_error
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
 from transit_release.errors import ConfigError, LedgerIntegrityError, ReleaseExistsError
-from transit_release.files.home import Home, check_release_id
-from transit_release.files.publish import recognising_earlier_fingerprints, resolve_release_id
+from transit_release.files.home import Home, check_release_id, live_release_ids
+from transit_release.files.publish import resolve_release_id
+from transit_release.inputs.tables import recognising_earlier_fingerprints
 from transit_release.integrity.anchors import check_ledger_whole, check_records, home_anchors, refuse_an_emptied_ledger
-from transit_release.integrity.recovery import live_release_ids
 from transit_release.runtime.outcome import exit_code
 
 

@@ -296,7 +296,7 @@ def test_spends_recorded_with_the_earlier_fingerprints_are_still_recognised(tmp_
     import hashlib
     import hmac
 
-    from tasks.budget import recognising_earlier_fingerprints
+    from transit_release.inputs.tables import recognising_earlier_fingerprints
     from transit_release.accounting.events import StabilityHistogramEvent
     from transit_release.inputs.tables import fingerprint, legacy_fingerprint
 

@@ -10,12 +10,12 @@ import pytest
 
 from tests.test_accounting import ngram_event, partition_events, seq_event
 from tests.test_card_level import card_events
-from transit_release.accounting.events import DEFAULT_POPULATION, InvalidEventError, event_from_json
+from transit_release.accounting.events import (DEFAULT_POPULATION, InvalidEventError, event_from_json,
+                                              population_named)
 from transit_release.accounting.ledger import Ledger
 from transit_release.accounting.person import KIND_NAMES, person_loss, person_losses
 from transit_release.accounting.pld import pld_epsilon
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
-from transit_release.config import population_named
 from transit_release.errors import (BudgetExceededError, ConfigError, PopulationError, PopulationOverlapError,
                                    UnboundedPersonLossError)
 from transit_release.releases.loss_statement import person_text

@@ -9,7 +9,7 @@ import time
 import pandas as pd
 
 from transit_release.accounting.ledger import Ledger
-from transit_release.files.home import Home
+from transit_release.files.home import LOCK, Home, live_release_ids
 from transit_release.files.publish import stage_release, verify_release
 from transit_release.integrity import recovery
 from tests.test_accounting import partition_events
@@ -63,13 +63,13 @@ def test_leftovers_of_dead_runs_are_named_and_removed_but_live_ones_are_not(tmp_
     legacy.mkdir(parents=True)
     dead = home.work / "r9-deadbeef"
     dead.mkdir(parents=True)
-    (dead / recovery.LOCK).write_text("")
+    (dead / LOCK).write_text("")
     with recovery.work_dir(home, "r2") as live:
         (home.reports / "r2").mkdir()
         names = {str(p.relative_to(home.root)) for p in recovery.leftovers(home, ledger)}
         assert names == {f"releases/{staged.staging_dir.name}", "release_reports/r1", "private/old-release/partitions",
                          "private/work/r9-deadbeef"}
-        assert recovery.live_release_ids(home) == {"r2"}
+        assert live_release_ids(home) == {"r2"}
         removed = recovery.clean_leftovers(home, ledger)
         assert sorted(removed) == sorted(names) and live.path.exists() and (home.reports / "r2").exists()
     assert not live.path.exists()  # a run's working directory goes with it

@@ -1095,7 +1095,7 @@ def test_every_release_kind_holds_its_working_directory_while_it_runs(tmp_path):
     """The audit knows a live run by its working directory's lock: passenger kinds held none, so a live passenger
     release's report folder read as left behind by a run that stopped (#39)."""
     from flows.tail import ReleaseKind, ReleaseRun
-    from transit_release.integrity.recovery import live_release_ids
+    from transit_release.files.home import live_release_ids
 
     where = Home.at(tmp_path / "home").prepare()
     with ReleaseKind.workspace(None, ReleaseRun(where, "sets-x", False)):

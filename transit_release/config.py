@@ -353,18 +353,6 @@ def release_unit(config_path: str | Path | None, unit: str | None) -> str | None
     return unit or (None if config_path is not None else DEFAULT_RELEASE_UNIT)
 
 
-def population_named(name: str | None) -> str:
-    """The population a release names (``--population``), or the default one; a malformed name is refused."""
-    from transit_release.accounting.events import DEFAULT_POPULATION, InvalidEventError, check_population
-
-    if name is None:
-        return DEFAULT_POPULATION
-    try:
-        return check_population(name)
-    except InvalidEventError as exc:
-        raise ConfigError(f"--population: {exc}") from None
-
-
 def default_config_path(unit: str = "trip") -> Path:
     """The built-in defaults: the paper's (trip) or the card level's (chosen in ``benchmarks/experiment_card_level.py``)."""
     if unit not in UNITS:

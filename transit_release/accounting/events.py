@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import date
 from typing import Any, ClassVar
 
+from transit_release.errors import ConfigError
+
 _PERIOD = re.compile(r"(\d{4}-\d{2}-\d{2})\.\.(\d{4}-\d{2}-\d{2})")
 #: The population every release of a home is about unless it names another (the conservative reading: the same
 #: people may be in every release).
@@ -48,6 +50,26 @@ def population_field():
 
 class InvalidEventError(ValueError):
     """An event field holds a value no spend can have (negative, NaN or missing ε or δ, ...)."""
+
+
+def population_named(name: str | None) -> str:
+    """The population a release names (``--population``), or the default one; a malformed name is refused."""
+    if name is None:
+        return DEFAULT_POPULATION
+    try:
+        return check_population(name)
+    except InvalidEventError as exc:
+        raise ConfigError(f"--population: {exc}") from None
+
+
+def population_ignored(manifest: dict, release_id: str, population: str) -> str | None:
+    """The note of a run that finds its release already published about another population than its own
+    ``--population``: the same release, so the population it was published about stands. None if they agree."""
+    recorded = (manifest.get("privacy") or {}).get("population", DEFAULT_POPULATION)
+    if recorded == population:
+        return None
+    return (f"--population {population} was ignored: release '{release_id}' is already published, about population "
+            f"'{recorded}'")
 
 
 def parse_period(text: str) -> tuple[date, date] | None:

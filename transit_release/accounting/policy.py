@@ -32,7 +32,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from transit_release.accounting.accountant import PrivacyLoss, compose
-from transit_release.accounting.events import DEFAULT_POPULATION, InvalidEventError, check_population
+from transit_release.accounting.events import (DEFAULT_POPULATION, InvalidEventError, check_population,
+                                              population_named)
 from transit_release.accounting.ledger_chain import LedgerEntry
 from transit_release.accounting.units import PERSON, UNITS
 from transit_release.config import KNOWN_MODES, default_file, read_yaml
@@ -143,8 +144,6 @@ class BudgetPolicy:
         :class:`~transit_release.errors.UndeclaredPopulationError` (exit 2) before anything is read.
         ``recorded``: the populations the ledger names already; a policy that declares none still accepts them
         (releases made before populations were declared run again and are found published)."""
-        from transit_release.config import population_named
-
         name = population_named(name)
         for p in self.populations:
             if p.name == name:

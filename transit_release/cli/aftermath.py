@@ -32,8 +32,8 @@ def remove_what_a_refusal_created(home: Home, before: set[Path] | None) -> None:
     try:
         if home.ledger.exists() and Ledger(home.ledger, key=b"", read_only=True).head().seq > 0:
             return
-        if home.work.is_dir():  # (runs work there; recovery imports pandas, seconds on a busy machine)
-            from transit_release.integrity.recovery import live_release_ids
+        if home.work.is_dir():  # (runs work there)
+            from transit_release.files.home import live_release_ids
 
             if live_release_ids(home):
                 return  # another run works in this home now

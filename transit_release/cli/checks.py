@@ -127,8 +127,9 @@ def check_published_before(args, trips: str, stops: str, home: Home, period, cfg
     from transit_release.errors import ReleaseExistsError
     from transit_release.inputs import tables as io
     from transit_release.runtime import outcome
-    from transit_release.files.publish import (MANIFEST, population_ignored, recognising_earlier_fingerprints,
-                                         resolve_release_id)
+    from transit_release.accounting.events import population_ignored
+    from transit_release.files.publish import MANIFEST, resolve_release_id
+    from transit_release.inputs.tables import recognising_earlier_fingerprints
     from transit_release.integrity.recovery import pending_intents
     from transit_release.releases import opal
     from transit_release.runtime.release_lock import charged_by_a_dead_run, is_held

@@ -25,6 +25,7 @@ home's public tree, which would then publish a ledger, an MLflow store and
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import re
 import secrets
@@ -301,3 +302,29 @@ def cache_dir() -> Path:
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "transit-release"
+
+
+#: The lock file of a run's working directory under ``private/work/`` (held by
+#: :func:`transit_release.integrity.recovery.work_dir` while the run lives).
+LOCK = ".lock"
+
+
+def _locked(path: Path) -> bool:
+    """Does a live run hold ``path``'s lock?"""
+    lock = path / LOCK
+    if not lock.exists():
+        return False
+    with open(lock, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return False
+
+
+def live_release_ids(home: Home) -> set[str]:
+    """Release ids some live run is working on."""
+    if not home.work.is_dir():
+        return set()
+    return {p.name.rsplit("-", 1)[0] for p in home.work.iterdir() if p.is_dir() and _locked(p)}

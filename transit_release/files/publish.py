@@ -132,38 +132,6 @@ def resolve_release_id(home, ledger, release_id: str, same: Callable[[list], boo
     return release_id, already_published(ledger, home.release_dir(release_id), release_id, same)
 
 
-def population_ignored(manifest: dict, release_id: str, population: str) -> str | None:
-    """The note of a run that finds its release already published about another population than its own
-    ``--population``: the same release, so the population it was published about stands. None if they agree."""
-    from transit_release.accounting.events import DEFAULT_POPULATION
-
-    recorded = (manifest.get("privacy") or {}).get("population", DEFAULT_POPULATION)
-    if recorded == population:
-        return None
-    return (f"--population {population} was ignored: release '{release_id}' is already published, about population "
-            f"'{recorded}'")
-
-
-def recognising_earlier_fingerprints(same: Callable[[list], bool], fingerprint, inputs: list[str],
-                                     key: Callable[[], bytes]) -> Callable[[list], bool]:
-    """``same`` for earlier spends of which some carry an HMAC-SHA-256 fingerprint (recorded before fingerprints
-    named their scheme): those equal to the earlier fingerprint of ``inputs`` are compared as carrying this run's
-    ``fingerprint`` (or its future). The earlier fingerprint is computed only when there are such spends (a release
-    published before the upgrade, published again)."""
-    from dataclasses import replace
-
-    from transit_release.inputs import tables as io
-
-    def check(earlier: list) -> bool:
-        if any(io.is_legacy_fingerprint(e.input_fingerprint) for e in earlier):
-            old = io.legacy_fingerprint(*inputs, key=key())
-            current = fingerprint.result() if hasattr(fingerprint, "result") else fingerprint
-            earlier = [replace(e, input_fingerprint=current) if e.input_fingerprint == old else e for e in earlier]
-        return same(earlier)
-
-    return check
-
-
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -284,3 +285,21 @@ def _digest(h, paths) -> str:
 #: Bytes hashed per call: few, large calls, because the hash runs without the GIL and every call must take it
 #: back (a 4 MiB chunk spent 1.6 s of 2.6 s waiting for it while another thread imported modules).
 FINGERPRINT_CHUNK = 1 << 26
+
+
+def recognising_earlier_fingerprints(same: Callable[[list], bool], fingerprint, inputs: list[str],
+                                     key: Callable[[], bytes]) -> Callable[[list], bool]:
+    """``same`` for earlier spends of which some carry an HMAC-SHA-256 fingerprint (recorded before fingerprints
+    named their scheme): those equal to the earlier fingerprint of ``inputs`` are compared as carrying this run's
+    ``fingerprint`` (or its future). The earlier fingerprint is computed only when there are such spends (a release
+    published before the upgrade, published again)."""
+    from dataclasses import replace
+
+    def check(earlier: list) -> bool:
+        if any(is_legacy_fingerprint(e.input_fingerprint) for e in earlier):
+            old = legacy_fingerprint(*inputs, key=key())
+            current = fingerprint.result() if hasattr(fingerprint, "result") else fingerprint
+            earlier = [replace(e, input_fingerprint=current) if e.input_fingerprint == old else e for e in earlier]
+        return same(earlier)
+
+    return check

@@ -25,7 +25,7 @@ from transit_release.accounting.ledger import Ledger
 from transit_release.accounting.ledger_anchors import Anchor
 from transit_release.accounting.ledger_key import KEY_FILE_ENV
 from transit_release.errors import LedgerIntegrityError
-from transit_release.files.home import RELEASES_TOOL_FILES, RENAME_PROBE_PATTERN, Home
+from transit_release.files.home import RELEASES_TOOL_FILES, RENAME_PROBE_PATTERN, Home, live_release_ids
 from transit_release.opendata.catalog import PART_PATTERN
 
 MANIFEST = "manifest.json"
@@ -182,7 +182,6 @@ def check_ledger_whole(home: Home, outcome: str = "it would charge nothing") -> 
     ``outcome``; returns the ledger's entries. Every command that reads the ledger (a dry run, ``budget``, a release
     before Prefect starts, ``repair``) runs it, so integrity fails loud everywhere, at once."""
     from transit_release.accounting.ledger_key import check_key_records, key_from_environment
-    from transit_release.integrity.recovery import live_release_ids
 
     if not (home.ledger.exists() or home.ledger.is_symlink()):  # what a charge would create: an empty ledger
         refuse_an_emptied_ledger(home, 0, outcome)

@@ -38,11 +38,10 @@ from transit_release.accounting.ledger import Ledger, snapshot_ledger
 from transit_release.accounting.ledger_anchors import Anchor, rollback_message
 from transit_release.accounting.ledger_chain import PublicationIntent
 from transit_release.errors import ConfigError, LedgerIntegrityError, LedgerRollbackError
-from transit_release.files.home import RENAME_PROBE_PATTERN, Home, check_release_id, public_tree
+from transit_release.files.home import (LOCK, RENAME_PROBE_PATTERN, Home, _locked, check_release_id, live_release_ids,
+                                        public_tree)
 from transit_release.files.publish import MANIFEST, open_to_the_public, sha256_file, verify_release
 from transit_release.opendata.catalog import PART_PATTERN, dead_rewrites, repair_catalog
-
-LOCK = ".lock"
 
 
 @dataclass
@@ -182,27 +181,6 @@ def work_dir(home: Home, release_id: str):
             home.work.rmdir()  # only if no other run works there
         except OSError:
             pass
-
-
-def _locked(path: Path) -> bool:
-    """Does a live run hold ``path``'s lock?"""
-    lock = path / LOCK
-    if not lock.exists():
-        return False
-    with open(lock, "a") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(fh, fcntl.LOCK_UN)
-    return False
-
-
-def live_release_ids(home: Home) -> set[str]:
-    """Release ids some live run is working on."""
-    if not home.work.is_dir():
-        return set()
-    return {p.name.rsplit("-", 1)[0] for p in home.work.iterdir() if p.is_dir() and _locked(p)}
 
 
 def leftovers(home: Home, ledger: Ledger | None) -> list[Path]:
