@@ -57,6 +57,13 @@ def test_sub_trajectory_counts_match_a_direct_count():
         hits = [_contains(x, q) for x in raw]
         assert plain.count(ids) == sum(hits)
         assert idx.count(ids) == int(np.sum(w[np.array(hits)]))
+    # a batch of one-pair queries (looked up at once) and of longer ones: each as its own count
+    for index in (idx, plain):
+        for k in (1, 2, 3):
+            batch = [np.array(p) for p in rng.integers(0, 20, (50, k)).tolist()]
+            assert index.counts(batch).tolist() == [index.count(q) for q in batch]
+    assert plain.counts([np.array([p]) for p in range(20)]).tolist() == [
+        sum(any(a * 5 + b == p for a, b in x) for x in raw) for p in range(20)]
 
 
 def test_workloads():

@@ -50,31 +50,47 @@ class TrajectoryIndex:
         pos = np.arange(who.size, dtype=np.int64) - trajs.offsets[who]
         pair = trajs.locations * trajs.n_hours + trajs.hours
         order = np.argsort(pair, kind="stable")  # within a pair: by (trajectory, position)
-        self.keys = who[order] * self.stride + pos[order]
+        self.traj = who[order]
+        self.keys = self.traj * self.stride + pos[order]
         n_pairs = trajs.n_locations * trajs.n_hours
         self.bounds = np.concatenate([[0], np.cumsum(np.bincount(pair, minlength=n_pairs))])
+        # per pair, each trajectory's earliest occurrence (the start of every match) and the weight of the
+        # trajectories holding the pair (a one-pair query's count): computed once, not once per query
+        first = np.ones(self.keys.size, dtype=bool)
+        first[1:] = self.traj[1:] != self.traj[:-1]
+        first[self.bounds[:-1][self.bounds[:-1] < self.keys.size]] = True  # a pair's first occurrence
+        sorted_pair = np.repeat(np.arange(n_pairs, dtype=np.int64), np.diff(self.bounds))  # (no gather)
+        holders = sorted_pair[first]
+        self.first_keys = self.keys[first]
+        self.first_bounds = np.concatenate([[0], np.cumsum(np.bincount(holders, minlength=n_pairs))])
+        if weights is None:
+            self.single = np.diff(self.first_bounds)
+        else:
+            self.single = np.bincount(holders, weights=self.weights[self.traj[first]],
+                                      minlength=n_pairs).astype(np.int64)
 
     def count(self, query_pairs: np.ndarray) -> int:
         """Σ weights of the trajectories containing ``query_pairs`` (pair ids) in order."""
         p = int(query_pairs[0])
-        occ = self.keys[self.bounds[p]:self.bounds[p + 1]]
-        if occ.size == 0:
-            return 0
-        traj = occ // self.stride
-        first = np.r_[True, traj[1:] != traj[:-1]]
-        cur = occ[first]  # earliest match of the prefix so far, per trajectory
+        if len(query_pairs) == 1:
+            return int(self.single[p])
+        cur = self.first_keys[self.first_bounds[p]:self.first_bounds[p + 1]]  # earliest match of the prefix so far
+        cur_traj = cur // self.stride
         for p in query_pairs[1:]:
-            occ = self.keys[self.bounds[p]:self.bounds[p + 1]]
-            if occ.size == 0 or cur.size == 0:
+            lo, hi = self.bounds[p], self.bounds[p + 1]
+            if lo == hi or cur.size == 0:
                 return 0
-            at = np.searchsorted(occ, cur, side="right")  # next occurrence after the current match
+            occ = self.keys[lo:hi]
+            at = np.searchsorted(occ, cur, side="right")  # the next occurrence after the current match
             ok = at < occ.size
-            nxt = occ[np.minimum(at, occ.size - 1)]
-            ok &= (nxt // self.stride) == (cur // self.stride)
-            cur = nxt[ok]
-        return int(self.weights[cur // self.stride].sum())
+            at = np.minimum(at, occ.size - 1)
+            ok &= self.traj[lo:hi][at] == cur_traj  # in the same trajectory
+            cur, cur_traj = occ[at][ok], cur_traj[ok]
+        return int(self.weights[cur_traj].sum())
 
     def counts(self, queries: list[np.ndarray]) -> np.ndarray:
+        if queries and all(len(q) == 1 for q in queries):  # one pair each: looked up at once
+            return self.single[np.fromiter((q[0] for q in queries), dtype=np.int64, count=len(queries))]
         return np.fromiter((self.count(q) for q in queries), dtype=np.int64, count=len(queries))
 
 
