@@ -224,11 +224,13 @@ def top_ordered_pairs(trajs: Trajectories, k: int) -> tuple[np.ndarray, np.ndarr
         rows = np.flatnonzero(lengths == length)
         i, j = np.triu_indices(length, 1)
         base = trajs.offsets[rows][:, None]
-        pair = point[base + i] * n_pairs + point[base + j]  # (rows, pairs)
-        keys.append(np.unique(rows[:, None] * (n_pairs * n_pairs) + pair))  # each pair once per trajectory
+        pair = np.sort(point[base + i] * n_pairs + point[base + j], axis=1)  # (rows, pairs), each row sorted
+        once = np.ones(pair.shape, dtype=bool)
+        once[:, 1:] = pair[:, 1:] != pair[:, :-1]
+        keys.append(pair[once])  # each pair once per trajectory
     if not keys:
         return np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.int64)
-    pair, support = unique_counts(np.concatenate(keys) % (n_pairs * n_pairs))
+    pair, support = unique_counts(np.concatenate(keys))
     order = np.lexsort((pair, -support))[:k]
     return np.stack([pair[order] // n_pairs, pair[order] % n_pairs], axis=1), support[order]
 
@@ -260,5 +262,20 @@ def share_released(original: Trajectories, release: list) -> float:
     """Share of the trajectories of ``original`` whose exact trajectory appears in the release."""
     if len(original) == 0:
         return 0.0
-    released = {t for t, c in release if c > 0}
-    return sum(1 for t in original.to_lists() if t in released) / len(original)
+    kept = [t for t, c in release if c > 0]
+    if not kept:
+        return 0.0
+    ours, theirs = _rows(original), _rows(Trajectories.from_lists(kept, original.n_locations, original.n_hours))
+    width = max(ours.shape[1], theirs.shape[1])
+    ours, theirs = (np.pad(m, ((0, 0), (0, width - m.shape[1])), constant_values=-1) for m in (ours, theirs))
+    as_bytes = np.dtype((np.void, 8 * width))  # a whole trajectory as one value: exact comparison
+    return int(np.isin(ours.view(as_bytes).ravel(), theirs.view(as_bytes).ravel()).sum()) / len(original)
+
+
+def _rows(trajs: Trajectories) -> np.ndarray:
+    """Each trajectory as a row of its pair ids (location·n_hours + hour), padded with -1."""
+    lengths = trajs.lengths
+    out = np.full((len(trajs), max(int(lengths.max(initial=0)), 1)), -1, dtype=np.int64)
+    who = np.repeat(np.arange(len(trajs), dtype=np.int64), lengths)
+    out[who, np.arange(who.size, dtype=np.int64) - trajs.offsets[who]] = trajs.locations * trajs.n_hours + trajs.hours
+    return out
