@@ -93,7 +93,7 @@ def check_release_args(args, trips: str, stops: str, home: Home) -> None:
         check_release_id(args.release_id)
     existing = check_home_state(home, args)
     preflight.check_trip_inputs(trips, stops)
-    preflight.check_stop_table(stops)
+    stop_table = preflight.check_stop_table(stops)
     from transit_release.config import load_release_config, release_unit
 
     cfg = load_release_config(args.config, release_unit(args.config, args.unit)).with_overrides(
@@ -101,6 +101,7 @@ def check_release_args(args, trips: str, stops: str, home: Home) -> None:
     if period is not None:
         check_published_before(args, trips, stops, home, period, cfg)
         check_release_budget(args, home, period, cfg, population, policy, existing)
+        check_period_fit(args, trips, stop_table, home, period, cfg)
 
 
 class AlreadyPublished(Exception):
@@ -145,6 +146,53 @@ def check_published_before(args, trips: str, stops: str, home: Home, period, cfg
         manifest = json.loads((home.release_dir(rid) / MANIFEST).read_text(encoding="utf-8"))
         raise AlreadyPublished(outcome.release_summary(home, manifest, "already published: nothing drawn or spent"))
 
+
+
+def check_period_fit(args, trips: str, stop_table, home: Home, period, cfg) -> None:
+    """A declared period the trips do not fit (a data-dependent refusal: ``outside-period``, ``empty-day``) refused
+    before Prefect, as the flow's first gate would refuse it (the same message and exit code, the quarantined rows
+    kept the same way), when that is cheap: a CSV file of one batch (the flow's early gate decides those before
+    any partition) whose tap-on dates, read alone, say that the period may not fit. Anything else — a file that
+    fits, a larger or Parquet file, a dry run, a problem of the file's contract — is left to the flow, which
+    checks everything again; nothing here decides what is published."""
+    import shutil
+    import uuid
+    from functools import partial
+
+    from transit_release.accounting.ledger import Ledger
+    from transit_release.inputs import screening, streaming
+    from transit_release.releases import opal
+
+    if args.dry_run or not streaming.period_may_not_fit(trips, period, cfg.quality.quarantine_limit):
+        return
+    rid = args.release_id or opal.release_id_for(period.start, period.end, cfg.unit_of_privacy)
+    ids = {rid, *([] if args.release_id else opal.earlier_release_ids(period.start, period.end))}
+    if any(home.release_dir(i).exists() for i in ids) or (
+            home.ledger.exists() and ids & {x.release_id for x in Ledger(home.ledger, read_only=True).entries()}):
+        return  # an id the home knows: the flow resolves it first
+    from schemas import TripsFile
+    from schemas.validation import check
+
+    home.prepare()  # what the flow's refusal leaves too: private/ (the quarantine) and the fingerprint key
+    scratch = home.private / f"period-check-{uuid.uuid4().hex}"
+    try:
+        try:
+            streamed = streaming.stream_trips(trips, stop_table, period, cfg.quality, cfg.modes, scratch / "spill",
+                                              scratch / "quarantine", partial(check, TripsFile))
+        except InputDataError:
+            return  # the file's contract: the flow's own refusal, with its own records
+        if not streamed.tally.complete:
+            return
+        figures = streamed.tally.figures()
+        try:
+            screening.check_gate(figures, cfg.quality)
+            return
+        except InputDataError as exc:
+            refused = exc
+        where = streaming.gather_quarantine(home, rid, scratch / "quarantine") if figures.quarantined_rows else None
+        raise streaming.refused_file(refused, trips, where) from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def check_passenger_release_args(args, home: Home | None = None) -> tuple:
