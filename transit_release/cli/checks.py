@@ -1,8 +1,11 @@
 """What can be checked of an invocation before Prefect starts (or while its server starts): files, headers,
 periods, ids, populations, policies, configurations, the public universe and what it allows, the ledger key's place,
 and the budget policy's verdict on the spends (which follow from public parameters alone). Reads the input files'
-headers, the public inputs (stop tables, universes, taxonomies, YAML) and the ledger (read only), never a record;
-writes nothing, starts nothing; a refusal is the exception it raises."""
+headers, the public inputs (stop tables, universes, taxonomies, YAML) and the ledger (read only), and starts nothing;
+a refusal is the exception it raises. One data-dependent refusal is made here too, as the flow makes it
+(:func:`check_period_fit`: a declared period a small trips file does not fit), which reads that file's records
+into the home's private folder (removed after) and, refusing, keeps its quarantined rows as the flow does;
+otherwise it reads no record and writes nothing."""
 
 from __future__ import annotations
 
