@@ -8,12 +8,10 @@ import logging
 import dataclasses
 import os
 import socket
-from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 
 import pandas as pd
-import pyarrow.parquet as pq
 from prefect import get_run_logger
 
 from schemas import EncodedPartition, PartitionTrips, TripsFile
@@ -167,30 +165,11 @@ def _gate(home: Home, release_id: str, work: WorkDir, path: str, figures: screen
         log_internal(logger, logging.INFO, "rows screened", "screened %d rows: %d quarantined", figures.total_rows,
                      figures.quarantined_rows)
     if refused is not None:
-        raise type(refused)(f"trips file {Path(path).name}: {refused}" +
-                            (f" (quarantined rows: {where})" if where else "")) from None
+        raise streaming.refused_file(refused, path, where) from None
 
 
 def _gather_quarantine(home: Home, release_id: str, work: WorkDir) -> str:
-    """The quarantine's fragments as one Parquet file, fragment by fragment (the screen's, in file order, then
-    each partition's duplicates), so that memory holds one fragment at a time."""
-    folder = home.quarantine / release_id
-    home.quarantine.mkdir(exist_ok=True, mode=0o700)
-    folder.mkdir(exist_ok=True, mode=0o700)
-    path = folder / f"quarantine-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%fZ')}.parquet"
-    parts = sorted(work.quarantine_parts.glob("a*.parquet")) + sorted(work.quarantine_parts.glob("d-*.parquet"))
-    writer = None
-    try:
-        for part in parts:
-            table = pq.read_table(part)
-            if writer is None:
-                writer = pq.ParquetWriter(path, table.schema)
-            writer.write_table(table.select(writer.schema.names).cast(writer.schema))
-    finally:
-        if writer is not None:
-            writer.close()
-    os.chmod(path, 0o600)
-    return str(path)
+    return streaming.gather_quarantine(home, release_id, work.quarantine_parts)
 
 
 @data_task(name="bound-partitions-per-card")

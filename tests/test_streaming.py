@@ -433,3 +433,30 @@ def test_only_local_times_of_the_calendar_take_the_typed_path(value, parsed):
     else:
         got = out.column("tap_on_time").to_pylist()[0]
         assert (got is None if parsed is None else str(got) == parsed)
+
+
+def test_the_period_probe_reads_only_the_tap_on_dates(tmp_path):
+    """Whether the command's checks run the whole screen before the flow (a declared period the trips may not fit):
+    the tap-on dates read alone, as text; anything it cannot read is left to the flow (False)."""
+    from datetime import date
+
+    from transit_release.inputs import streaming
+    from transit_release.inputs.screening import Period
+
+    week = Period(date(2016, 8, 8), date(2016, 8, 14))
+    days = [f"2016-08-{d:02d} 07:30:00" for d in range(8, 15)] * 20
+    path = tmp_path / "trips.csv"
+
+    def probe(times, limit=0.01):
+        path.write_text("tap_on_time,other\n" + "".join(f"{t},x\n" for t in times), encoding="utf-8")
+        return streaming.period_may_not_fit(path, week, limit)
+
+    assert not probe(days)  # every row in the period, every day seen
+    assert not probe(days + ["2016-08-15 00:10:00"], limit=0.01)  # one row outside: under the limit
+    assert probe(days + ["2016-08-15 00:10:00"] * 5)  # more than 1% outside
+    assert probe([t.replace("2016-08", "2016-09") for t in days])  # another week
+    assert probe([t for t in days if not t.startswith("2016-08-10")])  # a day without a tap-on
+    assert probe(days + ["08/09/2016 07:30"] * 5)  # not read as dates: the screen decides
+    assert not probe([])  # nothing to say
+    path.write_text("no_such_column\n1\n", encoding="utf-8")
+    assert not streaming.period_may_not_fit(path, week, 0.01)

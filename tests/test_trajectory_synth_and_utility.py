@@ -57,6 +57,13 @@ def test_sub_trajectory_counts_match_a_direct_count():
         hits = [_contains(x, q) for x in raw]
         assert plain.count(ids) == sum(hits)
         assert idx.count(ids) == int(np.sum(w[np.array(hits)]))
+    # a batch of one-pair queries (looked up at once) and of longer ones: each as its own count
+    for index in (idx, plain):
+        for k in (1, 2, 3):
+            batch = [np.array(p) for p in rng.integers(0, 20, (50, k)).tolist()]
+            assert index.counts(batch).tolist() == [index.count(q) for q in batch]
+    assert plain.counts([np.array([p]) for p in range(20)]).tolist() == [
+        sum(any(a * 5 + b == p for a, b in x) for x in raw) for p in range(20)]
 
 
 def test_workloads():
@@ -97,3 +104,25 @@ def test_top_pairs_and_patterns_against_brute_force():
     pats = trajectory_pattern_utility(t, Trajectories.from_lists([list(x) for x, c in release for _ in range(c)], 3, 4),
                                       ks=(1,))
     assert pats == {"patterns.top1.tp": 1, "patterns.top1.fp": 0, "patterns.top1.fd": 0}  # (0,1)→(1,2)
+
+
+def test_ordered_pairs_and_share_released_against_brute_force():
+    from itertools import combinations
+
+    from transit_release.utility.trajectories import share_released, top_ordered_pairs
+
+    rng = np.random.default_rng(3)
+    raw = [tuple(zip(rng.integers(0, 3, k).tolist(), np.sort(rng.integers(0, 4, k)).tolist()))
+           for k in rng.integers(1, 6, 1500)]
+    t = Trajectories.from_lists([list(x) for x in raw], 3, 4)
+    support: dict = {}
+    for x in raw:  # each ordered pair of points (a before b) once per trajectory
+        for a, b in {(a[0] * 4 + a[1], b[0] * 4 + b[1]) for a, b in combinations(x, 2)}:
+            support[(a, b)] = support.get((a, b), 0) + 1
+    expected = sorted(support.items(), key=lambda kv: (-kv[1], kv[0]))[:20]
+    pairs, counts = top_ordered_pairs(t, 20)
+    assert [((int(a), int(b)), int(c)) for (a, b), c in zip(pairs, counts)] == expected
+    release = [(x, int(c)) for x, c in zip(raw[:40], rng.integers(0, 3, 40))] + [(((0, 0),) * 7, 2)]
+    kept = {x for x, c in release if c > 0}
+    assert share_released(t, release) == sum(x in kept for x in raw) / len(raw)
+    assert share_released(t, [(raw[0], 0)]) == 0.0

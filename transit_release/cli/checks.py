@@ -1,8 +1,11 @@
 """What can be checked of an invocation before Prefect starts (or while its server starts): files, headers,
 periods, ids, populations, policies, configurations, the public universe and what it allows, the ledger key's place,
 and the budget policy's verdict on the spends (which follow from public parameters alone). Reads the input files'
-headers, the public inputs (stop tables, universes, taxonomies, YAML) and the ledger (read only), never a record;
-writes nothing, starts nothing; a refusal is the exception it raises."""
+headers, the public inputs (stop tables, universes, taxonomies, YAML) and the ledger (read only), and starts nothing;
+a refusal is the exception it raises. One data-dependent refusal is made here too, as the flow makes it
+(:func:`check_period_fit`: a declared period a small trips file does not fit), which reads that file's records
+into the home's private folder (removed after) and, refusing, keeps its quarantined rows as the flow does;
+otherwise it reads no record and writes nothing."""
 
 from __future__ import annotations
 
@@ -93,7 +96,7 @@ def check_release_args(args, trips: str, stops: str, home: Home) -> None:
         check_release_id(args.release_id)
     existing = check_home_state(home, args)
     preflight.check_trip_inputs(trips, stops)
-    preflight.check_stop_table(stops)
+    stop_table = preflight.check_stop_table(stops)
     from transit_release.config import load_release_config, release_unit
 
     cfg = load_release_config(args.config, release_unit(args.config, args.unit)).with_overrides(
@@ -101,6 +104,7 @@ def check_release_args(args, trips: str, stops: str, home: Home) -> None:
     if period is not None:
         check_published_before(args, trips, stops, home, period, cfg, population)
         check_release_budget(args, home, period, cfg, population, policy, existing)
+        check_period_fit(args, trips, stop_table, home, period, cfg)
 
 
 class AlreadyPublished(Exception):
@@ -159,6 +163,53 @@ def check_published_before(args, trips: str, stops: str, home: Home, period, cfg
         if note:
             summary = {**summary, "warnings": [*summary.get("warnings", []), note]}
         raise AlreadyPublished(summary)
+
+
+def check_period_fit(args, trips: str, stop_table, home: Home, period, cfg) -> None:
+    """A declared period the trips do not fit (a data-dependent refusal: ``outside-period``, ``empty-day``) refused
+    before Prefect, as the flow's first gate would refuse it (the same message and exit code, the quarantined rows
+    kept the same way), when that is cheap: a CSV file of one batch (the flow's early gate decides those before
+    any partition) whose tap-on dates, read alone, say that the period may not fit. Anything else — a file that
+    fits, a larger or Parquet file, a dry run, a problem of the file's contract — is left to the flow, which
+    checks everything again; nothing here decides what is published."""
+    import shutil
+    import uuid
+    from functools import partial
+
+    from transit_release.accounting.ledger import Ledger
+    from transit_release.inputs import screening, streaming
+    from transit_release.releases import opal
+
+    if args.dry_run or not streaming.period_may_not_fit(trips, period, cfg.quality.quarantine_limit):
+        return
+    rid = args.release_id or opal.release_id_for(period.start, period.end, cfg.unit_of_privacy)
+    ids = {rid, *([] if args.release_id else opal.earlier_release_ids(period.start, period.end))}
+    if any(home.release_dir(i).exists() for i in ids) or (
+            home.ledger.exists() and ids & {x.release_id for x in Ledger(home.ledger, read_only=True).entries()}):
+        return  # an id the home knows: the flow resolves it first
+    from schemas import TripsFile
+    from schemas.validation import check
+
+    home.prepare()  # what the flow's refusal leaves too: private/ (the quarantine) and the fingerprint key
+    scratch = home.private / f"period-check-{uuid.uuid4().hex}"
+    try:
+        try:
+            streamed = streaming.stream_trips(trips, stop_table, period, cfg.quality, cfg.modes, scratch / "spill",
+                                              scratch / "quarantine", partial(check, TripsFile))
+        except InputDataError:
+            return  # the file's contract: the flow's own refusal, with its own records
+        if not streamed.tally.complete:
+            return
+        figures = streamed.tally.figures()
+        try:
+            screening.check_gate(figures, cfg.quality)
+            return
+        except InputDataError as exc:
+            refused = exc
+        where = streaming.gather_quarantine(home, rid, scratch / "quarantine") if figures.quarantined_rows else None
+        raise streaming.refused_file(refused, trips, where) from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def check_passenger_release_args(args, home: Home | None = None) -> tuple:

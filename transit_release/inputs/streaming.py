@@ -35,6 +35,7 @@ compare them.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from contextlib import closing
@@ -680,3 +681,63 @@ def infer_period(path: str | Path) -> Period:
         except TextNeeded:
             continue
     raise AssertionError("unreachable")
+
+
+def refused_file(refused: Exception, path: str | Path, where: str | None) -> Exception:
+    """The gate's refusal of the trips file ``path`` as the command prints it: the file's name, the reason, and
+    where the quarantined rows were kept (``where``), if any."""
+    return type(refused)(f"trips file {Path(path).name}: {refused}" + (f" (quarantined rows: {where})" if where else ""))
+
+
+def gather_quarantine(home, release_id: str, parts: Path) -> str:
+    """The quarantine's fragments under ``parts`` as one Parquet file under ``<home>/private/quarantine/<release
+    id>``, fragment by fragment (the screen's, in file order, then each partition's duplicates), so that memory
+    holds one fragment at a time. Returns its path."""
+    from datetime import datetime, timezone
+
+    folder = home.quarantine / release_id
+    home.quarantine.mkdir(exist_ok=True, mode=0o700)
+    folder.mkdir(exist_ok=True, mode=0o700)
+    path = folder / f"quarantine-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%fZ')}.parquet"
+    fragments = sorted(parts.glob("a*.parquet")) + sorted(parts.glob("d-*.parquet"))
+    writer = None
+    try:
+        for part in fragments:
+            table = pq.read_table(part)
+            if writer is None:
+                writer = pq.ParquetWriter(path, table.schema)
+            writer.write_table(table.select(writer.schema.names).cast(writer.schema))
+    finally:
+        if writer is not None:
+            writer.close()
+    os.chmod(path, 0o600)
+    return str(path)
+
+
+def period_may_not_fit(path: str | Path, period: Period, limit: float) -> bool:
+    """May the declared ``period`` not fit the trips of the CSV file ``path`` (a file of one batch)? Its tap-on
+    times read alone, as text: True when more than ``limit`` of the rows do not start with a date of the period
+    (or are not read as dates at all), or a day of the period starts none. Only says whether the whole screen is
+    worth running before the flow (False for a larger or Parquet file, or one this read cannot parse)."""
+    path = Path(path)
+    if file_format(path) == "parquet" or path.stat().st_size > BATCH_BYTES:
+        return False
+    import pyarrow.compute as pc
+
+    try:
+        column = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(
+            include_columns=["tap_on_time"], column_types={"tap_on_time": pa.string()})).column(0)
+    except (pa.ArrowException, OSError, UnicodeDecodeError):
+        return False
+    n = len(column)
+    if n == 0:
+        return False
+    dates = pc.utf8_slice_codeunits(column, 0, 10)
+    dated = pc.match_substring_regex(column, r"^\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2}(\.\d*)?)?)?$")
+    inside = pc.and_kleene(dated, pc.and_kleene(pc.greater_equal(dates, period.start.isoformat()),
+                                                pc.less_equal(dates, period.end.isoformat())))
+    inside = pc.fill_null(inside, False)
+    if n - pc.sum(inside).as_py() > limit * n:
+        return True
+    seen = set(pc.unique(pc.filter(dates, inside)).to_pylist())
+    return any(d.isoformat() not in seen for d in period.days)

@@ -50,31 +50,47 @@ class TrajectoryIndex:
         pos = np.arange(who.size, dtype=np.int64) - trajs.offsets[who]
         pair = trajs.locations * trajs.n_hours + trajs.hours
         order = np.argsort(pair, kind="stable")  # within a pair: by (trajectory, position)
-        self.keys = who[order] * self.stride + pos[order]
+        self.traj = who[order]
+        self.keys = self.traj * self.stride + pos[order]
         n_pairs = trajs.n_locations * trajs.n_hours
         self.bounds = np.concatenate([[0], np.cumsum(np.bincount(pair, minlength=n_pairs))])
+        # per pair, each trajectory's earliest occurrence (the start of every match) and the weight of the
+        # trajectories holding the pair (a one-pair query's count): computed once, not once per query
+        first = np.ones(self.keys.size, dtype=bool)
+        first[1:] = self.traj[1:] != self.traj[:-1]
+        first[self.bounds[:-1][self.bounds[:-1] < self.keys.size]] = True  # a pair's first occurrence
+        sorted_pair = np.repeat(np.arange(n_pairs, dtype=np.int64), np.diff(self.bounds))  # (no gather)
+        holders = sorted_pair[first]
+        self.first_keys = self.keys[first]
+        self.first_bounds = np.concatenate([[0], np.cumsum(np.bincount(holders, minlength=n_pairs))])
+        if weights is None:
+            self.single = np.diff(self.first_bounds)
+        else:
+            self.single = np.bincount(holders, weights=self.weights[self.traj[first]],
+                                      minlength=n_pairs).astype(np.int64)
 
     def count(self, query_pairs: np.ndarray) -> int:
         """Σ weights of the trajectories containing ``query_pairs`` (pair ids) in order."""
         p = int(query_pairs[0])
-        occ = self.keys[self.bounds[p]:self.bounds[p + 1]]
-        if occ.size == 0:
-            return 0
-        traj = occ // self.stride
-        first = np.r_[True, traj[1:] != traj[:-1]]
-        cur = occ[first]  # earliest match of the prefix so far, per trajectory
+        if len(query_pairs) == 1:
+            return int(self.single[p])
+        cur = self.first_keys[self.first_bounds[p]:self.first_bounds[p + 1]]  # earliest match of the prefix so far
+        cur_traj = cur // self.stride
         for p in query_pairs[1:]:
-            occ = self.keys[self.bounds[p]:self.bounds[p + 1]]
-            if occ.size == 0 or cur.size == 0:
+            lo, hi = self.bounds[p], self.bounds[p + 1]
+            if lo == hi or cur.size == 0:
                 return 0
-            at = np.searchsorted(occ, cur, side="right")  # next occurrence after the current match
+            occ = self.keys[lo:hi]
+            at = np.searchsorted(occ, cur, side="right")  # the next occurrence after the current match
             ok = at < occ.size
-            nxt = occ[np.minimum(at, occ.size - 1)]
-            ok &= (nxt // self.stride) == (cur // self.stride)
-            cur = nxt[ok]
-        return int(self.weights[cur // self.stride].sum())
+            at = np.minimum(at, occ.size - 1)
+            ok &= self.traj[lo:hi][at] == cur_traj  # in the same trajectory
+            cur, cur_traj = occ[at][ok], cur_traj[ok]
+        return int(self.weights[cur_traj].sum())
 
     def counts(self, queries: list[np.ndarray]) -> np.ndarray:
+        if queries and all(len(q) == 1 for q in queries):  # one pair each: looked up at once
+            return self.single[np.fromiter((q[0] for q in queries), dtype=np.int64, count=len(queries))]
         return np.fromiter((self.count(q) for q in queries), dtype=np.int64, count=len(queries))
 
 
@@ -208,11 +224,13 @@ def top_ordered_pairs(trajs: Trajectories, k: int) -> tuple[np.ndarray, np.ndarr
         rows = np.flatnonzero(lengths == length)
         i, j = np.triu_indices(length, 1)
         base = trajs.offsets[rows][:, None]
-        pair = point[base + i] * n_pairs + point[base + j]  # (rows, pairs)
-        keys.append(np.unique(rows[:, None] * (n_pairs * n_pairs) + pair))  # each pair once per trajectory
+        pair = np.sort(point[base + i] * n_pairs + point[base + j], axis=1)  # (rows, pairs), each row sorted
+        once = np.ones(pair.shape, dtype=bool)
+        once[:, 1:] = pair[:, 1:] != pair[:, :-1]
+        keys.append(pair[once])  # each pair once per trajectory
     if not keys:
         return np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.int64)
-    pair, support = unique_counts(np.concatenate(keys) % (n_pairs * n_pairs))
+    pair, support = unique_counts(np.concatenate(keys))
     order = np.lexsort((pair, -support))[:k]
     return np.stack([pair[order] // n_pairs, pair[order] % n_pairs], axis=1), support[order]
 
@@ -244,5 +262,20 @@ def share_released(original: Trajectories, release: list) -> float:
     """Share of the trajectories of ``original`` whose exact trajectory appears in the release."""
     if len(original) == 0:
         return 0.0
-    released = {t for t, c in release if c > 0}
-    return sum(1 for t in original.to_lists() if t in released) / len(original)
+    kept = [t for t, c in release if c > 0]
+    if not kept:
+        return 0.0
+    ours, theirs = _rows(original), _rows(Trajectories.from_lists(kept, original.n_locations, original.n_hours))
+    width = max(ours.shape[1], theirs.shape[1])
+    ours, theirs = (np.pad(m, ((0, 0), (0, width - m.shape[1])), constant_values=-1) for m in (ours, theirs))
+    as_bytes = np.dtype((np.void, 8 * width))  # a whole trajectory as one value: exact comparison
+    return int(np.isin(ours.view(as_bytes).ravel(), theirs.view(as_bytes).ravel()).sum()) / len(original)
+
+
+def _rows(trajs: Trajectories) -> np.ndarray:
+    """Each trajectory as a row of its pair ids (location·n_hours + hour), padded with -1."""
+    lengths = trajs.lengths
+    out = np.full((len(trajs), max(int(lengths.max(initial=0)), 1)), -1, dtype=np.int64)
+    who = np.repeat(np.arange(len(trajs), dtype=np.int64), lengths)
+    out[who, np.arange(who.size, dtype=np.int64) - trajs.offsets[who]] = trajs.locations * trajs.n_hours + trajs.hours
+    return out
