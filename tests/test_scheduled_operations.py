@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from transit_release.errors import BudgetExceededError, ConfigError, InputDataError, ReleaseExistsError
+from transit_release.errors import BudgetExceededError, ConfigError, InputDataError, ReleaseExistsError, full_message
 from transit_release.runtime import disclosure
 from transit_release.runtime.release_lock import charged_by_a_dead_run, is_held, lock_path, release_lock
 
@@ -134,10 +134,23 @@ def test_a_refusal_is_its_class_and_exit_code_inside_a_run_on_a_shared_server_an
     monkeypatch.setattr(disclosure, "in_a_run", lambda: True)  # Prefect's states, logs and tracebacks
     assert str(exc) == "refused: BudgetExceededError, exit 3"
     assert repr(exc) == "BudgetExceededError('refused: BudgetExceededError, exit 3')"
-    assert disclosure.full_message(exc).startswith("Cannot release 'card'")
+    assert full_message(exc).startswith("Cannot release 'card'")
     assert str(InputDataError("trips file t.csv: row 7")) == "trips file t.csv: row 7"  # not marked: whole
     monkeypatch.setattr(disclosure, "shared_api", lambda: False)  # the command's own server: nothing is marked
     assert not getattr(disclosure.keep_private(ConfigError("x")), "_kept_private", False)
+
+
+def test_a_marked_refusal_read_where_the_disclosure_rule_was_never_imported_is_its_class_only(monkeypatch):
+    """errors import nothing: the disclosure module installs its rule there when imported. A refusal marked in
+    another process and read where that module was never imported says its class only, never its message."""
+    from transit_release import errors
+
+    exc, plain = BudgetExceededError("card", 9.0, 8.0), InputDataError("trips file t.csv: row 7")
+    exc._kept_private = True
+    assert errors.redaction is disclosure
+    monkeypatch.setattr(errors, "redaction", None)
+    assert str(exc) == "refused: BudgetExceededError" and "9.000" not in repr(exc)
+    assert str(plain) == "trips file t.csv: row 7" and full_message(exc).startswith("Cannot release 'card'")
 
 
 def test_the_command_s_own_server_is_told_everything_and_any_other_is_shared(monkeypatch):

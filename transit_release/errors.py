@@ -8,18 +8,31 @@ class TransitReleaseError(Exception):
 
     Once marked as leaving a task or flow that reports to a Prefect server other than the command's own
     (:func:`transit_release.runtime.disclosure.keep_private`), its text inside a Prefect run is its class and exit code
-    only (what Prefect's states, logs and events then hold); elsewhere, and always through
-    :func:`transit_release.runtime.disclosure.full_message`, the full message."""
+    only (what Prefect's states, logs and events then hold); elsewhere, and always through :func:`full_message`, the
+    full message. The rule is the disclosure module's (:data:`redaction`, which it sets when imported: an error is
+    only ever marked by that module, so an error raised where it was never imported is never redacted)."""
 
     def __str__(self) -> str:
-        from transit_release.runtime import disclosure
-
-        return disclosure.short_form(self) if disclosure.redacted(self) else super().__str__()
+        if redaction is None:  # marked in another process (pickled), read where the rule was never imported
+            return f"refused: {type(self).__name__}" if getattr(self, "_kept_private", False) else super().__str__()
+        return redaction.short_form(self) if redaction.redacted(self) else super().__str__()
 
     def __repr__(self) -> str:
-        from transit_release.runtime import disclosure
+        if getattr(self, "_kept_private", False) and (redaction is None or redaction.redacted(self)):
+            return f"{type(self).__name__}({str(self)!r})"
+        return super().__repr__()
 
-        return f"{type(self).__name__}({str(self)!r})" if disclosure.redacted(self) else super().__repr__()
+
+#: Whose rule says when a refusal's text is its short form (``redacted(exc)``, ``short_form(exc)``): the module
+#: :mod:`transit_release.runtime.disclosure`, which installs itself here when imported (errors import nothing).
+redaction = None
+
+
+def full_message(exc: BaseException) -> str:
+    """A refusal's full message, wherever it is asked for (the terminal, the private run log), redacted or not."""
+    if isinstance(exc, TransitReleaseError):
+        return Exception.__str__(exc)
+    return str(exc)
 
 
 class ConfigError(TransitReleaseError):

@@ -98,15 +98,6 @@ def redacted(exc: BaseException) -> bool:
     return getattr(exc, "_kept_private", False) and in_a_run() and not private_api()
 
 
-def full_message(exc: BaseException) -> str:
-    """A refusal's full message, wherever it is asked for (the terminal, the private run log)."""
-    from transit_release.errors import TransitReleaseError
-
-    if isinstance(exc, TransitReleaseError):
-        return Exception.__str__(exc)
-    return str(exc)
-
-
 def refusals_kept_private(fn):
     """Wrap a task's or flow's function: a refusal leaving it is marked (:func:`keep_private`); Prefect's API log
     handler gets the filter (:func:`install_log_filter`)."""
@@ -225,3 +216,13 @@ def read_run_log(home_root: Path) -> dict[str, str]:
         except (ValueError, KeyError, TypeError):
             continue
     return out
+
+
+def _install() -> None:
+    """Make this module the rule :class:`~transit_release.errors.TransitReleaseError` asks (errors import nothing)."""
+    from transit_release import errors
+
+    errors.redaction = sys.modules[__name__]
+
+
+_install()

@@ -23,8 +23,8 @@ from pathlib import Path
 CRASH_ENV = "TRANSIT_RELEASE_CRASH_AT"
 PAUSE_ENV = "TRANSIT_RELEASE_PAUSE_AT"
 PAUSE_FILE_ENV = "TRANSIT_RELEASE_PAUSE_FILE"
-STEPS = ("after-charge", "after-staging", "after-intent", "after-rename", "after-publication-entry",
-         "after-mlflow-run", "after-published-tag")
+STEPS = ("after-charge", "after-staging", "after-mlflow-run", "after-intent", "after-rename",
+         "after-publication-entry", "after-published-tag")
 #: Where a run can also be paused: before anything is charged, and the steps above.
 PAUSE_STEPS = ("before-charge", *STEPS)
 

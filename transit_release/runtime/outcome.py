@@ -5,7 +5,7 @@ gives it). Built from a run's summary or its exception only: public figures, nev
 from __future__ import annotations
 
 from transit_release.errors import (BudgetError, LedgerBusyError, LedgerIntegrityError, LedgerStorageError,
-                                   TransitReleaseError)
+                                   TransitReleaseError, full_message)
 
 #: the status of a run that waited for another run of the same release, which published it
 PUBLISHED_BY_ANOTHER_RUN = "published by another run"
@@ -38,8 +38,6 @@ def _one_line(text: str) -> str:
 
 def failure_line(exc: BaseException | str) -> str:
     """A refused run (a :class:`TransitReleaseError`: the command's one-line refusal) or a failed one."""
-    from transit_release.runtime.disclosure import full_message
-
     if isinstance(exc, str):
         return f"failed: {_one_line(exc)} (exit {EXIT_UNEXPECTED})"
     verb = "refused" if isinstance(exc, TransitReleaseError) else "failed"
