@@ -104,6 +104,12 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
     """Every record against the others; whatever a tampered home holds gives discrepancies, never a crash.
     ``snapshot``: the one the entries were read from (:func:`snapshot_ledger`)."""
     problems = list(ledger_problems)
+    unreadable = [p for p in problems if p.record == "ledger" and p.subject == "database"]
+    if unreadable and not entries:
+        # a ledger that cannot be opened (a hard link, a symbolic link, not a database) says nothing of the
+        # releases: with no entries to check them against, each would read as "never recorded" (atk40 N4). The
+        # audit fails on that one discrepancy, and says nothing else it cannot know.
+        return audit.AuditResult(discrepancies=unreadable[:1], ledger_unreadable=True).to_dict()
     live_ids = recovery.live_release_ids(home)  # before the records are read: a run alive now was alive then
     valid = audit.valid_entries(entries)
     published_ids, charged, spends, published = audit.summarise(valid)
