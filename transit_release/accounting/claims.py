@@ -7,7 +7,8 @@ charged, what it read (its *claim*):
 * a keyed fingerprint of each private input on its own — the trips, sequence, trajectory or set file — over its
   order-independent content (:mod:`transit_release.inputs.content` says precisely what is compared: the clean rows
   or valid records as a multiset, never the bytes, so rows reordered, a comment line, a trailing newline, another
-  format or a copied stop table do not change it);
+  format or a copied stop table do not change it; an id-less file also claims every record line it holds before
+  the universe filter, whichever kind reads it, and a tap file each mode's clean rows on their own: atk40 N1-N3);
 * where the records carry card ids (a tap file), keyed hashes of the distinct card ids it read: SipHash-2-4 under
   a 128-bit key derived from the home's secret (``private/fingerprint.key``), 64 bits each.
 

@@ -19,7 +19,13 @@ Parquet or another (copied) stop table or universe still matches. Precisely:
 * **trajectories**: the multiset of the valid records, each the ordered list of its ``(location id, hour of the
   week)`` points;
 * **sets**: the multiset of the valid records, each the *set* of its location ids (their order and repeats on a
-  line are ignored, as the reader ignores them).
+  line are ignored, as the reader ignores them);
+* **lines** (every id-less record file, whichever kind reads it; atk40 N1, N2): the multiset of *every* record
+  line the reader read, before it screened them against the universe, each the set of its location ids (a
+  trajectory point's ``@hour`` dropped): :class:`RecordLines`. The same file gives it whatever the locations file
+  and whichever kind reads it; the three above stay as claims have recorded them since #40;
+* **trips:<mode>** (a tap file; atk40 N3): the trips digest of one mode's clean rows, one per mode the rows hold,
+  so that a re-extract of one mode (with fresh card pseudonyms) matches the full file, and the other way round.
 
 The digest is the number of records and, over the records, the sums modulo 2⁶⁴ of a 64-bit hash of each record
 under two seeds (a multiset hash: order-independent, one record more or less changes it). It is computed
@@ -293,8 +299,9 @@ class RecordLines:
     def _flush(self) -> None:
         if not self._sizes:
             return
-        names = pd.Series(self._tokens, dtype=object).str.replace(r"@[0-9]+$", "", regex=True)
-        token = name_hashes(tuple(names))
+        codes, distinct = pd.factorize(np.asarray(self._tokens, dtype=object))  # a file repeats its stations
+        names = pd.Series(distinct, dtype=object).str.replace(r"@[0-9]+$", "", regex=True)
+        token = name_hashes(tuple(names))[codes]
         line = np.repeat(np.arange(len(self._sizes), dtype=np.int64), self._sizes)
         order = np.lexsort((token, line))
         token, line = token[order], line[order]
