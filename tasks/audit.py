@@ -107,6 +107,13 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
     """Every record against the others; whatever a tampered home holds gives discrepancies, never a crash.
     ``snapshot``: the one the entries were read from (:func:`snapshot_ledger`)."""
     problems = list(ledger_problems)
+    unreadable = [p for p in problems if p.record == "ledger" and p.subject == "database"]
+    if unreadable and not entries and not _emptied(home.ledger):
+        # a ledger that cannot be opened (a hard link, a symbolic link, not a database) says nothing of the
+        # releases: with no entries to check them against, each would read as "never recorded" (atk40 N4). The
+        # audit fails on that one discrepancy, and says nothing else it cannot know. (A file of 0 bytes holds no
+        # records: that the ledger records none of the published releases is then true, and said.)
+        return audit.AuditResult(discrepancies=unreadable[:1], ledger_unreadable=True).to_dict()
     live_ids = live_release_ids(home)  # before the records are read: a run alive now was alive then
     valid = audit.valid_entries(entries)
     published_ids, charged, spends, published = audit.summarise(valid)
@@ -195,6 +202,14 @@ def reconcile(home: Home, entries: list, ledger_problems: list, mirror: list, an
         loss=loss or {}, loss_counts_mirrored=counted,
         populations=policy.population_list(valid) if policy is not None else [])
     return result.to_dict()
+
+
+def _emptied(path: Path) -> bool:
+    """The ledger file is there, itself, and of 0 bytes (truncated): it holds no records, which is known."""
+    try:
+        return not path.is_symlink() and path.is_file() and path.stat().st_size == 0
+    except OSError:
+        return False
 
 
 def _head(entries: list) -> tuple[int, str]:

@@ -117,3 +117,35 @@ def test_release_directory_not_on_the_ledger(home, capsys):
     rc, result, _ = audit(home, capsys)
     assert rc == EXIT_AUDIT_FAILED
     assert result["discrepancies"] == ["release: forged: in releases/ but never recorded as published on the ledger"]
+
+
+def test_a_ledger_that_cannot_be_opened_is_the_audits_one_discrepancy(home, capsys):
+    """atk40 N4: a ledger with a hard link is refused, rightly; the audit then read no entries and called every
+    published release "never recorded as published", its MLflow runs unknown, its reports left behind, and wrote
+    that to the history. A ledger that cannot be opened is now the audit's one discrepancy, and nothing else."""
+    import os
+
+    from transit_release.cli.printing import print_audit
+    from transit_release.runtime.outcome import summary_line
+
+    ledger = home / "ledger.sqlite"
+    os.link(ledger, home / "ledger-2.sqlite")
+    rc, result, err = audit(home, capsys)
+    assert rc == EXIT_AUDIT_FAILED
+    assert result["discrepancies"] == [
+        f"ledger: database: {ledger}: the privacy ledger file has 2 names (hard links); SQLite keeps its write-ahead "
+        "log per name, so runs reaching it by two names would not see each other's writes. Remove the other names "
+        f"(find / -xdev -samefile {ledger} lists them) and keep this one"]
+    assert result["ledger_unreadable"] is True
+    assert (result["leftovers"], result["releases_published"], result["loss"], result["populations"]) == ([], [], {},
+                                                                                                         [])
+    history = (home / "release_reports" / "audit_history.jsonl").read_text(encoding="utf-8").splitlines()
+    last = json.loads(history[-1])
+    assert (last["ok"], last["discrepancies"], last["ledger_unreadable"]) == (False, 1, True)
+    print_audit(result)
+    out = capsys.readouterr().out
+    assert out.startswith("Privacy audit FAILED: the privacy ledger could not be opened; nothing else was checked\n"
+                          "  discrepancy: ledger: database: ")
+    assert "never recorded" not in out and "left behind" not in out and "ledger entries" not in out
+    assert summary_line({**result, "report": "r"}).startswith(
+        "audit FAILED: the privacy ledger could not be opened, nothing else checked; report r (exit ")

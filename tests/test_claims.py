@@ -414,3 +414,100 @@ def test_the_threat_model_says_what_the_claims_and_a_dry_run_answer_and_for_how_
     privacy = " ".join((docs / "privacy.md").read_text(encoding="utf-8").split())
     assert "[threat-model.md](threat-model.md#one-person-one-population) says what it reveals" in privacy
     assert "## One person, one population" in (docs / "threat-model.md").read_text(encoding="utf-8")
+
+
+# ---- atk40 N1-N3: an id-less file under another kind or universe, a tap file split by mode --------------------
+
+def test_the_same_id_less_file_read_as_another_kind_or_over_a_narrower_universe_is_refused(tmp_path):
+    """atk40 N1: one file of space-separated station ids released as sequences under 'default' and as sets under
+    'riders-b' was not matched (the claim keyed each digest by its kind), nor with the locations file given one
+    unused extra station (the ledger's byte check). N2: the same file over a locations file without one rare
+    station (the line using it set aside, within the quarantine limit) had another digest. Every record line is
+    now digested before the universe filter, as the set of its ids, and compared whatever the kind."""
+    lines = ["A B C", "B C", "C A", "A", "D A B", "B A A"]
+    path = _write(tmp_path / "stations.txt", lines)
+    full = LocationUniverse(("A", "B", "C", "D"), "locations.txt")
+    extended = LocationUniverse(("A", "B", "C", "D", "Z"), "locations with one unused station")
+    narrow = LocationUniverse(("A", "B", "C"), "locations without the rare station D")
+    seqs = content.of_record_input("sequences", read_sequence_file(path, full))
+    sets = content.of_record_input("sets", read_set_file(path, extended))
+    narrow_sets = read_set_file(path, narrow)
+    assert narrow_sets.quarantine_counts == {"unknown_item": 1}  # the line with D set aside
+    narrow_sets = content.of_record_input("sets", narrow_sets)
+    assert seqs.digests[1] == sets.digests[1] == narrow_sets.digests[1]  # every line, as sets of ids
+    assert seqs.digests[1].role == content.LINES and seqs.digests[1].records == len(lines)
+    assert sets.digests[0] != narrow_sets.digests[0]  # the kept records differ, as claims recorded them before
+    # a trajectory file whose hours are dropped is the same lines; one line changed is not
+    traj = _write(tmp_path / "traj.txt", [" ".join(f"{t}@{3 * i}" for i, t in enumerate(x.split())) for x in lines])
+    assert content.of_record_input("trajectories", read_trajectory_file(traj, full)).digests[1] == seqs.digests[1]
+    other = content.of_record_input("sets", read_set_file(_write(tmp_path / "o.txt", ["A B D", *lines[1:]]), full))
+    assert other.digests[1] != seqs.digests[1]
+
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets("seqs"), seqs)
+    for rid, what in (("as-sets", sets), ("narrower", narrow_sets)):
+        with pytest.raises(PopulationOverlapError) as info:
+            _charge(store, ledger, _sets(rid, "riders-b"), what)
+        assert str(info.value).startswith(
+            f"release '{rid}' of population 'riders-b' reads records of people already released under population "
+            "'default': release 'seqs' read the same record lines (each line's location ids, in any order, "
+            "whichever kind read them); one person cannot be in two populations.")
+        assert " A " not in str(info.value) and "D" not in str(info.value).split("read the same")[1]
+    # the same file under the same population composes; another file under another population goes on
+    _charge(store, ledger, _sets("again-as-sets"), sets)
+    _charge(store, ledger, _sets("others", "riders-b"), other)
+    # a claim written before the lines digest (its kind's digest only) still compares as before
+    _charge(store, ledger, _sets("old"), InputContent(seqs.digests[:1]))
+
+
+def test_the_same_id_less_file_of_another_kind_for_another_period_is_refused(tmp_path):
+    from tasks.budget import charge_budget, record_claim
+    from transit_release.errors import RecordsOfAnotherPeriodError
+    from transit_release.files.home import Home
+
+    home = Home.at(tmp_path / "home").prepare()
+    path = _write(tmp_path / "s.txt", ["A B", "B C A", "C"])
+    u = LocationUniverse(("A", "B", "C"), "locations.txt")
+    jan = [replace(ngram_event("jan", "2026-01-01", "2026-01-31", 0.5), input_fingerprint="fjan")]
+    feb = [replace(ngram_event("feb", "2026-02-01", "2026-02-28", 0.5), input_fingerprint="ffeb")]
+    charge_budget.fn(home, jan, load_budget_policy(),
+                     record_claim.fn(home, content.of_record_input("sequences", read_sequence_file(path, u)), jan))
+    with pytest.raises(RecordsOfAnotherPeriodError) as info:
+        record_claim.fn(home, content.of_record_input("sets", read_set_file(path, u)), feb)
+    assert str(info.value).startswith(
+        "release 'feb' for 2026-02-01..2026-02-28 reads the same record lines (each line's location ids, in any "
+        "order, whichever kind read them) as release 'jan' read for 2026-01-01..2026-01-31:")
+
+
+def test_a_per_mode_extract_with_fresh_card_pseudonyms_is_refused(tmp_path):
+    """atk40 N3: the trips digest covered the clean rows of every mode, so a train-only re-extract of the same trips
+    with renumbered cards (what a `--mode train` release reads) had another digest and no card in common. A tap
+    file now also claims one digest per mode (card-less, stops as public locations); one mode's rows the same as
+    an earlier release's is an overlap."""
+    clean, stops = trips_on_stop_table(), stop_table()
+    full = content.of_clean_trips(clean, stops)
+    assert sorted(d.role for d in full.digests) == ["trips", "trips:bus", "trips:ferry", "trips:train"]
+    per_mode = {d.role: d for d in full.digests}
+    assert sum(d.records for r, d in per_mode.items() if r != "trips") == per_mode["trips"].records
+    train = clean[clean["mode"] == "train"]
+    extract = train.assign(card_id=90_000_000 + (train["card_id"] * 31) % 997)  # fresh card pseudonyms
+    got = content.of_clean_trips(extract, stops)
+    assert [d.role for d in got.digests] == ["trips", "trips:train"] and got.digests[1] == per_mode["trips:train"]
+    assert not np.intersect1d(got.cards, full.cards).size
+
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets("full"), full)
+    with pytest.raises(PopulationOverlapError) as info:
+        _charge(store, ledger, _sets("train-only", "riders-b"), got)
+    assert str(info.value).startswith(
+        "release 'train-only' of population 'riders-b' reads records of people already released under population "
+        "'default': release 'full' read the same train trips (the clean rows of that mode, in any order); one "
+        "person cannot be in two populations.")
+    # the other way round: the train extract first, then the full file under another population
+    store2, ledger2 = ClaimStore(tmp_path / "claims2.sqlite", KEY), Ledger(tmp_path / "ledger2.sqlite")
+    _charge(store2, ledger2, _sets("train-first"), got)
+    with pytest.raises(PopulationOverlapError, match="release 'train-first' read the same train trips"):
+        _charge(store2, ledger2, _sets("full-after", "riders-b"), full)
+    # one train row dropped from the re-extract: another content (the threat model lists it)
+    fewer = content.of_clean_trips(extract.iloc[1:], stops)
+    _charge(store, ledger, _sets("fewer", "riders-b"), fewer)

@@ -137,6 +137,22 @@ def test_an_id_less_record_file_copied_under_another_population_is_refused(prefe
     line = _refused(capsys, [*common, "--input", str(copy), "--release-id", "copy", "--population", "riders-d"],
                     "sequences-ngram-20160808-20160814")
     assert "the same sequences file content" in line
+    # atk40 N1: the same file as station sets, over a locations file with one unused station more; N2: the same
+    # file over a locations file without its rarest station (the line using it set aside, within the limit)
+    stations = metro["locations"].read_text(encoding="utf-8").splitlines()
+    extra = tmp_path / "locations-extra.txt"
+    extra.write_text("\n".join([*stations, "unused-station"]) + "\n", encoding="utf-8")
+    used = pd.Series([t for x in seqs if not x.startswith("#") for t in x.split()]).value_counts()
+    narrow = tmp_path / "locations-narrow.txt"
+    narrow.write_text("\n".join(s for s in stations if s != used.index[-1]) + "\n", encoding="utf-8")
+    same_lines = ("release 'sequences-ngram-20160808-20160814' read the same record lines (each line's location "
+                  "ids, in any order, whichever kind read them);")
+    sets = ["sets", "--input", str(metro["sequences"]), "--epsilon", "1", "--queries", "100", "--home", str(home),
+            "--policy", declaring_policy, "--population", "riders-d", *WEEK_FLAGS]
+    assert same_lines in _refused(capsys, [*sets, "--locations", str(extra)], "sequences-ngram-20160808-20160814")
+    assert same_lines in _refused(capsys, [*common[:2], str(narrow), *common[3:], "--input", str(metro["sequences"]),
+                                           "--release-id", "narrower", "--population", "riders-d"],
+                                  "sequences-ngram-20160808-20160814")
     assert list(_spends(home)) == ["sequences-ngram-20160808-20160814"]
 
 

@@ -7,7 +7,8 @@ charged, what it read (its *claim*):
 * a keyed fingerprint of each private input on its own — the trips, sequence, trajectory or set file — over its
   order-independent content (:mod:`transit_release.inputs.content` says precisely what is compared: the clean rows
   or valid records as a multiset, never the bytes, so rows reordered, a comment line, a trailing newline, another
-  format or a copied stop table do not change it);
+  format or a copied stop table do not change it; an id-less file also claims every record line it holds before
+  the universe filter, whichever kind reads it, and a tap file each mode's clean rows on their own: atk40 N1-N3);
 * where the records carry card ids (a tap file), keyed hashes of the distinct card ids it read: SipHash-2-4 under
   a 128-bit key derived from the home's secret (``private/fingerprint.key``), 64 bits each.
 
@@ -48,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from transit_release.errors import PopulationOverlapError, RecordsOfAnotherPeriodError
-from transit_release.inputs.content import ContentDigest, InputContent
+from transit_release.inputs.content import LINES, MODE_PREFIX, ContentDigest, InputContent
 from transit_release.inputs.refusals import refusal
 
 #: The store's file name under ``private/``.
@@ -146,12 +147,28 @@ class Overlap:
     cards: int  # card hashes in common (at least)
 
     def describe(self, n_cards: int) -> str:
-        parts = [f"the same {role} file content" if role != "trips" else "the same trips (its clean rows, in any "
-                 "order)" for role in self.roles]
+        parts = what_matched(self.roles)
         if self.cards:
             parts.append(f"at least {self.cards:,} of the {n_cards:,} cards" if n_cards else
                          f"at least {self.cards:,} cards")
         return " and ".join(parts)
+
+
+def what_matched(roles: Iterable[str]) -> list[str]:
+    """In words, the inputs found the same (never a record): the most precise match said, the coarser ones it implies
+    left out (the per-mode digests of a tap file the same trips imply; a record file's lines its content implies)."""
+    roles = set(roles)
+    parts = [f"the same {role} file content" for role in sorted(roles & {"sequences", "trajectories", "sets"})]
+    if LINES in roles and not parts:
+        parts.append("the same record lines (each line's location ids, in any order, whichever kind read them)")
+    if "trips" in roles:
+        parts.append("the same trips (its clean rows, in any order)")
+    else:
+        modes = sorted(r[len(MODE_PREFIX):] for r in roles if r.startswith(MODE_PREFIX))
+        if modes:
+            which = "that mode" if len(modes) == 1 else "those modes"
+            parts.append(f"the same {', '.join(modes)} trips (the clean rows of {which}, in any order)")
+    return parts
 
 
 def charged_populations(entries: Iterable) -> dict[str, str]:
@@ -303,7 +320,7 @@ def refuse_overlap(store: ClaimStore, claim: Claim, existing: Iterable, events: 
 
 
 #: The inputs whose records carry no dates: the period a release of them declares is the custodian's word only.
-DATELESS_ROLES = ("sequences", "trajectories", "sets")
+DATELESS_ROLES = ("sequences", "trajectories", "sets", LINES)
 
 
 def charged_periods(entries: Iterable) -> dict[str, str]:
@@ -345,16 +362,16 @@ def refuse_another_period(store: ClaimStore, claim: Claim, existing: Iterable, e
     with closing(store._connect()) as con:
         attempts = store._attempts(con, list(others))
         for rid, other in others.items():
-            for attempt in attempts.get(rid, ()):
-                for role, fp in con.execute("SELECT role, fingerprint FROM inputs WHERE attempt = ? ORDER BY role",
-                                            (attempt,)):
-                    if fp in mine:
-                        raise refusal("records-of-another-period", RecordsOfAnotherPeriodError(
-                            f"release '{release_id}' for {label} reads the same {role} file content as release "
-                            f"'{rid}' read for {other}: these records carry no dates, so one file is the export of "
-                            f"one period; released for two, each passenger's records would be released twice while "
-                            f"each period's cap and the per-unit statement count them once. Declare the period the "
-                            f"file covers ({other}), or give the file of {label}; nothing was charged"))
+            roles = {role for attempt in attempts.get(rid, ())
+                     for role, fp in con.execute("SELECT role, fingerprint FROM inputs WHERE attempt = ?", (attempt,))
+                     if fp in mine}
+            if roles:
+                raise refusal("records-of-another-period", RecordsOfAnotherPeriodError(
+                    f"release '{release_id}' for {label} reads {what_matched(roles)[0]} as release "
+                    f"'{rid}' read for {other}: these records carry no dates, so one file is the export of "
+                    f"one period; released for two, each passenger's records would be released twice while "
+                    f"each period's cap and the per-unit statement count them once. Declare the period the "
+                    f"file covers ({other}), or give the file of {label}; nothing was charged"))
 
 
 def refuse_claim(store: ClaimStore, claim: Claim, existing: Iterable, events: Sequence) -> None:

@@ -129,8 +129,11 @@ def print_summary(summary: dict) -> None:
 
 def print_audit(result: dict) -> None:
     """The audit's verdict, what it found and the cumulative privacy loss."""
-    print(f"Privacy audit {'PASSED' if result['ok'] else 'FAILED'}: {result['entries']} ledger entries, "
-          f"{len(result['releases_published'])} published release(s)")
+    if result.get("ledger_unreadable"):
+        print("Privacy audit FAILED: the privacy ledger could not be opened; nothing else was checked")
+    else:
+        print(f"Privacy audit {'PASSED' if result['ok'] else 'FAILED'}: {result['entries']} ledger entries, "
+              f"{len(result['releases_published'])} published release(s)")
     for d in result["discrepancies"]:
         print(f"  discrepancy: {d}")
     for rid in result.get("in_flight", []):

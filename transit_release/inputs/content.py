@@ -19,7 +19,13 @@ Parquet or another (copied) stop table or universe still matches. Precisely:
 * **trajectories**: the multiset of the valid records, each the ordered list of its ``(location id, hour of the
   week)`` points;
 * **sets**: the multiset of the valid records, each the *set* of its location ids (their order and repeats on a
-  line are ignored, as the reader ignores them).
+  line are ignored, as the reader ignores them);
+* **lines** (every id-less record file, whichever kind reads it; atk40 N1, N2): the multiset of *every* record
+  line the reader read, before it screened them against the universe, each the set of its location ids (a
+  trajectory point's ``@hour`` dropped): :class:`RecordLines`. The same file gives it whatever the locations file
+  and whichever kind reads it; the three above stay as claims have recorded them since #40;
+* **trips:<mode>** (a tap file; atk40 N3): the trips digest of one mode's clean rows, one per mode the rows hold,
+  so that a re-extract of one mode (with fresh card pseudonyms) matches the full file, and the other way round.
 
 The digest is the number of records and, over the records, the sums modulo 2⁶⁴ of a 64-bit hash of each record
 under two seeds (a multiset hash: order-independent, one record more or less changes it). It is computed
@@ -38,6 +44,11 @@ import pandas as pd
 
 #: The private inputs a release reads, by kind of record: the role of a digest.
 ROLES = ("trips", "sequences", "trajectories", "sets")
+#: The kind-independent digest of an id-less record file (a sequence, trajectory or set file): every record line
+#: read before the universe filter, each as the set of its location ids (atk40 N1, N2).
+LINES = "lines"
+#: The prefix of a tap file's digest of one mode's clean rows (``trips:train``; atk40 N3).
+MODE_PREFIX = "trips:"
 #: Seeds of the two lanes of the multiset hash (public constants: the digest is keyed afterwards).
 _LANES = (np.uint64(0x243F6A8885A308D3), np.uint64(0x13198A2E03707344))
 _NAMES_KEY = "transit-release1"  # a fixed SipHash key for location ids: an unkeyed hash of their text
@@ -89,8 +100,13 @@ class ContentDigest:
     lanes: tuple[int, int]
 
     def __post_init__(self) -> None:
-        if self.role not in ROLES:
-            raise ValueError(f"unknown role of a private input {self.role!r}; known: {ROLES}")
+        if self.role not in ROLES and self.role != LINES and not (
+                self.role.startswith(MODE_PREFIX) and self.role[len(MODE_PREFIX):] in (*_MODES, "other")):
+            raise ValueError(f"unknown role of a private input {self.role!r}; known: {ROLES}, {LINES!r}, "
+                             f"{MODE_PREFIX}<mode>")
+
+    def as_role(self, role: str) -> "ContentDigest":
+        return ContentDigest(role, self.records, self.lanes)
 
     def __add__(self, other: "ContentDigest") -> "ContentDigest":
         if other.role != self.role:
@@ -150,9 +166,21 @@ def location_keys(index, mode_index: np.ndarray | int, codes: np.ndarray) -> np.
     return table[at].view(np.int64)
 
 
-def trips_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> ContentDigest:
+def mode_role(code: int) -> str:
+    """The role of a tap file's digest of one mode's clean rows (``trips:<mode>``), by :func:`mode_code`."""
+    return MODE_PREFIX + (_MODES[code] if 0 <= code < len(_MODES) else "other")
+
+
+def by_mode(total: ContentDigest, per_mode: dict[int, ContentDigest]) -> tuple[ContentDigest, ...]:
+    """A tap file's digests: of all its clean rows (``trips``, as before) and of each mode's clean rows it holds
+    (``trips:<mode>``; a mode without rows claims nothing: every file without ferries would match)."""
+    return (total, *(d.as_role(mode_role(c)) for c, d in sorted(per_mode.items()) if d.records))
+
+
+def trips_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[ContentDigest, ...]:
     """:func:`trip_rows` of a frame of clean trips (the validation gate's clean rows, exact repeats quarantined),
-    their stops mapped to public locations through the (validated) stop table ``stops``."""
+    their stops mapped to public locations through the (validated) stop table ``stops``: of all the rows and of
+    each mode's (:func:`by_mode`)."""
     from transit_release.inputs.screening import _ints, _ns
     from transit_release.preprocessing import _lookup, build_location_index
 
@@ -164,8 +192,13 @@ def trips_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> ContentDigest:
     on_stop, off_stop, off_ns = _ints(clean["tap_on_stop"]), _ints(clean["tap_off_stop"]), _ns(clean["tap_off_time"])
     on = _lookup(index, on_stop, np.ones(on_stop.size, dtype=bool), at)
     off = _lookup(index, off_stop, (off_ns != np.iinfo(np.int64).min) & (off_stop >= 0), at)
-    return trip_rows(mode, _ns(clean["tap_on_time"]), location_keys(index, at, on), off_ns,
-                     location_keys(index, at, off))
+    on_ns, on_key, off_key = _ns(clean["tap_on_time"]), location_keys(index, at, on), location_keys(index, at, off)
+    per_mode = {int(c): trip_rows(c, on_ns[mode == c], on_key[mode == c], off_ns[mode == c], off_key[mode == c])
+                for c in np.unique(mode)}
+    total = ContentDigest.empty("trips")
+    for d in per_mode.values():
+        total = total + d
+    return by_mode(total, per_mode)
 
 
 def card_ids(cards: np.ndarray) -> np.ndarray:
@@ -238,6 +271,55 @@ def set_records(names: tuple[str, ...], items: np.ndarray, offsets: np.ndarray) 
         return _digest("sets", mix(_segment_sums(parts, offsets) ^ mix(sizes * np.uint64(0x2545F4914F6CDD1D))))
 
 
+class RecordLines:
+    """The kind-independent digest (role :data:`LINES`) of an id-less record file, fed by its reader with every
+    record line it reads (:func:`~transit_release.inputs.universe.record_lines`: comments skipped), **before** any
+    screening against the universe or the reader's limits: the multiset of the lines, each the *set* of its
+    location ids, a token's trailing ``@<hour>`` (a trajectory point) dropped. The same file gives the same digest
+    whatever the locations file (atk40 N2) and whichever kind reads it (a file released as sequences and as sets:
+    atk40 N1); so does a copy converted between kinds line by line (the hours dropped, a line's order or repeats
+    changed). A line without a token is no record and takes no part.
+
+    Tokens are buffered and digested by chunks (the digest of a union is the sum of the digests)."""
+
+    _CHUNK = 1 << 18
+
+    def __init__(self) -> None:
+        self._tokens: list[str] = []
+        self._sizes: list[int] = []
+        self._total = ContentDigest.empty(LINES)
+
+    def add(self, tokens: list[str]) -> None:
+        if tokens:
+            self._tokens.extend(tokens)
+            self._sizes.append(len(tokens))
+            if len(self._tokens) >= self._CHUNK:
+                self._flush()
+
+    def _flush(self) -> None:
+        if not self._sizes:
+            return
+        codes, distinct = pd.factorize(np.asarray(self._tokens, dtype=object))  # a file repeats its stations
+        names = pd.Series(distinct, dtype=object).str.replace(r"@[0-9]+$", "", regex=True)
+        token = name_hashes(tuple(names))[codes]
+        line = np.repeat(np.arange(len(self._sizes), dtype=np.int64), self._sizes)
+        order = np.lexsort((token, line))
+        token, line = token[order], line[order]
+        fresh = np.r_[True, (line[1:] != line[:-1]) | (token[1:] != token[:-1])]  # a line's ids as a set
+        token, line = token[fresh], line[fresh]
+        offsets = np.searchsorted(line, np.arange(len(self._sizes) + 1, dtype=np.int64))
+        with np.errstate(over="ignore"):
+            parts = mix(token)
+            sizes = np.diff(offsets).astype(np.uint64)
+            hashes = mix(_segment_sums(parts, offsets) ^ mix(sizes * np.uint64(0x2545F4914F6CDD1D)))
+        self._total = self._total + _digest(LINES, hashes)
+        self._tokens, self._sizes = [], []
+
+    def digest(self) -> ContentDigest:
+        self._flush()
+        return self._total
+
+
 @dataclass(frozen=True)
 class InputContent:
     """What a release read from its private inputs: one digest per private input and, where the records carry
@@ -253,18 +335,23 @@ class InputContent:
 
 
 def of_record_input(role: str, data) -> InputContent:
-    """The content of a record file as its reader returned it (a sequence, trajectory or set input)."""
+    """The content of a record file as its reader returned it (a sequence, trajectory or set input): the digest of
+    the records it kept, by kind (as claims have recorded since #40), and the kind-independent digest of every
+    record line it read (:class:`RecordLines`, when the reader gives it)."""
     names = data.universe.ids
     if role == "sequences":
         s = data.sequences
-        return InputContent((sequence_records(names, s.locations, s.offsets),))
-    if role == "trajectories":
+        kept = sequence_records(names, s.locations, s.offsets)
+    elif role == "trajectories":
         t = data.trajectories
-        return InputContent((trajectory_records(names, t.locations, t.hours, t.offsets),))
-    if role == "sets":
+        kept = trajectory_records(names, t.locations, t.hours, t.offsets)
+    elif role == "sets":
         s = data.sets
-        return InputContent((set_records(names, s.items, s.offsets),))
-    raise ValueError(f"no record file of role {role!r}")
+        kept = set_records(names, s.items, s.offsets)
+    else:
+        raise ValueError(f"no record file of role {role!r}")
+    lines = getattr(data, "lines_digest", None)
+    return InputContent((kept,) if lines is None or not lines.records else (kept, lines))
 
 
 def of_clean_trips(clean: pd.DataFrame, stops: pd.DataFrame) -> InputContent:
@@ -272,7 +359,7 @@ def of_clean_trips(clean: pd.DataFrame, stops: pd.DataFrame) -> InputContent:
     the validated stop table)."""
     from transit_release.inputs.screening import _ints
 
-    return InputContent((trips_of_frame(clean, stops),), card_ids(_ints(clean["card_id"])))
+    return InputContent(trips_of_frame(clean, stops), card_ids(_ints(clean["card_id"])))
 
 
 # ---- a tap file streamed partition by partition (the Opal release) -----------------------------------------------
@@ -290,9 +377,13 @@ def gather_partitions(folder: Path) -> InputContent:
     """The tap file's content from its partitions' files (:func:`save_partition`), whatever the partitions."""
     folder = Path(folder)
     total = ContentDigest.empty("trips")
+    per_mode: dict[int, ContentDigest] = {}
     parts = []
     for f in sorted(folder.glob("*.digest.npy")):
         n, a, b = (int(x) for x in np.load(f))
-        total = total + ContentDigest("trips", n, (a, b))
+        part = ContentDigest("trips", n, (a, b))
+        total = total + part
+        code = mode_code(f.name[:-len(".digest.npy")].rsplit("-", 3)[0])  # <mode>-<YYYY-MM-DD>
+        per_mode[code] = per_mode.get(code, ContentDigest.empty("trips")) + part
         parts.append(np.load(f.with_name(f.name.replace(".digest.npy", ".cards.npy"))))
-    return InputContent((total,), merge_card_ids(parts))
+    return InputContent(by_mode(total, per_mode), merge_card_ids(parts))

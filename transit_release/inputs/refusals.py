@@ -87,7 +87,8 @@ REFUSALS: dict[str, Refusal] = {r.key: r for r in (
     Refusal("population-overlap", "the records of people already released under another population",
             ("transit_release.accounting.claims.refuse_overlap",
              "transit_release.accounting.person.refuse_same_input_files"),
-            "one input whose content (its clean rows or valid records, in any order) equals an input of a charged "
+            "one input whose content (its clean rows, or one mode's; its valid records; or every record line of an "
+            "id-less file as sets of ids, whatever the kind or universe; in any order) equals an input of a charged "
             "release of another population, or one card id in common with one; for releases recorded before "
             "per-input claims: the same input files, byte for byte",
             "a person's loss composes the releases of their population only: the same person under two "
@@ -96,8 +97,9 @@ REFUSALS: dict[str, Refusal] = {r.key: r for r in (
             "which is what it refuses"),
     Refusal("records-of-another-period", "a sequence, trajectory or set file already released for another period",
             ("transit_release.accounting.claims.refuse_another_period",),
-            "one date-less input whose content (its valid records, in any order) equals an input a charged release "
-            "read for another declared period",
+            "one date-less input whose content (its valid records, or every record line as sets of ids, whatever "
+            "the kind or universe; in any order) equals an input a charged release read for another declared "
+            "period",
             "releases of disjoint periods compose in parallel only if their records differ: the same records "
             "released for two periods would be released twice while each period's cap and the per-unit statement "
             "count them once. It refuses (nothing is charged or published), never publishes; one passenger moves it "

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from transit_release.errors import InputDataError
+from transit_release.inputs.content import ContentDigest, RecordLines
 from transit_release.inputs.refusals import refusal
 from transit_release.inputs.universe import (LocationUniverse, from_stop_table, record_lines, require_public,
                                              stop_location_id)
@@ -42,6 +43,8 @@ class SequenceInput:
     universe: LocationUniverse  # public: location index -> id
     quarantined: dict[str, list[int]]  # reason -> 1-based line numbers (private: not values)
     lines: int
+    #: the file's kind-independent digest of every record line, before screening (a record file only; private)
+    lines_digest: ContentDigest | None = None
 
     @property
     def quarantine_counts(self) -> dict[str, int]:
@@ -61,8 +64,10 @@ def read_sequence_file(path: str | Path, universe: LocationUniverse,
     numbers: list[int] = []
     quarantined: dict[str, list[int]] = {r: [] for r in REASONS}
     n_lines = 0
+    every = RecordLines()
     for number, tokens in record_lines(path, "sequence file"):
         n_lines += 1
+        every.add(tokens)
         if not tokens:
             quarantined["empty"].append(number)
         elif len(tokens) > max_length:
@@ -82,7 +87,7 @@ def read_sequence_file(path: str | Path, universe: LocationUniverse,
         else:
             kept.append(ids)
     return SequenceInput(Sequences.from_lists(kept, len(universe)), universe,
-                         {r: v for r, v in quarantined.items() if v}, n_lines)
+                         {r: v for r, v in quarantined.items() if v}, n_lines, every.digest())
 
 
 def format_sequences(release: list[tuple[tuple[int, ...], int]], vocabulary: tuple[str, ...],

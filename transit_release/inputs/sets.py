@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from transit_release.errors import InputDataError
+from transit_release.inputs.content import ContentDigest, RecordLines
 from transit_release.inputs.refusals import refusal
 from transit_release.inputs.screening import Period
 from transit_release.inputs.universe import LocationUniverse, location_id, record_lines, require_public
@@ -49,6 +50,8 @@ class SetInput:
     universe: LocationUniverse  # public: item id -> location id
     quarantined: dict[str, list[int]]  # reason -> 1-based line (or trip row) numbers (private: not values)
     lines: int  # data lines read (comments excluded), or trip rows considered
+    #: the file's kind-independent digest of every record line, before screening (a record file only; private)
+    lines_digest: ContentDigest | None = None
 
     @property
     def quarantine_counts(self) -> dict[str, int]:
@@ -68,8 +71,10 @@ def read_set_file(path: str | Path, universe: LocationUniverse, max_size: int | 
     items: list[int] = []
     sizes: list[int] = []
     n_lines = 0
+    every = RecordLines()
     for number, tokens in record_lines(path, "set file"):
         n_lines += 1
+        every.add(tokens)
         if not tokens:
             quarantined["empty"].append(number)
             continue
@@ -85,7 +90,7 @@ def read_set_file(path: str | Path, universe: LocationUniverse, max_size: int | 
         raise refusal("empty-record-file", InputDataError(f"set file {path.name}: no sets (only comments or nothing)"))
     offsets = np.concatenate([[0], np.cumsum(np.asarray(sizes, dtype=np.int64))]).astype(np.int64)
     sets = ItemSets.from_arrays(np.asarray(items, dtype=np.int64), offsets, len(universe), canonical=True)
-    return SetInput(sets, universe, {r: v for r, v in quarantined.items() if v}, n_lines)
+    return SetInput(sets, universe, {r: v for r, v in quarantined.items() if v}, n_lines, every.digest())
 
 
 def format_sets(release: list[tuple[tuple[int, ...], int]], universe: LocationUniverse, header: str = "") -> str:

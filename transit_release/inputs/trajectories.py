@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from transit_release.errors import InputDataError
+from transit_release.inputs.content import ContentDigest, RecordLines
 from transit_release.inputs.refusals import refusal
 from transit_release.inputs.universe import (LocationUniverse, from_stop_table, record_lines, require_public,
                                              stop_location_id)
@@ -48,6 +49,8 @@ class TrajectoryInput:
     universe: LocationUniverse  # public: location index -> id
     quarantined: dict[str, list[int]]  # reason -> 1-based line (or row) numbers (private: not values)
     lines: int  # lines (or tap rows) read
+    #: the file's kind-independent digest of every record line, before screening (a record file only; private)
+    lines_digest: ContentDigest | None = None
 
     @property
     def locations(self) -> tuple[str, ...]:
@@ -71,8 +74,10 @@ def read_trajectory_file(path: str | Path, universe: LocationUniverse,
     quarantined: dict[str, list[int]] = {r: [] for r in REASONS}
     kept: list[list[tuple[int, int]]] = []
     n_lines = 0
+    every = RecordLines()
     for number, tokens in record_lines(path, "trajectory file"):
         n_lines += 1
+        every.add(tokens)
         reason = None
         if not tokens:
             reason = "empty"
@@ -102,7 +107,7 @@ def read_trajectory_file(path: str | Path, universe: LocationUniverse,
         raise refusal("empty-record-file",
                       InputDataError(f"trajectory file {path.name}: no trajectories (only comments or nothing)"))
     return TrajectoryInput(Trajectories.from_lists(kept, len(universe)), universe,
-                           {r: v for r, v in quarantined.items() if v}, n_lines)
+                           {r: v for r, v in quarantined.items() if v}, n_lines, every.digest())
 
 
 def format_trajectories(release: list[tuple[tuple[tuple[int, int], ...], int]], locations: tuple[str, ...],

@@ -75,6 +75,8 @@ class AuditResult:
     #: every population, declared in the budget policy or named on the ledger: name, covers (None: undeclared),
     #: declared, the first release that named it, its releases
     populations: list[dict] = field(default_factory=list)
+    #: the ledger could not be opened: nothing else was checked (its one discrepancy says why)
+    ledger_unreadable: bool = False
 
     @property
     def ok(self) -> bool:

@@ -242,7 +242,8 @@ def add_audit_to_history(reports_dir: Path, folder: str, summary: dict) -> None:
     to the torn one and skipped with it."""
     line = {"at": summary.get("at"), "folder": folder, "ok": summary["ok"], "entries": summary["entries"],
             "releases_published": summary["releases_published"], "discrepancies": summary["discrepancies"],
-            **({"in_flight": summary["in_flight"]} if summary.get("in_flight") else {})}
+            **({"in_flight": summary["in_flight"]} if summary.get("in_flight") else {}),
+            **({"ledger_unreadable": True} if summary.get("ledger_unreadable") else {})}
     path = reports_dir / AUDIT_HISTORY
     with open(path, "a+b") as f:
         torn = False
@@ -271,6 +272,7 @@ def audit_summary(result: dict) -> dict:
     return {"ok": bool(result["ok"]), "entries": result["entries"],
             "releases_published": len(result["releases_published"]),
             "discrepancies": len(result["discrepancies"]), "in_flight": list(result.get("in_flight", [])),
+            **({"ledger_unreadable": True} if result.get("ledger_unreadable") else {}),
             "person": {p: {"bounded": x["bounded"], "epsilon": x["basic"]["epsilon"], "delta": x["basic"]["delta"],
                            "pld_epsilon": (x.get("pld") or {}).get("epsilon")}
                        for p, x in result["loss"].get(PERSON, {}).items()},

@@ -457,7 +457,7 @@ def write_audit_report(out_dir: Path, result: dict, caps: dict[str, dict | float
     body = f"""<!doctype html><html><head><meta charset="utf-8"><title>Privacy audit {status}</title>
 <style>{_CSS}</style></head><body>
 <h1>Privacy audit: {status}</h1>
-<p>{result['entries']} ledger entries; {len(result['releases_published'])} published release(s).</p>
+<p>{"The privacy ledger could not be opened: nothing else was checked." if result.get("ledger_unreadable") else f"{result['entries']} ledger entries; {len(result['releases_published'])} published release(s)."}</p>
 <h2>Discrepancies</h2>{f"<ul>{disc}</ul>" if disc else "<p>None: the ledger's hash chain is intact, every published file matches its manifest, the ledger's anchors match, and MLflow mirrors every spend.</p>"}
 <h2>What this audit can vouch for</h2><ul>{threat}</ul>
 <h2>Charged, not published</h2>{f"<ul>{charged}</ul>" if charged else "<p>None.</p>"}

@@ -68,6 +68,9 @@ def summary_line(summary: dict, shared: bool = False) -> str:
     if "entries" in summary and "ok" in summary:  # an audit
         verdict = "PASSED" if summary["ok"] else "FAILED"
         code = 0 if summary["ok"] else EXIT_AUDIT_FAILED
+        if summary.get("ledger_unreadable"):
+            return (f"audit FAILED: the privacy ledger could not be opened, nothing else checked; report "
+                    f"{summary.get('report')} (exit {code})")
         return (f"audit {verdict}: {summary['entries']} ledger entries, "
                 f"{len(summary.get('releases_published') or [])} published release(s), "
                 f"{len(summary.get('discrepancies') or [])} discrepancy(ies); report {summary.get('report')} "
