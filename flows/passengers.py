@@ -65,7 +65,10 @@ class PassengerKind(ReleaseKind):
             return replace(records, content=record_content(self.record_role, quote(records.data)))
         clean, _, screen = clean_taps(run.where, run.release_id, self.taps.trips, self.taps.stops, self.period,
                                       self.quarantine_limit, run.dry_run)
-        return replace(self.from_taps(clean, screen), content=tap_content(quote(clean), quote(self.taps.stop_table)))
+        records = self.from_taps(clean, screen)
+        # the tap file's clean trips and cards, and the records this kind built from them (issue #40)
+        return replace(records, content=tap_content(quote(clean), quote(self.taps.stop_table), self.record_role,
+                                                    quote(records.data)))
 
     def read_file(self) -> Records:
         """The records of the input file, screened against the public universe."""

@@ -46,10 +46,12 @@ def record_content(role: str, data) -> content.InputContent:
 
 
 @data_task(name="tap-content")
-def tap_content(clean, stops) -> content.InputContent:
+def tap_content(clean, stops, role: str | None = None, data=None) -> content.InputContent:
     """What a tap file holds (its clean trips, order-independent, their stops as the public locations of the stop
-    table ``stops``, and its distinct card ids), as :func:`record_content`."""
-    return content.of_clean_trips(clean, stops)
+    table ``stops``, and its distinct card ids), as :func:`record_content`; with ``role`` and ``data``, also the
+    records of that kind built from it (:func:`~transit_release.inputs.content.with_derived`, issue #40)."""
+    taps = content.of_clean_trips(clean, stops)
+    return taps if role is None else content.with_derived(taps, role, data)
 
 
 @data_task(name="load-universe")

@@ -511,3 +511,45 @@ def test_a_per_mode_extract_with_fresh_card_pseudonyms_is_refused(tmp_path):
     # one train row dropped from the re-extract: another content (the threat model lists it)
     fewer = content.of_clean_trips(extract.iloc[1:], stops)
     _charge(store, ledger, _sets("fewer", "riders-b"), fewer)
+
+
+def _fields_no_kind_reads(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A re-extract of ``clean`` (issue #40's known gap): fresh card pseudonyms (one to one), the train stations'
+    names with a trailing space, the tap-offs emptied and every time shifted by seconds inside its minute."""
+    shifted = (clean["tap_on_time"].dt.floor("min") + pd.Timedelta(seconds=7))
+    extract = clean.assign(card_id=clean["card_id"] + 9_000_000, tap_on_time=shifted,
+                           tap_off_time=pd.NaT, tap_off_stop=pd.array([pd.NA] * len(clean), "Int64"))
+    renamed = stops.assign(name=np.where(stops["mode"] == "train", stops["name"] + " ", stops["name"]))
+    return extract, renamed
+
+
+def test_a_tap_file_claims_the_sequences_its_kind_builds_so_a_re_extract_of_unread_fields_is_refused(tmp_path):
+    """Issue #40 (known gap, fix 1): a release from taps also claims the records its kind built from them, so a
+    re-extract with fresh card pseudonyms that differs only in fields the kind does not read (a name's white space,
+    the tap-offs, seconds) matches; and a sequence file written from those records matches the taps too."""
+    from transit_release.inputs.sequences import sequences_from_trips
+
+    clean, stops = trips_on_stop_table(), stop_table()
+    extract, renamed = _fields_no_kind_reads(clean, stops)
+    base = content.with_derived(content.of_clean_trips(clean, stops), "sequences",
+                                sequences_from_trips(clean, stops, "train"))
+    again = content.with_derived(content.of_clean_trips(extract, renamed), "sequences",
+                                 sequences_from_trips(extract, renamed, "train"))
+    assert not set(base.digests[:-2]) & set(again.digests[:-2])  # the trips digests differ (raw names, tap-offs)
+    assert base.digests[-2:] == again.digests[-2:] and {d.role for d in again.digests[-2:]} == {"sequences", "lines"}
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets("taps"), base)
+    with pytest.raises(PopulationOverlapError) as info:
+        _charge(store, ledger, _sets("re-extract", "riders-b"), again)
+    assert str(info.value).startswith("release 're-extract' of population 'riders-b' reads records of people "
+                                      "already released under population 'default': release 'taps' read the same "
+                                      "sequences file content; one person cannot be in two populations.")
+    # the sequences written out as a file (records built outside the tool) match the taps they came from
+    data = sequences_from_trips(clean, stops, "train")
+    ids = data.universe.ids
+    s = data.sequences
+    lines = [" ".join(ids[i] for i in s.locations[a:b]) for a, b in zip(s.offsets[:-1], s.offsets[1:]) if b > a]
+    written = read_sequence_file(_write(tmp_path / "derived.txt", lines), data.universe)
+    assert set(content.of_record_input("sequences", written).digests) == set(base.digests[-2:])
+    with pytest.raises(PopulationOverlapError, match="release 'taps' read the same sequences file content"):
+        _charge(store, ledger, _sets("file", "riders-c"), content.of_record_input("sequences", written))

@@ -354,6 +354,59 @@ def of_record_input(role: str, data) -> InputContent:
     return InputContent((kept,) if lines is None or not lines.records else (kept, lines))
 
 
+def lines_of_records(names: tuple[str, ...], locations: np.ndarray, offsets: np.ndarray) -> ContentDigest:
+    """The :data:`LINES` digest of records given as location indices into ``names`` (records by ``offsets``): each
+    record the *set* of its location ids, exactly as :class:`RecordLines` digests a file holding one line per
+    record (a sequence's order and repeats, a trajectory point's hour dropped). A file written from these records
+    gives the same digest (issue #40: a tap file claims the records its kind builds from it)."""
+    locations = np.asarray(locations, dtype=np.int64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n = offsets.size - 1
+    if n <= 0:
+        return ContentDigest.empty(LINES)
+    sizes = np.diff(offsets)
+    keep = sizes > 0  # a line without a token is no record
+    token = name_hashes(names)[locations] if locations.size else np.zeros(0, dtype=np.uint64)
+    line = np.repeat(np.arange(n, dtype=np.int64), sizes)
+    order = np.lexsort((token, line))
+    token, line = token[order], line[order]
+    fresh = np.r_[True, (line[1:] != line[:-1]) | (token[1:] != token[:-1])] if line.size else np.zeros(0, bool)
+    token, line = token[fresh], line[fresh]
+    at = np.searchsorted(line, np.arange(n + 1, dtype=np.int64))
+    with np.errstate(over="ignore"):
+        parts = mix(token)
+        distinct = np.diff(at).astype(np.uint64)
+        hashes = mix(_segment_sums(parts, at) ^ mix(distinct * np.uint64(0x2545F4914F6CDD1D)))
+    return _digest(LINES, hashes[keep])
+
+
+def of_derived_records(role: str, data) -> tuple[ContentDigest, ...]:
+    """The digests of the records a passenger kind built from a tap file (issue #40): the kind's own digest of
+    them (as of a record file holding them, :func:`of_record_input`) and the kind-independent :data:`LINES` digest
+    (each record the set of its location ids). A re-extract of the taps that differs only in what the kind does
+    not read (a stop name's white space, a bus stop's postcode for the kinds that count names, the tap-offs for
+    those that read tap-ons, seconds) builds the same records, so claims the same digests; so does a record file
+    written from them. None when the kind built no record (every empty build would match)."""
+    names = data.universe.ids
+    if role == "sequences":
+        locations, offsets = data.sequences.locations, data.sequences.offsets
+    elif role == "trajectories":
+        locations, offsets = data.trajectories.locations, data.trajectories.offsets
+    elif role == "sets":
+        locations, offsets = data.sets.items, data.sets.offsets
+    else:
+        raise ValueError(f"no record kind of role {role!r}")
+    kept = of_record_input(role, data).digests[0]
+    lines = lines_of_records(names, locations, offsets)
+    return tuple(d for d in (kept, lines) if d.records)
+
+
+def with_derived(taps: InputContent, role: str, data) -> InputContent:
+    """A tap file's content with the digests of the records ``data`` its kind built from it
+    (:func:`of_derived_records`)."""
+    return InputContent((*taps.digests, *of_derived_records(role, data)), taps.cards)
+
+
 def of_clean_trips(clean: pd.DataFrame, stops: pd.DataFrame) -> InputContent:
     """The content of a tap file as the passenger kinds read it (the gate's clean trips in one frame, ``stops``
     the validated stop table)."""
