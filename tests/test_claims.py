@@ -486,13 +486,15 @@ def test_a_per_mode_extract_with_fresh_card_pseudonyms_is_refused(tmp_path):
     an earlier release's is an overlap."""
     clean, stops = trips_on_stop_table(), stop_table()
     full = content.of_clean_trips(clean, stops)
-    assert sorted(d.role for d in full.digests) == ["trips", "trips:bus", "trips:ferry", "trips:train"]
+    assert sorted(d.role for d in full.digests) == ["taps", "taps:bus", "taps:ferry", "taps:train",  # fix 2 of #40
+                                                    "trips", "trips:bus", "trips:ferry", "trips:train"]
     per_mode = {d.role: d for d in full.digests}
-    assert sum(d.records for r, d in per_mode.items() if r != "trips") == per_mode["trips"].records
+    assert sum(d.records for r, d in per_mode.items() if r.startswith("trips:")) == per_mode["trips"].records
     train = clean[clean["mode"] == "train"]
     extract = train.assign(card_id=90_000_000 + (train["card_id"] * 31) % 997)  # fresh card pseudonyms
     got = content.of_clean_trips(extract, stops)
-    assert [d.role for d in got.digests] == ["trips", "trips:train"] and got.digests[1] == per_mode["trips:train"]
+    assert [d.role for d in got.digests] == ["trips", "trips:train", "taps", "taps:train"]
+    assert got.digests[1] == per_mode["trips:train"] and got.digests[3] == per_mode["taps:train"]
     assert not np.intersect1d(got.cards, full.cards).size
 
     store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
@@ -553,3 +555,37 @@ def test_a_tap_file_claims_the_sequences_its_kind_builds_so_a_re_extract_of_unre
     assert set(content.of_record_input("sequences", written).digests) == set(base.digests[-2:])
     with pytest.raises(PopulationOverlapError, match="release 'taps' read the same sequences file content"):
         _charge(store, ledger, _sets("file", "riders-c"), content.of_record_input("sequences", written))
+
+
+def test_a_tap_file_claims_its_rows_with_stops_as_location_ids_so_a_name_s_white_space_is_refused(tmp_path):
+    """Issue #40 (known gap, fix 2): a tap file also claims its clean rows with each non-bus stop keyed by its
+    location id (``stop_location_id(name)``, what the passenger kinds count), so a train-only re-extract with fresh
+    card pseudonyms whose stop table gives the train stations a trailing space, or ``_`` for spaces, matches the
+    full file's ``taps:train``; the ``trips`` digests stay as before (an earlier claim compares as it did)."""
+    clean, stops = trips_on_stop_table(), stop_table()
+    stops = stops.assign(name=stops["name"].str.replace("S", "Stop ", regex=False))  # names with a space
+    full = content.of_clean_trips(clean, stops)
+    train = clean[clean["mode"] == "train"]
+    extract = train.assign(card_id=train["card_id"] + 70_000_000)
+    for variant in (stops["name"] + " ", stops["name"].str.replace(" ", "_", regex=False)):
+        renamed = stops.assign(name=np.where(stops["mode"] == "train", variant, stops["name"]))
+        got = content.of_clean_trips(extract, renamed)
+        roles = {d.role: d for d in got.digests}
+        mine = {d.role: d for d in full.digests}
+        assert roles["trips:train"] != mine["trips:train"] and roles["taps:train"] == mine["taps:train"]
+    # the trips digests are as claims recorded them before (raw names): the old ones still compare
+    old_style = InputContent(tuple(d for d in full.digests if not d.role.startswith("taps")), full.cards)
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets("old"), old_style)
+    with pytest.raises(PopulationOverlapError, match="release 'old' read the same trips \\(its clean rows"):
+        _charge(store, ledger, _sets("copy", "riders-b"), content.of_clean_trips(
+            clean.assign(card_id=clean["card_id"] + 5_000_000), stops))
+    # a claim that holds the named digests: the white-space variant is refused, naming what matched
+    store2, ledger2 = ClaimStore(tmp_path / "claims2.sqlite", KEY), Ledger(tmp_path / "ledger2.sqlite")
+    _charge(store2, ledger2, _sets("full"), full)
+    with pytest.raises(PopulationOverlapError) as info:
+        _charge(store2, ledger2, _sets("spaced", "riders-b"), got)
+    assert str(info.value).startswith(
+        "release 'spaced' of population 'riders-b' reads records of people already released under population "
+        "'default': release 'full' read the same train trips with the stops as location ids (the clean rows of "
+        "that mode, in any order, a stop name's white space aside); one person cannot be in two populations.")

@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from transit_release.errors import PopulationOverlapError, RecordsOfAnotherPeriodError
-from transit_release.inputs.content import LINES, MODE_PREFIX, ContentDigest, InputContent
+from transit_release.inputs.content import LINES, MODE_PREFIX, NAMED, NAMED_PREFIX, ContentDigest, InputContent
 from transit_release.inputs.refusals import refusal
 
 #: The store's file name under ``private/``.
@@ -168,6 +168,15 @@ def what_matched(roles: Iterable[str]) -> list[str]:
         if modes:
             which = "that mode" if len(modes) == 1 else "those modes"
             parts.append(f"the same {', '.join(modes)} trips (the clean rows of {which}, in any order)")
+        elif NAMED in roles:
+            parts.append("the same trips with the stops as location ids (its clean rows, in any order, a stop "
+                         "name's white space aside)")
+        else:
+            modes = sorted(r[len(NAMED_PREFIX):] for r in roles if r.startswith(NAMED_PREFIX))
+            if modes:
+                which = "that mode" if len(modes) == 1 else "those modes"
+                parts.append(f"the same {', '.join(modes)} trips with the stops as location ids (the clean rows "
+                             f"of {which}, in any order, a stop name's white space aside)")
     return parts
 
 

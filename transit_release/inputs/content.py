@@ -49,6 +49,12 @@ ROLES = ("trips", "sequences", "trajectories", "sets")
 LINES = "lines"
 #: The prefix of a tap file's digest of one mode's clean rows (``trips:train``; atk40 N3).
 MODE_PREFIX = "trips:"
+#: A tap file's digest of its clean rows with each non-bus stop keyed by its *location id* (the normalised name,
+#: :func:`~transit_release.inputs.universe.stop_location_id`, what the passenger kinds count) rather than its raw
+#: name: ``taps`` for every mode, ``taps:<mode>`` per mode (issue #40, fix 2). The ``trips`` digests stay as claims
+#: have recorded them since #40, so an earlier claim still compares as before.
+NAMED = "taps"
+NAMED_PREFIX = "taps:"
 #: Seeds of the two lanes of the multiset hash (public constants: the digest is keyed afterwards).
 _LANES = (np.uint64(0x243F6A8885A308D3), np.uint64(0x13198A2E03707344))
 _NAMES_KEY = "transit-release1"  # a fixed SipHash key for location ids: an unkeyed hash of their text
@@ -100,8 +106,9 @@ class ContentDigest:
     lanes: tuple[int, int]
 
     def __post_init__(self) -> None:
-        if self.role not in ROLES and self.role != LINES and not (
-                self.role.startswith(MODE_PREFIX) and self.role[len(MODE_PREFIX):] in (*_MODES, "other")):
+        if self.role not in ROLES and self.role not in (LINES, NAMED) and not any(
+                self.role.startswith(p) and self.role[len(p):] in (*_MODES, "other")
+                for p in (MODE_PREFIX, NAMED_PREFIX)):
             raise ValueError(f"unknown role of a private input {self.role!r}; known: {ROLES}, {LINES!r}, "
                              f"{MODE_PREFIX}<mode>")
 
@@ -148,13 +155,18 @@ def trip_rows(mode: np.ndarray | int, on_ns: np.ndarray, on_location: np.ndarray
 _NO_LOCATION = np.uint64(0x5DEECE66D1CE4E5B)
 
 
-def location_keys(index, mode_index: np.ndarray | int, codes: np.ndarray) -> np.ndarray:
+def location_keys(index, mode_index: np.ndarray | int, codes: np.ndarray, named: bool = False) -> np.ndarray:
     """An int64 key per row for the public location of its stop: ``codes`` are the rows' location codes under
     ``index`` (a :class:`~transit_release.preprocessing.LocationIndex`, -1 for none) and ``mode_index`` their modes'
     positions in ``index.modes``. The key hashes the ``mode:location`` text, so it does not depend on the stop
-    ids, nor on which other stops or modes the stop table lists."""
+    ids, nor on which other stops or modes the stop table lists. ``named``: a non-bus stop as its location id
+    (:func:`~transit_release.inputs.universe.stop_location_id` of its name: white space runs as ``_``, trimmed),
+    what the passenger kinds count (the :data:`NAMED` digests); a bus stop stays its postcode."""
+    from transit_release.inputs.universe import stop_location_id
+
     codes = np.asarray(codes, dtype=np.int64)
-    tables = [np.append(name_hashes(tuple(f"{m}:{loc}" for loc in index.vocab.get(m, ()))), _NO_LOCATION)
+    as_id = (lambda m, loc: stop_location_id(loc) if m != "bus" else loc) if named else (lambda m, loc: loc)
+    tables = [np.append(name_hashes(tuple(f"{m}:{as_id(m, loc)}" for loc in index.vocab.get(m, ()))), _NO_LOCATION)
               for m in index.modes]
     starts = np.cumsum([0] + [t.size for t in tables])
     table = np.concatenate([*tables, [_NO_LOCATION]]).astype(np.uint64)
@@ -166,15 +178,23 @@ def location_keys(index, mode_index: np.ndarray | int, codes: np.ndarray) -> np.
     return table[at].view(np.int64)
 
 
-def mode_role(code: int) -> str:
-    """The role of a tap file's digest of one mode's clean rows (``trips:<mode>``), by :func:`mode_code`."""
-    return MODE_PREFIX + (_MODES[code] if 0 <= code < len(_MODES) else "other")
+def mode_role(code: int, prefix: str = MODE_PREFIX) -> str:
+    """The role of a tap file's digest of one mode's clean rows (``trips:<mode>``, or ``taps:<mode>`` with
+    ``prefix``), by :func:`mode_code`."""
+    return prefix + (_MODES[code] if 0 <= code < len(_MODES) else "other")
 
 
-def by_mode(total: ContentDigest, per_mode: dict[int, ContentDigest]) -> tuple[ContentDigest, ...]:
+def by_mode(total: ContentDigest, per_mode: dict[int, ContentDigest],
+            named: tuple[ContentDigest, dict[int, ContentDigest]] | None = None) -> tuple[ContentDigest, ...]:
     """A tap file's digests: of all its clean rows (``trips``, as before) and of each mode's clean rows it holds
-    (``trips:<mode>``; a mode without rows claims nothing: every file without ferries would match)."""
-    return (total, *(d.as_role(mode_role(c)) for c, d in sorted(per_mode.items()) if d.records))
+    (``trips:<mode>``; a mode without rows claims nothing: every file without ferries would match); with
+    ``named`` (the same with the stops keyed by location id), also ``taps`` and ``taps:<mode>``."""
+    out = (total, *(d.as_role(mode_role(c)) for c, d in sorted(per_mode.items()) if d.records))
+    if named is not None:
+        n_total, n_per_mode = named
+        out += (n_total.as_role(NAMED),
+                *(d.as_role(mode_role(c, NAMED_PREFIX)) for c, d in sorted(n_per_mode.items()) if d.records))
+    return out
 
 
 def trips_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[ContentDigest, ...]:
@@ -192,13 +212,17 @@ def trips_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[ContentDig
     on_stop, off_stop, off_ns = _ints(clean["tap_on_stop"]), _ints(clean["tap_off_stop"]), _ns(clean["tap_off_time"])
     on = _lookup(index, on_stop, np.ones(on_stop.size, dtype=bool), at)
     off = _lookup(index, off_stop, (off_ns != np.iinfo(np.int64).min) & (off_stop >= 0), at)
-    on_ns, on_key, off_key = _ns(clean["tap_on_time"]), location_keys(index, at, on), location_keys(index, at, off)
-    per_mode = {int(c): trip_rows(c, on_ns[mode == c], on_key[mode == c], off_ns[mode == c], off_key[mode == c])
-                for c in np.unique(mode)}
-    total = ContentDigest.empty("trips")
-    for d in per_mode.values():
-        total = total + d
-    return by_mode(total, per_mode)
+    on_ns = _ns(clean["tap_on_time"])
+    digests = []
+    for named in (False, True):
+        on_key, off_key = location_keys(index, at, on, named), location_keys(index, at, off, named)
+        per_mode = {int(c): trip_rows(c, on_ns[mode == c], on_key[mode == c], off_ns[mode == c], off_key[mode == c])
+                    for c in np.unique(mode)}
+        total = ContentDigest.empty("trips")
+        for d in per_mode.values():
+            total = total + d
+        digests.append((total, per_mode))
+    return by_mode(*digests[0], named=digests[1])
 
 
 def card_ids(cards: np.ndarray) -> np.ndarray:
@@ -417,26 +441,38 @@ def of_clean_trips(clean: pd.DataFrame, stops: pd.DataFrame) -> InputContent:
 
 # ---- a tap file streamed partition by partition (the Opal release) -----------------------------------------------
 
-def save_partition(folder: Path, mode: str, date: str, digest: ContentDigest, cards: np.ndarray) -> None:
-    """One partition's digest and distinct card ids, under the run's private work directory."""
+def save_partition(folder: Path, mode: str, date: str, digest: ContentDigest, cards: np.ndarray,
+                   named: ContentDigest | None = None) -> None:
+    """One partition's digest (and ``named``, the same with its stops keyed by location id: :data:`NAMED`) and
+    distinct card ids, under the run's private work directory."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     np.save(folder / f"{mode}-{date}.cards.npy", card_ids(cards))
-    np.save(folder / f"{mode}-{date}.digest.npy",
-            np.array([digest.records, digest.lanes[0], digest.lanes[1]], dtype=np.uint64))
+    for suffix, d in (("digest", digest), ("named", named)):
+        if d is not None:
+            np.save(folder / f"{mode}-{date}.{suffix}.npy", np.array([d.records, *d.lanes], dtype=np.uint64))
 
 
 def gather_partitions(folder: Path) -> InputContent:
     """The tap file's content from its partitions' files (:func:`save_partition`), whatever the partitions."""
     folder = Path(folder)
-    total = ContentDigest.empty("trips")
-    per_mode: dict[int, ContentDigest] = {}
+    sums = {}
     parts = []
-    for f in sorted(folder.glob("*.digest.npy")):
-        n, a, b = (int(x) for x in np.load(f))
-        part = ContentDigest("trips", n, (a, b))
-        total = total + part
-        code = mode_code(f.name[:-len(".digest.npy")].rsplit("-", 3)[0])  # <mode>-<YYYY-MM-DD>
-        per_mode[code] = per_mode.get(code, ContentDigest.empty("trips")) + part
+    files = sorted(folder.glob("*.digest.npy"))
+    for suffix in ("digest", "named"):
+        total = ContentDigest.empty("trips")
+        per_mode: dict[int, ContentDigest] = {}
+        for f in files:
+            f = f.with_name(f.name.replace(".digest.npy", f".{suffix}.npy"))
+            if not f.exists():
+                break  # a partition without it: no named digest (every partition writes both)
+            n, a, b = (int(x) for x in np.load(f))
+            part = ContentDigest("trips", n, (a, b))
+            total = total + part
+            code = mode_code(f.name[:-len(f".{suffix}.npy")].rsplit("-", 3)[0])  # <mode>-<YYYY-MM-DD>
+            per_mode[code] = per_mode.get(code, ContentDigest.empty("trips")) + part
+        else:
+            sums[suffix] = (total, per_mode)
+    for f in files:
         parts.append(np.load(f.with_name(f.name.replace(".digest.npy", ".cards.npy"))))
-    return InputContent(by_mode(total, per_mode), merge_card_ids(parts))
+    return InputContent(by_mode(*sums["digest"], named=sums.get("named")), merge_card_ids(parts))

@@ -577,9 +577,10 @@ def prepare_partition(spill: Path, staging: Path, quarantine_parts: Path, pairs:
     n = rows["row"].size
     encoded = encode_partition(rows, mode_index, index, bin_minutes, kept, pair)
     if content is not None:  # what the overlap check between populations compares (private: the run's work dir)
-        contents.save_partition(content, mode, date, contents.trip_rows(  # the stops as their public locations
-            contents.mode_code(mode), rows["on_ns"], contents.location_keys(index, mode_index, encoded["on_loc"]),
-            rows["off_ns"], contents.location_keys(index, mode_index, encoded["off_loc"])), rows["card"])
+        named = [contents.trip_rows(  # the stops as their public locations (as named; as location ids: #40)
+            contents.mode_code(mode), rows["on_ns"], contents.location_keys(index, mode_index, encoded["on_loc"], n),
+            rows["off_ns"], contents.location_keys(index, mode_index, encoded["off_loc"], n)) for n in (False, True)]
+        contents.save_partition(content, mode, date, named[0], rows["card"], named=named[1])
     missing = int((rows["off_ns"] == NAT).sum())
     del rows
     check_encoded(encoded)
