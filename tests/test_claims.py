@@ -178,7 +178,9 @@ def test_the_streamed_partitions_give_the_in_memory_content(tmp_path):
     in_memory = screening.screen_trips(read_trips(path), stops, period, cfg.quality, cfg.modes).clean
     frame = content.of_clean_trips(in_memory, stops)
     assert streamed.tally.rows == 405
-    assert streamed_content.digests == frame.digests and streamed_content.digests[0].records == len(in_memory) > 350
+    # the streamed release claims no per-card tap-on sets (``ons:<mode>``: a card's taps span its partitions)
+    assert streamed_content.digests == _without_ons(frame).digests
+    assert streamed_content.digests[0].records == len(in_memory) > 350
     np.testing.assert_array_equal(streamed_content.cards, frame.cards)
 
 
@@ -486,14 +488,15 @@ def test_a_per_mode_extract_with_fresh_card_pseudonyms_is_refused(tmp_path):
     an earlier release's is an overlap."""
     clean, stops = trips_on_stop_table(), stop_table()
     full = content.of_clean_trips(clean, stops)
-    assert sorted(d.role for d in full.digests) == ["taps", "taps:bus", "taps:ferry", "taps:train",  # fix 2 of #40
+    assert sorted(d.role for d in full.digests) == ["ons:bus", "ons:ferry", "ons:train",  # #40's known gap
+                                                    "taps", "taps:bus", "taps:ferry", "taps:train",
                                                     "trips", "trips:bus", "trips:ferry", "trips:train"]
     per_mode = {d.role: d for d in full.digests}
     assert sum(d.records for r, d in per_mode.items() if r.startswith("trips:")) == per_mode["trips"].records
     train = clean[clean["mode"] == "train"]
     extract = train.assign(card_id=90_000_000 + (train["card_id"] * 31) % 997)  # fresh card pseudonyms
     got = content.of_clean_trips(extract, stops)
-    assert [d.role for d in got.digests] == ["trips", "trips:train", "taps", "taps:train"]
+    assert [d.role for d in got.digests] == ["trips", "trips:train", "taps", "taps:train", "ons:train"]
     assert got.digests[1] == per_mode["trips:train"] and got.digests[3] == per_mode["taps:train"]
     assert not np.intersect1d(got.cards, full.cards).size
 
@@ -525,6 +528,11 @@ def _fields_no_kind_reads(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[pd.
     return extract, renamed
 
 
+def _without_ons(taps: InputContent) -> InputContent:
+    """A tap file's content without its per-mode tap-on digests (``ons:<mode>``): what fix 1 alone compares."""
+    return InputContent(tuple(d for d in taps.digests if not d.role.startswith(content.ONS_PREFIX)), taps.cards)
+
+
 def test_a_tap_file_claims_the_sequences_its_kind_builds_so_a_re_extract_of_unread_fields_is_refused(tmp_path):
     """Issue #40 (known gap, fix 1): a release from taps also claims the records its kind built from them, so a
     re-extract with fresh card pseudonyms that differs only in fields the kind does not read (a name's white space,
@@ -533,9 +541,9 @@ def test_a_tap_file_claims_the_sequences_its_kind_builds_so_a_re_extract_of_unre
 
     clean, stops = trips_on_stop_table(), stop_table()
     extract, renamed = _fields_no_kind_reads(clean, stops)
-    base = content.with_derived(content.of_clean_trips(clean, stops), "sequences",
+    base = content.with_derived(_without_ons(content.of_clean_trips(clean, stops)), "sequences",
                                 sequences_from_trips(clean, stops, "train"))
-    again = content.with_derived(content.of_clean_trips(extract, renamed), "sequences",
+    again = content.with_derived(_without_ons(content.of_clean_trips(extract, renamed)), "sequences",
                                  sequences_from_trips(extract, renamed, "train"))
     assert not set(base.digests[:-2]) & set(again.digests[:-2])  # the trips digests differ (raw names, tap-offs)
     assert base.digests[-2:] == again.digests[-2:] and {d.role for d in again.digests[-2:]} == {"sequences", "lines"}
@@ -589,3 +597,38 @@ def test_a_tap_file_claims_its_rows_with_stops_as_location_ids_so_a_name_s_white
         "release 'spaced' of population 'riders-b' reads records of people already released under population "
         "'default': release 'full' read the same train trips with the stops as location ids (the clean rows of "
         "that mode, in any order, a stop name's white space aside); one person cannot be in two populations.")
+
+
+def test_a_tap_file_claims_each_card_s_tap_on_locations_so_another_kind_of_a_re_extract_is_refused(tmp_path):
+    """Issue #40 (known gap): per mode, a tap file claims each card's set of tap-on location ids (``ons:<mode>``),
+    what every kind built from taps reads; so station sets of the full file (which also read the tap-offs) and
+    sequences of a train-only re-extract with fresh card pseudonyms, the tap-offs emptied, the times shifted by
+    seconds, the bus postcodes changed and the train names spaced, are refused; one tap moved is other content."""
+    from transit_release.inputs.sequences import sequences_from_trips
+    from transit_release.inputs.sets import sets_from_trips
+    from transit_release.inputs.screening import Period
+    from transit_release.inputs.universe import from_stop_locations
+
+    clean, stops = trips_on_stop_table(), stop_table()
+    extract, renamed = _fields_no_kind_reads(clean, stops)
+    renamed = renamed.assign(postcode=renamed["postcode"] + 100)
+    extract = extract[extract["mode"] == "train"]
+    period = Period(pd.Timestamp("2016-08-08").date(), pd.Timestamp("2016-08-14").date())
+    sets = sets_from_trips(clean, stops, period, from_stop_locations(stops, ("train",)), ("train",))
+    full = content.with_derived(content.of_clean_trips(clean, stops), "sets", sets)
+    got = content.with_derived(content.of_clean_trips(extract, renamed), "sequences",
+                               sequences_from_trips(extract, renamed, "train"))
+    mine, theirs = {d.role: d for d in full.digests}, {d.role: d for d in got.digests}
+    assert [r for r in theirs if theirs[r] == mine.get(r)] == ["ons:train"]
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets("sets"), full)
+    with pytest.raises(PopulationOverlapError) as info:
+        _charge(store, ledger, _sets("sequences", "riders-b"), got)
+    assert str(info.value).startswith(
+        "release 'sequences' of population 'riders-b' reads records of people already released under population "
+        "'default': release 'sets' read the same train tap-ons per card (each card's set of tap-on locations, what "
+        "the kinds built from taps read; times and tap-offs aside); one person cannot be in two populations.")
+    moved = extract.copy()
+    moved.iloc[0, moved.columns.get_loc("tap_on_stop")] = 31 + (int(moved.iloc[0]["tap_on_stop"]) - 30) % 30
+    other = {d.role: d for d in content.of_clean_trips(moved, renamed).digests}
+    assert other["ons:train"] != mine["ons:train"]

@@ -49,7 +49,8 @@ from pathlib import Path
 import numpy as np
 
 from transit_release.errors import PopulationOverlapError, RecordsOfAnotherPeriodError
-from transit_release.inputs.content import LINES, MODE_PREFIX, NAMED, NAMED_PREFIX, ContentDigest, InputContent
+from transit_release.inputs.content import (LINES, MODE_PREFIX, NAMED, NAMED_PREFIX, ONS_PREFIX, ContentDigest,
+                                             InputContent)
 from transit_release.inputs.refusals import refusal
 
 #: The store's file name under ``private/``.
@@ -177,6 +178,11 @@ def what_matched(roles: Iterable[str]) -> list[str]:
                 which = "that mode" if len(modes) == 1 else "those modes"
                 parts.append(f"the same {', '.join(modes)} trips with the stops as location ids (the clean rows "
                              f"of {which}, in any order, a stop name's white space aside)")
+            else:
+                modes = sorted(r[len(ONS_PREFIX):] for r in roles if r.startswith(ONS_PREFIX))
+                if modes:
+                    parts.append(f"the same {', '.join(modes)} tap-ons per card (each card's set of tap-on "
+                                 f"locations, what the kinds built from taps read; times and tap-offs aside)")
     return parts
 
 

@@ -55,6 +55,10 @@ MODE_PREFIX = "trips:"
 #: have recorded them since #40, so an earlier claim still compares as before.
 NAMED = "taps"
 NAMED_PREFIX = "taps:"
+#: A tap file's digest of what the kinds built from taps read of one mode (issue #40): per card, the *set* of the
+#: location ids of its tap-on stops of that mode (``ons:train``). Times, tap-offs, postcodes and a name's white
+#: space take no part, nor which kind reads it.
+ONS_PREFIX = "ons:"
 #: Seeds of the two lanes of the multiset hash (public constants: the digest is keyed afterwards).
 _LANES = (np.uint64(0x243F6A8885A308D3), np.uint64(0x13198A2E03707344))
 _NAMES_KEY = "transit-release1"  # a fixed SipHash key for location ids: an unkeyed hash of their text
@@ -108,7 +112,7 @@ class ContentDigest:
     def __post_init__(self) -> None:
         if self.role not in ROLES and self.role not in (LINES, NAMED) and not any(
                 self.role.startswith(p) and self.role[len(p):] in (*_MODES, "other")
-                for p in (MODE_PREFIX, NAMED_PREFIX)):
+                for p in (MODE_PREFIX, NAMED_PREFIX, ONS_PREFIX)):
             raise ValueError(f"unknown role of a private input {self.role!r}; known: {ROLES}, {LINES!r}, "
                              f"{MODE_PREFIX}<mode>")
 
@@ -431,12 +435,47 @@ def with_derived(taps: InputContent, role: str, data) -> InputContent:
     return InputContent((*taps.digests, *of_derived_records(role, data)), taps.cards)
 
 
+def tap_ons_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[ContentDigest, ...]:
+    """Per mode the clean rows hold (``ons:<mode>``, :data:`ONS_PREFIX`): the :data:`LINES`-style digest of one
+    record per card, the set of the location ids (:func:`~transit_release.inputs.universe.stop_location_id` of the
+    stop's name, a bus stop's too: the sequences and trajectories from taps count bus stops by name) of its tap-ons
+    of that mode at a named stop of the stop table. What every passenger kind built from taps reads of a card, and
+    nothing more: a re-extract that changes the times (seconds or minutes), empties the tap-offs, changes a
+    postcode or a name's white space, or renumbers the cards gives the same digest (a mode without such taps
+    claims nothing)."""
+    from transit_release.inputs.screening import _ints
+    from transit_release.inputs.universe import stop_location_id
+
+    out = []
+    cards_all, on_all, mode_all = _ints(clean["card_id"]), _ints(clean["tap_on_stop"]), clean["mode"].astype(str)
+    for mode in sorted(set(mode_all.unique())):
+        named = stops[stops["mode"].astype(str) == mode].dropna(subset=["name"])
+        if named.empty:
+            continue
+        ids = tuple(sorted(set(named["name"].map(stop_location_id))))
+        where = dict(zip(named["stop_id"].astype(np.int64), pd.Index(ids).get_indexer(
+            named["name"].map(stop_location_id))))
+        sel = (mode_all == mode).to_numpy()
+        loc = pd.Series(on_all[sel]).map(where).to_numpy(dtype=float)
+        known = ~np.isnan(loc)
+        card, loc = cards_all[sel][known], loc[known].astype(np.int64)
+        if not card.size:
+            continue
+        order = np.lexsort((loc, card))
+        card, loc = card[order], loc[order]
+        offsets = np.concatenate([[0], np.flatnonzero(card[1:] != card[:-1]) + 1, [card.size]]).astype(np.int64)
+        out.append(lines_of_records(ids, loc, offsets).as_role(mode_role(mode_code(mode), ONS_PREFIX)))
+    return tuple(d for d in out if d.records)
+
+
 def of_clean_trips(clean: pd.DataFrame, stops: pd.DataFrame) -> InputContent:
     """The content of a tap file as the passenger kinds read it (the gate's clean trips in one frame, ``stops``
-    the validated stop table)."""
+    the validated stop table): its trips digests and, per mode, its cards' tap-on location sets
+    (:func:`tap_ons_of_frame`)."""
     from transit_release.inputs.screening import _ints
 
-    return InputContent(trips_of_frame(clean, stops), card_ids(_ints(clean["card_id"])))
+    return InputContent((*trips_of_frame(clean, stops), *tap_ons_of_frame(clean, stops)),
+                        card_ids(_ints(clean["card_id"])))
 
 
 # ---- a tap file streamed partition by partition (the Opal release) -----------------------------------------------
