@@ -26,6 +26,13 @@ Parquet or another (copied) stop table or universe still matches. Precisely:
   and whichever kind reads it; the three above stay as claims have recorded them since #40;
 * **trips:<mode>** (a tap file; atk40 N3): the trips digest of one mode's clean rows, one per mode the rows hold,
   so that a re-extract of one mode (with fresh card pseudonyms) matches the full file, and the other way round.
+* **taps**, **taps:<mode>** (a tap file; #40's known gap): as ``trips`` and ``trips:<mode>`` with a non-bus stop
+  keyed by its location id (:func:`~transit_release.inputs.universe.stop_location_id` of its name), so a name's
+  white space does not make other content;
+* **ons:<mode>** (a tap file read by a passenger kind; #40's known gap): per card, the set of the location ids of
+  its tap-ons of that mode (:func:`tap_ons_of_frame`): times, tap-offs, postcodes take no part;
+* and a tap file read by a passenger kind also claims the records that kind built from it, under the kind's own
+  role and ``lines`` (:func:`of_derived_records`), as a record file holding them would.
 
 The digest is the number of records and, over the records, the sums modulo 2⁶⁴ of a 64-bit hash of each record
 under two seeds (a multiset hash: order-independent, one record more or less changes it). It is computed
