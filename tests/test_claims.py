@@ -632,3 +632,27 @@ def test_a_tap_file_claims_each_card_s_tap_on_locations_so_another_kind_of_a_re_
     moved.iloc[0, moved.columns.get_loc("tap_on_stop")] = 31 + (int(moved.iloc[0]["tap_on_stop"]) - 30) % 30
     other = {d.role: d for d in content.of_clean_trips(moved, renamed).digests}
     assert other["ons:train"] != mine["ons:train"]
+
+
+def test_a_tap_claim_s_derived_records_take_the_period_check_from_the_date_less_file_s_side_only(tmp_path):
+    """A tap file's records carry dates, so its claim (with the records its kind built, #40) is not refused for
+    another period by those derived digests; a date-less file written from them, for another period, is."""
+    from tasks.budget import charge_budget, record_claim
+    from transit_release.errors import BudgetError
+    from transit_release.files.home import Home
+
+    home, policy = Home.at(tmp_path / "home").prepare(), load_budget_policy()
+    derived = content.ContentDigest("sequences", 20, (11, 12))
+    taps_jan = InputContent((content.ContentDigest("trips", 30, (1, 2)), derived))
+    taps_feb = InputContent((content.ContentDigest("trips", 31, (3, 4)), derived))  # other trips, same records
+    jan, feb, mar = ("2026-01-01", "2026-01-31"), ("2026-02-01", "2026-02-28"), ("2026-03-01", "2026-03-31")
+    event = lambda rid, period: [replace(ngram_event(rid, *period, 0.5), input_fingerprint="f" + rid)]  # noqa: E731
+
+    def release(rid, period, what):
+        charge_budget.fn(home, event(rid, period), policy, record_claim.fn(home, what, event(rid, period)))
+
+    release("jan", jan, taps_jan)
+    release("feb", feb, taps_feb)  # a tap claim: its dates decide its period
+    with pytest.raises(BudgetError, match="release 'mar' for 2026-03-01..2026-03-31 reads the same sequences file "
+                                          "content as release 'jan' read for 2026-01-01..2026-01-31"):
+        release("mar", mar, InputContent((derived,)))
