@@ -11,7 +11,7 @@ from transit_release.runtime.faults import crash_point
 from transit_release.accounting.ledger import Ledger, refuse_second_charge
 from transit_release.accounting.ledger_schema import storage_error
 from transit_release.accounting.policy import BudgetPolicy, load_budget_policy
-from transit_release.errors import ConfigError, LedgerIntegrityError, ReleaseExistsError
+from transit_release.errors import ConfigError, LedgerIntegrityError
 from transit_release.files.home import Home, check_release_id, live_release_ids
 from transit_release.files.publish import resolve_release_id
 from transit_release.inputs.tables import recognising_earlier_fingerprints
@@ -59,18 +59,10 @@ def same_spend(component: str, epsilon: float, fingerprint: str) -> Callable[[li
 def refuse_a_dead_runs_charge(home: Home, release_id: str) -> None:
     """With the release's lock held (:mod:`transit_release.runtime.release_lock`): a release already charged and not
     published was charged by a run that is dead; refused with what became of it and what ``repair`` does."""
-    from transit_release.integrity.recovery import pending_intents
-    from transit_release.runtime.release_lock import charged_by_a_dead_run
+    from transit_release.integrity.recovery import refuse_a_dead_runs_charge as refuse
 
-    if not home.ledger.exists():
-        return
-    ledger = Ledger(home.ledger, key=b"", read_only=True)
-    charged = ledger.charged_release_ids()
-    if release_id in charged:
-        reason = charged_by_a_dead_run(release_id, charged, set(ledger.published()),
-                                       {i.release_id for i in pending_intents(ledger)})
-        if reason:
-            raise ReleaseExistsError(reason)
+    if home.ledger.exists():
+        refuse(Ledger(home.ledger, key=b"", read_only=True), release_id)
 
 
 def input_content(content):

@@ -128,15 +128,14 @@ def check_published_before(args, trips: str, stops: str, home: Home, period, cfg
     if not home.ledger.exists():
         return
     from transit_release.accounting.ledger import Ledger
-    from transit_release.errors import ReleaseExistsError
     from transit_release.inputs import tables as io
     from transit_release.runtime import outcome
     from transit_release.accounting.events import population_ignored
     from transit_release.files.publish import MANIFEST, resolve_release_id
     from transit_release.inputs.tables import recognising_earlier_fingerprints
-    from transit_release.integrity.recovery import pending_intents
+    from transit_release.integrity.recovery import refuse_a_dead_runs_charge
     from transit_release.releases import opal
-    from transit_release.runtime.release_lock import charged_by_a_dead_run, is_held
+    from transit_release.runtime.release_lock import is_held
 
     rid = args.release_id or opal.release_id_for(period.start, period.end, cfg.unit_of_privacy)
     earlier = [] if args.release_id else list(opal.earlier_release_ids(period.start, period.end))
@@ -144,10 +143,7 @@ def check_published_before(args, trips: str, stops: str, home: Home, period, cfg
     published_ids = set(ledger.published())
     if not ({rid, *earlier} & published_ids) and not home.release_dir(rid).exists():
         if not args.dry_run and not is_held(home.root, rid):  # charged by a run that is dead: refused at once
-            reason = charged_by_a_dead_run(rid, ledger.charged_release_ids(), published_ids,
-                                           {i.release_id for i in pending_intents(ledger)})
-            if reason:
-                raise ReleaseExistsError(reason)
+            refuse_a_dead_runs_charge(ledger, rid)
         return
     inputs = [str(Path(trips).resolve()), str(Path(stops).resolve())]
     fingerprint = io.fingerprint(*inputs, key=home.fingerprint_key())

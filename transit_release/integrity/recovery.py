@@ -56,6 +56,21 @@ class RepairResult:
                 "catalogue_rewritten": self.catalogue_rewritten}
 
 
+def refuse_a_dead_runs_charge(ledger: Ledger, release_id: str) -> None:
+    """A release charged and not published, asked for by a run that knows no live run holds it (it holds the
+    release's lock, or found it free: :mod:`transit_release.runtime.release_lock`): refused with what became of the
+    run that charged it and what ``repair`` does (:class:`~transit_release.errors.ReleaseExistsError`)."""
+    from transit_release.errors import ReleaseExistsError
+    from transit_release.runtime.release_lock import charged_by_a_dead_run
+
+    charged = ledger.charged_release_ids()
+    if release_id in charged:
+        reason = charged_by_a_dead_run(release_id, charged, set(ledger.published()),
+                                       {i.release_id for i in pending_intents(ledger)})
+        if reason:
+            raise ReleaseExistsError(reason)
+
+
 def pending_intents(ledger: Ledger) -> list[PublicationIntent]:
     """The newest intent of each release that has no ``published`` entry."""
     published = set(ledger.published())
