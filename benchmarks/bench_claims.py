@@ -1,13 +1,15 @@
 """What the overlap check between populations costs on a full week (not a test).
 
-    python benchmarks/bench_claims.py --trips full/trips.csv [--weeks 3] [--work DIR]
+    python benchmarks/bench_claims.py --trips full/trips.csv [--stops full/stops.csv] [--weeks 3] [--work DIR]
 
 (``transit-release synth --out full --scale 1`` writes the full-scale synthetic week: 13.5 million trips.) Times,
 on the tap file's clean rows split by (mode, day) as the Opal release's partition steps see them:
 
-1. the partition steps' added work: each partition's content digest and distinct card ids, saved under a work
+1. the partition steps' added work: each partition's content digests (its rows with stops as public locations
+   and as location ids), distinct card ids and distinct (card, tap-on location id) pairs, saved under a work
    directory (``transit_release.inputs.content.save_partition``), summed over the partitions;
-2. gathering them (``gather_partitions``: every partition's digest added, the card ids merged);
+2. gathering them (``gather_partitions``: every partition's digest added, the card ids merged, each mode's
+   tap-on pairs digested per card: ``ons:<mode>``);
 3. keying them (``claim_of``: HMAC of the digest, SipHash of every distinct card id, sorted);
 4. recording the claim of the first release of a population, then of ``--weeks`` − 1 more releases of the same
    population (the same riders, 5% of the cards new each week: each stores only its new cards), with the store's
@@ -33,6 +35,7 @@ import pyarrow.csv as pacsv
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trips", required=True)
+    ap.add_argument("--stops", help="the stop table (default: stops.csv beside the trips)")
     ap.add_argument("--weeks", type=int, default=3)
     ap.add_argument("--work", help="working directory (default: a temporary one)")
     args = ap.parse_args()
@@ -40,6 +43,8 @@ def main() -> None:
     from transit_release.accounting import claims
     from transit_release.accounting.claims import ClaimStore, claim_of
     from transit_release.inputs import content
+    from transit_release.inputs.tables import read_stops
+    from transit_release.preprocessing import build_location_index
 
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-claims-"))
     t = time.perf_counter()
@@ -64,12 +69,18 @@ def main() -> None:
     bounds = np.flatnonzero(np.r_[True, (mcode[order][1:] != mcode[order][:-1]) | (day[order][1:] != day[order][:-1]),
                                   True])
     folder = work / "content"
+    modes = ("bus", "ferry", "lightrail", "train")
+    index = build_location_index(read_stops(args.stops or Path(args.trips).with_name("stops.csv")), modes)
     t = time.perf_counter()
     for a, b in zip(bounds[:-1], bounds[1:]):
         sel = order[a:b]
         m = int(mcode[sel[0]])
+        # (the stop ids stand for the location keys here: the same work per row)
         digest = content.trip_rows(key[m], on[sel], on_stop[sel], off[sel], off_stop[sel])
-        content.save_partition(folder, f"m{m}", str(int(day[sel[0]])), digest, card[sel])
+        named = content.trip_rows(key[m], on[sel], on_stop[sel], off[sel], off_stop[sel])
+        date = str(np.datetime64(int(day[sel[0]]), "D"))
+        content.save_partition(folder, modes[m], date, digest, card[sel], named=named,
+                               ons=content.tap_on_tokens(index, on_stop[sel], m))
     print(f"1. partition steps' added work ({len(bounds) - 1} partitions): {time.perf_counter() - t:.2f} s")
     t = time.perf_counter()
     gathered = content.gather_partitions(folder)

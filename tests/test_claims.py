@@ -144,22 +144,18 @@ def test_trips_match_with_their_stop_ids_relabelled_and_their_cards_renumbered(t
     assert content.of_clean_trips(moved, stops).digests != base.digests
 
 
-def test_the_streamed_partitions_give_the_in_memory_content(tmp_path):
-    """The Opal release (streamed, partition by partition) and a passenger kind read from taps (one frame) must
-    see the same trips file as the same content: the overlap between them is what #40's first escape was."""
+def _streamed(tmp_path: Path, clean: pd.DataFrame, stops: pd.DataFrame):
+    """The content the Opal release claims of ``clean`` written as a trips file (streamed, partition by partition,
+    as its flow runs the steps), and the passenger kinds' content of the same file (one frame)."""
     from schemas import TripsFile
     from schemas.validation import check
     from transit_release.config import load_release_config
     from transit_release.inputs import screening, streaming
     from transit_release.inputs.screening import parse_period
+    from transit_release.inputs.tables import read_trips
     from transit_release.preprocessing import build_location_index
 
-    clean = trips_frame(400)
-    clean = pd.concat([clean, clean.iloc[:5]], ignore_index=True)  # exact repeats: quarantined either way
-    stops = pd.DataFrame({"stop_id": np.arange(1, 31), "mode": ["bus"] * 10 + ["train"] * 10 + ["ferry"] * 10,
-                          "name": [f"S{i}" for i in range(1, 31)], "postcode": pd.array([2000] * 30, "Int64")})
-    stops = pd.concat([stops.assign(mode=m) for m in ("bus", "train", "ferry")], ignore_index=True)
-    stops["stop_id"] = stops.groupby("mode").cumcount() + 1
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "trips.csv"
     clean.to_csv(path, index=False)
     cfg = load_release_config()
@@ -172,16 +168,54 @@ def test_the_streamed_partitions_give_the_in_memory_content(tmp_path):
         streaming.prepare_partition(work / "spill", work / "staging", work / "q", work / "pairs", mode, date,
                                     cfg.modes.index(mode), index, cfg.bin_minutes, None, None,
                                     lambda rows: None, lambda enc: None, content=work / "content")
-    streamed_content = content.gather_partitions(work / "content")
-    from transit_release.inputs.tables import read_trips
-
     in_memory = screening.screen_trips(read_trips(path), stops, period, cfg.quality, cfg.modes).clean
-    frame = content.of_clean_trips(in_memory, stops)
+    return streamed, content.gather_partitions(work / "content"), in_memory
+
+
+def test_the_streamed_partitions_give_the_in_memory_content(tmp_path):
+    """The Opal release (streamed, partition by partition) and a passenger kind read from taps (one frame) must
+    see the same trips file as the same content: the overlap between them is what #40's first escape was."""
+    clean = trips_on_stop_table(400)
+    clean = pd.concat([clean, clean.iloc[:5]], ignore_index=True)  # exact repeats: quarantined either way
+    streamed, streamed_content, in_memory = _streamed(tmp_path, clean, stop_table())
+    frame = content.of_clean_trips(in_memory, stop_table())
     assert streamed.tally.rows == 405
-    # the streamed release claims no per-card tap-on sets (``ons:<mode>``: a card's taps span its partitions)
-    assert streamed_content.digests == _without_ons(frame).digests
+    # the streamed release claims the per-card tap-on sets too (``ons:<mode>``: a card's taps span its partitions,
+    # so each partition saves its distinct (card, tap-on) pairs and the gathering digests them per mode)
+    assert streamed_content.digests == frame.digests
+    assert [d.role for d in streamed_content.digests if d.role.startswith("ons:")] == ["ons:bus", "ons:ferry",
+                                                                                        "ons:train"]
     assert streamed_content.digests[0].records == len(in_memory) > 350
     np.testing.assert_array_equal(streamed_content.cards, frame.cards)
+
+
+def test_an_opal_re_extract_of_fields_it_does_not_read_under_another_population_is_refused(tmp_path):
+    """Issue #40 (known gap, closed): the Opal release claims each card's tap-on locations per mode too, so an
+    Opal release of a re-extract with fresh card pseudonyms, the times shifted by seconds, the tap-offs emptied,
+    the bus postcodes changed and the train names spaced, under another population, is refused; one tap moved
+    is other content."""
+    clean, stops = trips_on_stop_table(400), stop_table()
+    extract, renamed = _fields_no_kind_reads(clean, stops)
+    renamed = renamed.assign(postcode=renamed["postcode"] + 100)
+    _, full, _ = _streamed(tmp_path / "a", clean, stops)
+    _, got, _ = _streamed(tmp_path / "b", extract, renamed)
+    mine, theirs = {d.role: d for d in full.digests}, {d.role: d for d in got.digests}
+    # nothing else of what it claims matches: the rows differ in times, tap-offs, postcodes; the cards are new
+    assert [r for r in theirs if theirs[r] == mine.get(r)] == ["ons:bus", "ons:ferry", "ons:train"]
+    assert not np.intersect1d(full.cards, got.cards).size
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets("opal"), full)
+    with pytest.raises(PopulationOverlapError) as info:
+        _charge(store, ledger, _sets("opal-again", "riders-b"), got)
+    assert str(info.value).startswith(
+        "release 'opal-again' of population 'riders-b' reads records of people already released under population "
+        "'default': release 'opal' read the same bus, ferry, train tap-ons per card (each card's set of tap-on locations, what "
+        "the kinds built from taps read; times and tap-offs aside); one person cannot be in two populations.")
+    moved = extract.copy()
+    at = int(np.flatnonzero(moved["mode"].to_numpy() == "bus")[0])
+    moved.iloc[at, moved.columns.get_loc("tap_on_stop")] = 1 + int(moved.iloc[at]["tap_on_stop"]) % 30
+    _, other, _ = _streamed(tmp_path / "c", moved, renamed)
+    assert {d.role: d for d in other.digests}["ons:bus"] != mine["ons:bus"]
 
 
 # ---- keyed claims and the store ---------------------------------------------------------------------------------

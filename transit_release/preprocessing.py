@@ -37,6 +37,10 @@ class LocationIndex:
     stop_mode: np.ndarray  # int8 index into ``modes``
     stop_code: np.ndarray  # int32 code into vocab[mode], -1 for no location
     modes: tuple[str, ...]
+    #: per mode, the location ids of its stops' names (:func:`~transit_release.inputs.universe.stop_location_id`, a
+    #: bus stop's too: what the passenger kinds count a tap-on as; issue #40's tap-on claims), sorted
+    name_vocab: Mapping[str, tuple[str, ...]] | None = None
+    stop_name_code: np.ndarray | None = None  # int32 code into name_vocab[mode], -1 for a stop without a name
 
     @property
     def max_locations(self) -> int:
@@ -60,6 +64,17 @@ class LocationIndex:
         code[ids - first] = self.stop_code[at]
         return first, mode, code
 
+    @cached_property
+    def dense_names(self) -> np.ndarray | None:
+        """The name codes laid out as :attr:`dense`'s codes (when it is not None)."""
+        if self.dense is None or self.stop_name_code is None:
+            return None
+        first, mode, _ = self.dense
+        ids, at = np.unique(self.stop_ids, return_index=True)
+        code = np.full(mode.size, -1, dtype=np.int32)
+        code[ids - first] = self.stop_name_code[at]
+        return code
+
 
 #: The widest range of stop ids looked up through dense arrays (5 bytes per id: 20 MiB); wider ranges are
 #: looked up by binary search.
@@ -71,9 +86,13 @@ def save_location_index(index: LocationIndex, path: Path) -> Path:
     processes: a stop table of 200,000 stops is no task or subflow parameter."""
     import json
 
-    np.savez(path, stop_ids=index.stop_ids, stop_mode=index.stop_mode, stop_code=index.stop_code,
+    names = {} if index.stop_name_code is None else {"stop_name_code": index.stop_name_code}
+    np.savez(path, stop_ids=index.stop_ids, stop_mode=index.stop_mode, stop_code=index.stop_code, **names,
              meta=np.frombuffer(json.dumps({"vocab": {m: list(v) for m, v in index.vocab.items()},
-                                            "modes": list(index.modes)}).encode(), dtype=np.uint8))
+                                            "modes": list(index.modes),
+                                            "name_vocab": None if index.name_vocab is None else
+                                            {m: list(v) for m, v in index.name_vocab.items()}}).encode(),
+                                dtype=np.uint8))
     return Path(path)
 
 
@@ -89,9 +108,13 @@ def load_location_index(path: str | Path) -> LocationIndex:
         with np.load(path) as z:
             meta = json.loads(z["meta"].tobytes().decode())
             _LOADED_INDEXES.clear()  # one release's index at a time
+            names = meta.get("name_vocab")
             _LOADED_INDEXES[key] = LocationIndex(vocab={m: tuple(v) for m, v in meta["vocab"].items()},
                                                  stop_ids=z["stop_ids"], stop_mode=z["stop_mode"],
-                                                 stop_code=z["stop_code"], modes=tuple(meta["modes"]))
+                                                 stop_code=z["stop_code"], modes=tuple(meta["modes"]),
+                                                 name_vocab=None if names is None else
+                                                 {m: tuple(v) for m, v in names.items()},
+                                                 stop_name_code=z["stop_name_code"] if names is not None else None)
     return _LOADED_INDEXES[key]
 
 
@@ -111,12 +134,24 @@ def build_location_index(stops: pd.DataFrame, modes: tuple[str, ...]) -> Locatio
         lookup = {loc: i for i, loc in enumerate(vocab[m])}
         code[sel] = [lookup[x] for x in label[sel]]
     mode_index = {m: i for i, m in enumerate(modes)}
+    # the location id of each stop's name, a bus stop's too (what the passenger kinds count; issue #40)
+    has_name = stops["name"].notna().to_numpy()
+    name_id = np.where(has_name, stops["name"].astype(str).str.strip().str.replace(r"\s+", "_", regex=True)
+                       .to_numpy(dtype=object), None)
+    name_vocab = {m: tuple(sorted(set(name_id[(mode_arr == m) & has_name]))) for m in modes}
+    name_code = np.full(len(stops), -1, dtype=np.int32)
+    for m in modes:
+        sel = (mode_arr == m) & has_name
+        lookup = {loc: i for i, loc in enumerate(name_vocab[m])}
+        name_code[sel] = [lookup[x] for x in name_id[sel]]
     return LocationIndex(
         vocab=vocab,
         stop_ids=stops["stop_id"].to_numpy(dtype=np.int64),
         stop_mode=np.array([mode_index[m] for m in mode_arr], dtype=np.int8),
         stop_code=code,
         modes=tuple(modes),
+        name_vocab=name_vocab,
+        stop_name_code=name_code,
     )
 
 
@@ -134,12 +169,19 @@ class EncodedTrips:
         return 1440 // self.bin_minutes
 
 
-def _lookup(index: LocationIndex, stop: np.ndarray, present: np.ndarray, mode_code: np.ndarray) -> np.ndarray:
+def _lookup(index: LocationIndex, stop: np.ndarray, present: np.ndarray, mode_code: np.ndarray,
+            names: bool = False) -> np.ndarray:
+    """Each stop's location code (``names``: the code of its name's location id, :attr:`LocationIndex.name_vocab`)
+    where it is ``present`` and a stop of the row's mode, else -1."""
     out = np.full(stop.size, -1, dtype=np.int32)
     if index.stop_ids.size == 0:
         return out
+    if names and index.stop_name_code is None:
+        raise ValueError("this location index has no stop names (saved by an earlier version)")
     if index.dense is not None:
         first, modes, codes = index.dense
+        if names:
+            codes = index.dense_names
         offset = stop - first
         inside = present & (offset >= 0) & (offset < modes.size)
         offset = np.where(inside, offset, 0)
@@ -148,7 +190,7 @@ def _lookup(index: LocationIndex, stop: np.ndarray, present: np.ndarray, mode_co
         return out
     pos = np.searchsorted(index.stop_ids, stop).clip(0, index.stop_ids.size - 1)
     ok = present & (index.stop_ids[pos] == stop) & (index.stop_mode[pos] == mode_code)
-    out[ok] = index.stop_code[pos[ok]]
+    out[ok] = (index.stop_name_code if names else index.stop_code)[pos[ok]]
     return out
 
 

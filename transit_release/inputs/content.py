@@ -389,6 +389,21 @@ def of_record_input(role: str, data) -> InputContent:
     return InputContent((kept,) if lines is None or not lines.records else (kept, lines))
 
 
+def _set_digest(token: np.ndarray, line: np.ndarray, n: int) -> ContentDigest:
+    """The :data:`LINES` digest of ``n`` records, each the *set* of its tokens (``token[i]`` belongs to record
+    ``line[i]``; any order, repeats allowed); a record without a token is no record."""
+    order = np.lexsort((token, line))
+    token, line = token[order], line[order]
+    fresh = np.r_[True, (line[1:] != line[:-1]) | (token[1:] != token[:-1])] if line.size else np.zeros(0, bool)
+    token, line = token[fresh], line[fresh]
+    at = np.searchsorted(line, np.arange(n + 1, dtype=np.int64))
+    with np.errstate(over="ignore"):
+        parts = mix(token)
+        distinct = np.diff(at).astype(np.uint64)
+        hashes = mix(_segment_sums(parts, at) ^ mix(distinct * np.uint64(0x2545F4914F6CDD1D)))
+    return _digest(LINES, hashes[distinct > 0])
+
+
 def lines_of_records(names: tuple[str, ...], locations: np.ndarray, offsets: np.ndarray) -> ContentDigest:
     """The :data:`LINES` digest of records given as location indices into ``names`` (records by ``offsets``): each
     record the *set* of its location ids, exactly as :class:`RecordLines` digests a file holding one line per
@@ -399,20 +414,8 @@ def lines_of_records(names: tuple[str, ...], locations: np.ndarray, offsets: np.
     n = offsets.size - 1
     if n <= 0:
         return ContentDigest.empty(LINES)
-    sizes = np.diff(offsets)
-    keep = sizes > 0  # a line without a token is no record
     token = name_hashes(names)[locations] if locations.size else np.zeros(0, dtype=np.uint64)
-    line = np.repeat(np.arange(n, dtype=np.int64), sizes)
-    order = np.lexsort((token, line))
-    token, line = token[order], line[order]
-    fresh = np.r_[True, (line[1:] != line[:-1]) | (token[1:] != token[:-1])] if line.size else np.zeros(0, bool)
-    token, line = token[fresh], line[fresh]
-    at = np.searchsorted(line, np.arange(n + 1, dtype=np.int64))
-    with np.errstate(over="ignore"):
-        parts = mix(token)
-        distinct = np.diff(at).astype(np.uint64)
-        hashes = mix(_segment_sums(parts, at) ^ mix(distinct * np.uint64(0x2545F4914F6CDD1D)))
-    return _digest(LINES, hashes[keep])
+    return _set_digest(token, np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets)), n)
 
 
 def of_derived_records(role: str, data) -> tuple[ContentDigest, ...]:
@@ -442,36 +445,82 @@ def with_derived(taps: InputContent, role: str, data) -> InputContent:
     return InputContent((*taps.digests, *of_derived_records(role, data)), taps.cards)
 
 
+def tap_on_tokens(index, stops: np.ndarray, mode_index: np.ndarray | int) -> np.ndarray:
+    """Per tap-on stop id, the (unkeyed) hash of the location id of its stop's name
+    (:attr:`~transit_release.preprocessing.LocationIndex.name_vocab`, a bus stop's too), and 0 where the stop is
+    no named stop of the row's mode (``mode_index``: positions in ``index.modes``)."""
+    from transit_release.preprocessing import _lookup
+
+    stops = np.asarray(stops, dtype=np.int64)
+    mc = np.broadcast_to(np.asarray(mode_index, dtype=np.int8), stops.shape)
+    code = _lookup(index, stops, np.ones(stops.size, dtype=bool), mc, names=True)
+    tables = [np.append(name_hashes(tuple(index.name_vocab.get(m, ()))), np.uint64(0)) for m in index.modes]
+    starts = np.cumsum([0] + [t.size for t in tables])
+    table = np.concatenate([*tables, [np.uint64(0)]]).astype(np.uint64)
+    mc = mc.astype(np.int64)
+    known = (mc >= 0) & (mc < len(tables)) & (code >= 0)
+    return table[np.where(known, starts[np.where(known, mc, 0)] + code, table.size - 1)]
+
+
+def tap_ons(cards: np.ndarray, tokens: np.ndarray, mode: str) -> ContentDigest:
+    """The ``ons:<mode>`` digest (:data:`ONS_PREFIX`) of (card id, tap-on token) pairs of one mode (any order,
+    repeats allowed; a 0 token, no named stop, takes no part): one record per card, the set of its tokens, as
+    :func:`lines_of_records` digests the same records. Few passes over the pairs, whatever their number (the
+    full-size week's bus mode holds millions): a stable sort by card (fast on pairs already sorted by card in
+    runs: :func:`tap_on_pairs`), then one stable sort of (card rank, token code) keys already in card order."""
+    role = mode_role(mode_code(mode), ONS_PREFIX)
+    cards, tokens = np.asarray(cards, dtype=np.int64), np.asarray(tokens, dtype=np.uint64)
+    named = tokens != 0
+    cards, tokens = cards[named], tokens[named]
+    if not cards.size:
+        return ContentDigest.empty(role)
+    order = np.argsort(cards, kind="stable")
+    cards, tokens = cards[order], tokens[order]
+    line = np.cumsum(np.r_[False, cards[1:] != cards[:-1]], dtype=np.int64)
+    del cards, order
+    code, distinct_tokens = pd.factorize(tokens.view(np.int64), sort=False)
+    width = np.int64(len(distinct_tokens))
+    key = np.sort(line * width + code, kind="stable")  # in card order already: runs of one card's codes
+    key = key[np.r_[True, key[1:] != key[:-1]]]  # each (card, token) once
+    line, token = key // width, distinct_tokens[key % width].view(np.uint64)
+    n = int(line[-1]) + 1
+    at = np.searchsorted(line, np.arange(n + 1, dtype=np.int64))
+    with np.errstate(over="ignore"):
+        distinct = np.diff(at).astype(np.uint64)
+        hashes = mix(_segment_sums(mix(token), at) ^ mix(distinct * np.uint64(0x2545F4914F6CDD1D)))
+    return _digest(LINES, hashes).as_role(role)
+
+
+def tap_on_pairs(cards: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A partition's (card id, tap-on token) pairs with a named stop, sorted by card (its part of
+    :func:`tap_ons`, which sorts the partitions' pairs together: runs already sorted cost little)."""
+    cards, tokens = np.asarray(cards, dtype=np.int64), np.asarray(tokens, dtype=np.uint64)
+    named = tokens != 0
+    cards, tokens = cards[named], tokens[named]
+    order = np.argsort(cards, kind="stable")
+    return cards[order], tokens[order]
+
+
 def tap_ons_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[ContentDigest, ...]:
     """Per mode the clean rows hold (``ons:<mode>``, :data:`ONS_PREFIX`): the :data:`LINES`-style digest of one
     record per card, the set of the location ids (:func:`~transit_release.inputs.universe.stop_location_id` of the
     stop's name, a bus stop's too: the sequences and trajectories from taps count bus stops by name) of its tap-ons
-    of that mode at a named stop of the stop table. What every passenger kind built from taps reads of a card, and
-    nothing more: a re-extract that changes the times (seconds or minutes), empties the tap-offs, changes a
-    postcode or a name's white space, or renumbers the cards gives the same digest (a mode without such taps
-    claims nothing)."""
+    of that mode at a named stop of the stop table (:func:`tap_ons`). What every passenger kind built from taps
+    reads of a card, and nothing more: a re-extract that changes the times (seconds or minutes), empties the
+    tap-offs, changes a postcode or a name's white space, or renumbers the cards gives the same digest (a mode
+    without such taps claims nothing). The streamed Opal release claims the same digests
+    (:func:`save_partition`, :func:`gather_partitions`)."""
     from transit_release.inputs.screening import _ints
-    from transit_release.inputs.universe import stop_location_id
+    from transit_release.preprocessing import build_location_index
 
-    out = []
-    cards_all, on_all, mode_all = _ints(clean["card_id"]), _ints(clean["tap_on_stop"]), clean["mode"].astype(str)
-    for mode in sorted(set(mode_all.unique())):
-        named = stops[stops["mode"].astype(str) == mode].dropna(subset=["name"])
-        if named.empty:
-            continue
-        ids = tuple(sorted(set(named["name"].map(stop_location_id))))
-        where = dict(zip(named["stop_id"].astype(np.int64), pd.Index(ids).get_indexer(
-            named["name"].map(stop_location_id))))
-        sel = (mode_all == mode).to_numpy()
-        loc = pd.Series(on_all[sel]).map(where).to_numpy(dtype=float)
-        known = ~np.isnan(loc)
-        card, loc = cards_all[sel][known], loc[known].astype(np.int64)
-        if not card.size:
-            continue
-        order = np.lexsort((loc, card))
-        card, loc = card[order], loc[order]
-        offsets = np.concatenate([[0], np.flatnonzero(card[1:] != card[:-1]) + 1, [card.size]]).astype(np.int64)
-        out.append(lines_of_records(ids, loc, offsets).as_role(mode_role(mode_code(mode), ONS_PREFIX)))
+    modes = tuple(sorted(stops["mode"].dropna().astype(str).unique()))
+    index = build_location_index(stops, modes)
+    mode_all = clean["mode"].astype(str)
+    at = pd.Categorical(mode_all, categories=list(modes)).codes.astype(np.int8)
+    tokens = tap_on_tokens(index, _ints(clean["tap_on_stop"]), np.where(at < 0, len(modes), at))
+    cards = _ints(clean["card_id"])
+    out = [tap_ons(cards[sel], tokens[sel], mode)
+           for mode in sorted(set(mode_all.unique())) for sel in [(mode_all == mode).to_numpy()]]
     return tuple(d for d in out if d.records)
 
 
@@ -488,12 +537,16 @@ def of_clean_trips(clean: pd.DataFrame, stops: pd.DataFrame) -> InputContent:
 # ---- a tap file streamed partition by partition (the Opal release) -----------------------------------------------
 
 def save_partition(folder: Path, mode: str, date: str, digest: ContentDigest, cards: np.ndarray,
-                   named: ContentDigest | None = None) -> None:
-    """One partition's digest (and ``named``, the same with its stops keyed by location id: :data:`NAMED`) and
-    distinct card ids, under the run's private work directory."""
+                   named: ContentDigest | None = None, ons: np.ndarray | None = None) -> None:
+    """One partition's digest (and ``named``, the same with its stops keyed by location id: :data:`NAMED`),
+    distinct card ids and, with ``ons`` (each row's tap-on token, :func:`tap_on_tokens`), its distinct (card,
+    tap-on token) pairs (:func:`tap_on_pairs`), under the run's private work directory."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     np.save(folder / f"{mode}-{date}.cards.npy", card_ids(cards))
+    if ons is not None:
+        pair_cards, pair_tokens = tap_on_pairs(cards, ons)
+        np.save(folder / f"{mode}-{date}.ons.npy", np.stack([pair_cards, pair_tokens.view(np.int64)]))
     for suffix, d in (("digest", digest), ("named", named)):
         if d is not None:
             np.save(folder / f"{mode}-{date}.{suffix}.npy", np.array([d.records, *d.lanes], dtype=np.uint64))
@@ -521,4 +574,17 @@ def gather_partitions(folder: Path) -> InputContent:
             sums[suffix] = (total, per_mode)
     for f in files:
         parts.append(np.load(f.with_name(f.name.replace(".digest.npy", ".cards.npy"))))
-    return InputContent(by_mode(*sums["digest"], named=sums.get("named")), merge_card_ids(parts))
+    return InputContent((*by_mode(*sums["digest"], named=sums.get("named")), *_gather_tap_ons(folder)),
+                        merge_card_ids(parts))
+
+
+def _gather_tap_ons(folder: Path) -> tuple[ContentDigest, ...]:
+    """Per mode, :func:`tap_ons` of the pairs its partitions saved (a card's tap-ons span its dates)."""
+    by_mode_files: dict[str, list[Path]] = {}
+    for f in sorted(Path(folder).glob("*.ons.npy")):
+        by_mode_files.setdefault(f.name[:-len(".ons.npy")].rsplit("-", 3)[0], []).append(f)
+    out = []
+    for mode, files in sorted(by_mode_files.items()):
+        pairs = np.concatenate([np.load(f) for f in files], axis=1)
+        out.append(tap_ons(pairs[0], pairs[1].view(np.uint64), mode))
+    return tuple(d for d in out if d.records)
