@@ -80,7 +80,7 @@ def main() -> None:
         named = content.trip_rows(key[m], on[sel], on_stop[sel], off[sel], off_stop[sel])
         date = str(np.datetime64(int(day[sel[0]]), "D"))
         content.save_partition(folder, modes[m], date, digest, card[sel], named=named,
-                               ons=content.tap_on_tokens(index, on_stop[sel], m))
+                               ons=content.tap_on_tokens(index, on_stop[sel], m), shards=7)
     print(f"1. partition steps' added work ({len(bounds) - 1} partitions): {time.perf_counter() - t:.2f} s")
     t = time.perf_counter()
     gathered = content.gather_partitions(folder)

@@ -167,7 +167,7 @@ def _streamed(tmp_path: Path, clean: pd.DataFrame, stops: pd.DataFrame):
     for mode, date in streaming.partition_labels(period, cfg.modes):
         streaming.prepare_partition(work / "spill", work / "staging", work / "q", work / "pairs", mode, date,
                                     cfg.modes.index(mode), index, cfg.bin_minutes, None, None,
-                                    lambda rows: None, lambda enc: None, content=work / "content")
+                                    lambda rows: None, lambda enc: None, shards=3, content=work / "content")
     in_memory = screening.screen_trips(read_trips(path), stops, period, cfg.quality, cfg.modes).clean
     return streamed, content.gather_partitions(work / "content"), in_memory
 

@@ -467,7 +467,7 @@ def tap_ons(cards: np.ndarray, tokens: np.ndarray, mode: str) -> ContentDigest:
     repeats allowed; a 0 token, no named stop, takes no part): one record per card, the set of its tokens, as
     :func:`lines_of_records` digests the same records. Few passes over the pairs, whatever their number (the
     full-size week's bus mode holds millions): a stable sort by card (fast on pairs already sorted by card in
-    runs: :func:`tap_on_pairs`), then one stable sort of (card rank, token code) keys already in card order."""
+    runs), then one stable sort of (card rank, token code) keys already in card order."""
     role = mode_role(mode_code(mode), ONS_PREFIX)
     cards, tokens = np.asarray(cards, dtype=np.int64), np.asarray(tokens, dtype=np.uint64)
     named = tokens != 0
@@ -491,14 +491,47 @@ def tap_ons(cards: np.ndarray, tokens: np.ndarray, mode: str) -> ContentDigest:
     return _digest(LINES, hashes).as_role(role)
 
 
-def tap_on_pairs(cards: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A partition's (card id, tap-on token) pairs with a named stop, sorted by card (its part of
-    :func:`tap_ons`, which sorts the partitions' pairs together: runs already sorted cost little)."""
+def _shard(cards: np.ndarray, shards: int) -> np.ndarray:
+    """A card's shard, as the card level's pairs are sharded (a bijective 64-bit mix, then modulo)."""
+    from transit_release.mechanisms.contribution_bounding import _fmix64
+
+    return (_fmix64(np.asarray(cards, dtype=np.int64).view(np.uint64).copy()) % np.uint64(shards)).astype(np.uint8)
+
+
+def save_tap_ons(path: Path, cards: np.ndarray, tokens: np.ndarray, shards: int) -> None:
+    """A partition's (card id, tap-on token) pairs with a named stop (its part of :func:`tap_ons`), at ``path``
+    (``.npy``: two rows, card and token, ordered by the card's shard) and its ``.offsets.npy`` (the ``shards + 1``
+    slice bounds): the gathering takes the period's pairs one shard of cards at a time (a shard's cards are all
+    its cards' pairs, so the digests of the shards add up)."""
     cards, tokens = np.asarray(cards, dtype=np.int64), np.asarray(tokens, dtype=np.uint64)
     named = tokens != 0
     cards, tokens = cards[named], tokens[named]
-    order = np.argsort(cards, kind="stable")
-    return cards[order], tokens[order]
+    shard = _shard(cards, shards)
+    order = np.argsort(shard, kind="stable")  # a radix sort of one byte
+    np.save(path, np.stack([cards[order], tokens[order].view(np.int64)]))
+    np.save(Path(path).with_suffix(".offsets.npy"), np.searchsorted(shard[order], np.arange(shards + 1)))
+
+
+def _gather_tap_ons(folder: Path) -> tuple[ContentDigest, ...]:
+    """Per mode, :func:`tap_ons` of the pairs its partitions saved (:func:`save_tap_ons`; a card's tap-ons span its
+    dates), one shard of cards at a time (the full-size week's bus pairs are millions)."""
+    by_mode_files: dict[str, list[Path]] = {}
+    for f in sorted(Path(folder).glob("*.ons.npy")):
+        by_mode_files.setdefault(f.name[:-len(".ons.npy")].rsplit("-", 3)[0], []).append(f)
+    out = []
+    for mode, files in sorted(by_mode_files.items()):
+        offsets = [np.load(f.with_suffix(".offsets.npy")) for f in files]
+        total = ContentDigest.empty(mode_role(mode_code(mode), ONS_PREFIX))
+        for s in range(offsets[0].size - 1):
+            parts = []
+            for f, o in zip(files, offsets):
+                table = np.load(f, mmap_mode="r")
+                parts.append(np.array(table[:, o[s]:o[s + 1]]))
+                del table
+            pairs = np.concatenate(parts, axis=1)
+            total = total + tap_ons(pairs[0], pairs[1].view(np.uint64), mode)
+        out.append(total)
+    return tuple(d for d in out if d.records)
 
 
 def tap_ons_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[ContentDigest, ...]:
@@ -537,16 +570,15 @@ def of_clean_trips(clean: pd.DataFrame, stops: pd.DataFrame) -> InputContent:
 # ---- a tap file streamed partition by partition (the Opal release) -----------------------------------------------
 
 def save_partition(folder: Path, mode: str, date: str, digest: ContentDigest, cards: np.ndarray,
-                   named: ContentDigest | None = None, ons: np.ndarray | None = None) -> None:
+                   named: ContentDigest | None = None, ons: np.ndarray | None = None, shards: int = 1) -> None:
     """One partition's digest (and ``named``, the same with its stops keyed by location id: :data:`NAMED`),
-    distinct card ids and, with ``ons`` (each row's tap-on token, :func:`tap_on_tokens`), its distinct (card,
-    tap-on token) pairs (:func:`tap_on_pairs`), under the run's private work directory."""
+    distinct card ids and, with ``ons`` (each row's tap-on token, :func:`tap_on_tokens`), its (card, tap-on token)
+    pairs in ``shards`` card shards (:func:`save_tap_ons`), under the run's private work directory."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     np.save(folder / f"{mode}-{date}.cards.npy", card_ids(cards))
     if ons is not None:
-        pair_cards, pair_tokens = tap_on_pairs(cards, ons)
-        np.save(folder / f"{mode}-{date}.ons.npy", np.stack([pair_cards, pair_tokens.view(np.int64)]))
+        save_tap_ons(folder / f"{mode}-{date}.ons.npy", cards, ons, shards)
     for suffix, d in (("digest", digest), ("named", named)):
         if d is not None:
             np.save(folder / f"{mode}-{date}.{suffix}.npy", np.array([d.records, *d.lanes], dtype=np.uint64))
@@ -577,14 +609,3 @@ def gather_partitions(folder: Path) -> InputContent:
     return InputContent((*by_mode(*sums["digest"], named=sums.get("named")), *_gather_tap_ons(folder)),
                         merge_card_ids(parts))
 
-
-def _gather_tap_ons(folder: Path) -> tuple[ContentDigest, ...]:
-    """Per mode, :func:`tap_ons` of the pairs its partitions saved (a card's tap-ons span its dates)."""
-    by_mode_files: dict[str, list[Path]] = {}
-    for f in sorted(Path(folder).glob("*.ons.npy")):
-        by_mode_files.setdefault(f.name[:-len(".ons.npy")].rsplit("-", 3)[0], []).append(f)
-    out = []
-    for mode, files in sorted(by_mode_files.items()):
-        pairs = np.concatenate([np.load(f) for f in files], axis=1)
-        out.append(tap_ons(pairs[0], pairs[1].view(np.uint64), mode))
-    return tuple(d for d in out if d.records)

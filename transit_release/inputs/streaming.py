@@ -581,7 +581,7 @@ def prepare_partition(spill: Path, staging: Path, quarantine_parts: Path, pairs:
             contents.mode_code(mode), rows["on_ns"], contents.location_keys(index, mode_index, encoded["on_loc"], n),
             rows["off_ns"], contents.location_keys(index, mode_index, encoded["off_loc"], n)) for n in (False, True)]
         contents.save_partition(content, mode, date, named[0], rows["card"], named=named[1],
-                                ons=contents.tap_on_tokens(index, rows["on_stop"], mode_index))
+                                ons=contents.tap_on_tokens(index, rows["on_stop"], mode_index), shards=shards)
     missing = int((rows["off_ns"] == NAT).sum())
     del rows
     check_encoded(encoded)
