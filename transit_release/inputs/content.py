@@ -26,11 +26,12 @@ Parquet or another (copied) stop table or universe still matches. Precisely:
   and whichever kind reads it; the three above stay as claims have recorded them since #40;
 * **trips:<mode>** (a tap file; atk40 N3): the trips digest of one mode's clean rows, one per mode the rows hold,
   so that a re-extract of one mode (with fresh card pseudonyms) matches the full file, and the other way round.
-* **taps**, **taps:<mode>** (a tap file; #40's known gap): as ``trips`` and ``trips:<mode>`` with a non-bus stop
+* **taps**, **taps:<mode>** (a tap file; #40, third review): as ``trips`` and ``trips:<mode>`` with a non-bus stop
   keyed by its location id (:func:`~transit_release.inputs.universe.stop_location_id` of its name), so a name's
   white space does not make other content;
-* **ons:<mode>** (a tap file read by a passenger kind; #40's known gap): per card, the set of the location ids of
-  its tap-ons of that mode (:func:`tap_ons_of_frame`): times, tap-offs, postcodes take no part;
+* **ons:<mode>** (a tap file, whichever kind reads it; #40, third review): per card, the set of the location ids
+  of its tap-ons of that mode (:func:`tap_ons`; the streamed Opal release's partitions save their pairs,
+  :func:`save_tap_ons`): times, tap-offs, postcodes take no part;
 * and a tap file read by a passenger kind also claims the records that kind built from it, under the kind's own
   role and ``lines`` (:func:`of_derived_records`), as a record file holding them would.
 
