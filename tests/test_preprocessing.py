@@ -72,6 +72,28 @@ def test_dense_and_binary_search_lookups_agree(monkeypatch):
     searched = pre._lookup(wide, stop, present, mode)
     assert (dense >= 0).sum() > 500 and (dense == -1).sum() > 1000
     np.testing.assert_array_equal(dense, searched)
+    # the stops' names as location ids (issue #40's tap-on claims): the same both ways
+    np.testing.assert_array_equal(pre._lookup(index, stop, present, mode, names=True),
+                                  pre._lookup(wide, stop, present, mode, names=True))
+
+
+def test_the_index_names_each_stop_by_its_location_id_as_the_passenger_kinds_do(tmp_path):
+    """The index's name codes (a bus stop's too) are the universe's ``stop_location_id`` of each name (white space
+    runs as ``_``, trimmed; a stop without a name has none), and survive the index's file."""
+    import transit_release.preprocessing as pre
+    from transit_release.inputs.universe import stop_location_id
+
+    names = ["Central", "  Town  Hall ", "Wynyard\tStation", "Circular\u00a0Quay", None, "Museum\n"]
+    table = pd.DataFrame({"stop_id": np.arange(1, 7), "mode": ["train", "train", "bus", "bus", "train", "ferry"],
+                          "name": names, "postcode": pd.array([2000] * 6, dtype="Int64")})
+    index = build_location_index(table, ("bus", "ferry", "train"))
+    got = [None if c < 0 else index.name_vocab[m][c] for m, c in zip(table["mode"], index.stop_name_code)]
+    assert got == [None if n is None else stop_location_id(n) for n in names]
+    assert index.name_vocab == {"bus": ("Circular_Quay", "Wynyard_Station"), "ferry": ("Museum",),
+                                "train": ("Central", "Town_Hall")}
+    again = pre.load_location_index(pre.save_location_index(index, tmp_path / "locations.npz"))
+    assert again.name_vocab == index.name_vocab
+    np.testing.assert_array_equal(again.stop_name_code, index.stop_name_code)
 
 
 def test_histograms_equal_a_groupby(small_week):
