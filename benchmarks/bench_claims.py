@@ -6,10 +6,10 @@
 on the tap file's clean rows split by (mode, day) as the Opal release's partition steps see them:
 
 1. the partition steps' added work: each partition's content digests (its rows with stops as public locations
-   and as location ids), distinct card ids and distinct (card, tap-on location id) pairs, saved under a work
+   and as location ids), distinct card ids and its rows' tap-on and tap-off tokens for the per-card sets, saved under a work
    directory (``transit_release.inputs.content.save_partition``), summed over the partitions;
 2. gathering them (``gather_partitions``: every partition's digest added, the card ids merged, each mode's
-   tap-on pairs digested per card: ``ons:<mode>``);
+   rows digested per card: ``ons:<mode>``, ``places:bus``, ``stations:<mode>``);
 3. keying them (``claim_of``: HMAC of the digest, SipHash of every distinct card id, sorted);
 4. recording the claim of the first release of a population, then of ``--weeks`` − 1 more releases of the same
    population (the same riders, 5% of the cards new each week: each stores only its new cards), with the store's
@@ -71,6 +71,11 @@ def main() -> None:
     folder = work / "content"
     modes = ("bus", "ferry", "lightrail", "train")
     index = build_location_index(read_stops(args.stops or Path(args.trips).with_name("stops.csv")), modes)
+    from transit_release.preprocessing import _lookup
+
+    def index_codes(stop: np.ndarray, m: int) -> np.ndarray:
+        return _lookup(index, stop, stop >= 0, np.full(stop.size, m, dtype=np.int8))
+
     t = time.perf_counter()
     for a, b in zip(bounds[:-1], bounds[1:]):
         sel = order[a:b]
@@ -80,7 +85,9 @@ def main() -> None:
         named = content.trip_rows(key[m], on[sel], on_stop[sel], off[sel], off_stop[sel])
         date = str(np.datetime64(int(day[sel[0]]), "D"))
         content.save_partition(folder, modes[m], date, digest, card[sel], named=named,
-                               ons=content.tap_on_tokens(index, on_stop[sel], m), shards=7)
+                               taps=(content.tap_on_tokens(index, on_stop[sel], m),
+                                     *(content.place_tokens(index, m, content_codes) for content_codes in
+                                       (index_codes(on_stop[sel], m), index_codes(off_stop[sel], m)))), shards=7)
     print(f"1. partition steps' added work ({len(bounds) - 1} partitions): {time.perf_counter() - t:.2f} s")
     t = time.perf_counter()
     gathered = content.gather_partitions(folder)

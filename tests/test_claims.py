@@ -209,13 +209,67 @@ def test_an_opal_re_extract_of_fields_it_does_not_read_under_another_population_
         _charge(store, ledger, _sets("opal-again", "riders-b"), got)
     assert str(info.value).startswith(
         "release 'opal-again' of population 'riders-b' reads records of people already released under population "
-        "'default': release 'opal' read the same bus, ferry, train tap-ons per card (each card's set of tap-on locations, what "
-        "the kinds built from taps read; times and tap-offs aside); one person cannot be in two populations.")
+        "'default': release 'opal' read the same bus, ferry, train tap-ons per card (each card's set of tap-on stations by name; "
+        "times and tap-offs aside); one person cannot be in two populations.")
     moved = extract.copy()
     at = int(np.flatnonzero(moved["mode"].to_numpy() == "bus")[0])
     moved.iloc[at, moved.columns.get_loc("tap_on_stop")] = 1 + int(moved.iloc[at]["tap_on_stop"]) % 30
     _, other, _ = _streamed(tmp_path / "c", moved, renamed)
     assert {d.role: d for d in other.digests}["ons:bus"] != mine["ons:bus"]
+
+
+def test_a_bus_re_extract_with_the_stop_names_changed_and_the_postcodes_kept_is_refused(tmp_path):
+    """atk4 (MAJOR 1): the Opal release and the station sets count a bus tap by its stop's postcode, so a
+    re-extract of the bus rows with fresh card pseudonyms, times shifted by seconds and the bus stops renamed (or
+    their names blanked), postcodes kept, reads the same; it claims the same ``places:bus`` (each card's set of
+    bus tap-on postcodes) and is refused under another population, streamed (Opal) or in one frame (sets)."""
+    clean, stops = trips_on_stop_table(400), stop_table()
+    bus = clean[clean["mode"] == "bus"]
+    extract = bus.assign(card_id=bus["card_id"] * 7 + 5_000_000,
+                         tap_on_time=bus["tap_on_time"] + pd.Timedelta(seconds=17),
+                         tap_off_time=bus["tap_off_time"] + pd.Timedelta(seconds=17)).sample(frac=1.0, random_state=2)
+    renamed = stops.assign(name=np.where(stops["mode"] == "bus", [f"Renamed bus stop {i}" for i in range(90)],
+                                         stops["name"]))
+    blanked = stops.assign(name=stops["name"].where(stops["mode"] != "bus", None))
+    _, full, _ = _streamed(tmp_path / "a", clean, stops)
+    mine = {d.role: d for d in full.digests}
+    for i, table in enumerate((renamed, blanked)):
+        _, streamed, in_memory = _streamed(tmp_path / f"b{i}", extract, table)
+        theirs = {d.role: d for d in streamed.digests}
+        assert [r for r in theirs if theirs[r] == mine.get(r)] == ["places:bus", "stations:bus"]
+        assert {d.role: d for d in content.of_clean_trips(in_memory, table).digests}["places:bus"] == mine[
+            "places:bus"]
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets("opal"), full)
+    with pytest.raises(PopulationOverlapError) as info:
+        _charge(store, ledger, _sets("bus-again", "riders-b"), streamed)
+    assert str(info.value).startswith(
+        "release 'bus-again' of population 'riders-b' reads records of people already released under population "
+        "'default': release 'opal' read the same bus tap-ons per card (each card's set of tap-on locations as the "
+        "Opal release counts them, a bus stop's postcode; stop names, times and tap-offs aside); one person cannot "
+        "be in two populations.")
+
+
+def test_a_re_extract_with_each_trip_s_tap_on_and_tap_off_swapped_is_refused(tmp_path):
+    """atk4 (MINOR 3): a station set is a card's tap-on and tap-off places, so a re-extract with each trip's
+    tap-on and tap-off stops swapped (and fresh card pseudonyms) builds the same sets; it claims the same
+    ``stations:<mode>`` as the Opal release of the original and is refused under another population."""
+    clean, stops = trips_on_stop_table(400), stop_table()
+    has_off = clean["tap_off_stop"].notna()
+    swapped = clean.assign(card_id=clean["card_id"] + 777_000,
+                           tap_on_stop=clean["tap_off_stop"].where(has_off, clean["tap_on_stop"]).astype("int64"),
+                           tap_off_stop=clean["tap_off_stop"].where(~has_off, clean["tap_on_stop"]).astype("Int64"))
+    _, full, _ = _streamed(tmp_path / "a", clean, stops)
+    _, _, gated = _streamed(tmp_path / "b", swapped, stops)  # the gate's clean rows, as station sets read them
+    got = content.of_clean_trips(gated, stops)
+    mine, theirs = {d.role: d for d in full.digests}, {d.role: d for d in got.digests}
+    assert [r for r in theirs if theirs[r] == mine.get(r)] == ["stations:bus", "stations:ferry", "stations:train"]
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets("opal"), full)
+    with pytest.raises(PopulationOverlapError) as info:
+        _charge(store, ledger, _sets("swapped", "riders-b"), got)
+    assert "read the same bus, ferry, train stations per card (each card's set of tap-on and tap-off locations; " \
+           "times and which tap aside); one person cannot be in two populations." in str(info.value)
 
 
 # ---- keyed claims and the store ---------------------------------------------------------------------------------
@@ -522,7 +576,9 @@ def test_a_per_mode_extract_with_fresh_card_pseudonyms_is_refused(tmp_path):
     an earlier release's is an overlap."""
     clean, stops = trips_on_stop_table(), stop_table()
     full = content.of_clean_trips(clean, stops)
-    assert sorted(d.role for d in full.digests) == ["ons:bus", "ons:ferry", "ons:train",  # #40's known gap
+    assert sorted(d.role for d in full.digests) == ["ons:bus", "ons:ferry", "ons:train",  # #40's third review
+                                                    "places:bus",  # and its fourth (atk4)
+                                                    "stations:bus", "stations:ferry", "stations:train",
                                                     "taps", "taps:bus", "taps:ferry", "taps:train",
                                                     "trips", "trips:bus", "trips:ferry", "trips:train"]
     per_mode = {d.role: d for d in full.digests}
@@ -530,7 +586,8 @@ def test_a_per_mode_extract_with_fresh_card_pseudonyms_is_refused(tmp_path):
     train = clean[clean["mode"] == "train"]
     extract = train.assign(card_id=90_000_000 + (train["card_id"] * 31) % 997)  # fresh card pseudonyms
     got = content.of_clean_trips(extract, stops)
-    assert [d.role for d in got.digests] == ["trips", "trips:train", "taps", "taps:train", "ons:train"]
+    assert [d.role for d in got.digests] == ["trips", "trips:train", "taps", "taps:train", "ons:train",
+                                             "stations:train"]
     assert got.digests[1] == per_mode["trips:train"] and got.digests[3] == per_mode["taps:train"]
     assert not np.intersect1d(got.cards, full.cards).size
 
@@ -563,8 +620,10 @@ def _fields_no_kind_reads(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[pd.
 
 
 def _without_ons(taps: InputContent) -> InputContent:
-    """A tap file's content without its per-mode tap-on digests (``ons:<mode>``): what fix 1 alone compares."""
-    return InputContent(tuple(d for d in taps.digests if not d.role.startswith(content.ONS_PREFIX)), taps.cards)
+    """A tap file's content without its per-card set digests (``ons:``, ``places:``, ``stations:<mode>``): what
+    fix 1 alone compares."""
+    return InputContent(tuple(d for d in taps.digests if not d.role.startswith(content.CARD_SET_PREFIXES)),
+                        taps.cards)
 
 
 def test_a_tap_file_claims_the_sequences_its_kind_builds_so_a_re_extract_of_unread_fields_is_refused(tmp_path):
@@ -660,8 +719,8 @@ def test_a_tap_file_claims_each_card_s_tap_on_locations_so_another_kind_of_a_re_
         _charge(store, ledger, _sets("sequences", "riders-b"), got)
     assert str(info.value).startswith(
         "release 'sequences' of population 'riders-b' reads records of people already released under population "
-        "'default': release 'sets' read the same train tap-ons per card (each card's set of tap-on locations, what "
-        "the kinds built from taps read; times and tap-offs aside); one person cannot be in two populations.")
+        "'default': release 'sets' read the same train tap-ons per card (each card's set of tap-on stations by name; "
+        "times and tap-offs aside); one person cannot be in two populations.")
     moved = extract.copy()
     moved.iloc[0, moved.columns.get_loc("tap_on_stop")] = 31 + (int(moved.iloc[0]["tap_on_stop"]) - 30) % 30
     other = {d.role: d for d in content.of_clean_trips(moved, renamed).digests}

@@ -49,8 +49,8 @@ from pathlib import Path
 import numpy as np
 
 from transit_release.errors import PopulationOverlapError, RecordsOfAnotherPeriodError
-from transit_release.inputs.content import (LINES, MODE_PREFIX, NAMED, NAMED_PREFIX, ONS_PREFIX, ContentDigest,
-                                             InputContent)
+from transit_release.inputs.content import (LINES, MODE_PREFIX, NAMED, NAMED_PREFIX, ONS_PREFIX, PLACES_PREFIX,
+                                             STATIONS_PREFIX, ContentDigest, InputContent)
 from transit_release.inputs.refusals import refusal
 
 #: The store's file name under ``private/``.
@@ -179,11 +179,27 @@ def what_matched(roles: Iterable[str]) -> list[str]:
                 parts.append(f"the same {', '.join(modes)} trips with the stops as location ids (the clean rows "
                              f"of {which}, in any order, a stop name's white space aside)")
             else:
-                modes = sorted(r[len(ONS_PREFIX):] for r in roles if r.startswith(ONS_PREFIX))
-                if modes:
-                    parts.append(f"the same {', '.join(modes)} tap-ons per card (each card's set of tap-on "
-                                 f"locations, what the kinds built from taps read; times and tap-offs aside)")
+                parts.extend(_card_sets_matched(roles))
     return parts
+
+
+#: In words, each per-card set digest of a tap file (:data:`~transit_release.inputs.content.CARD_SET_PREFIXES`).
+_CARD_SETS = {
+    ONS_PREFIX: "tap-ons per card (each card's set of tap-on stations by name; times and tap-offs aside)",
+    PLACES_PREFIX: "tap-ons per card (each card's set of tap-on locations as the Opal release counts them, a bus "
+                   "stop's postcode; stop names, times and tap-offs aside)",
+    STATIONS_PREFIX: "stations per card (each card's set of tap-on and tap-off locations; times and which tap "
+                     "aside)",
+}
+
+
+def _card_sets_matched(roles: set[str]) -> list[str]:
+    """The first per-card set digest found the same, in words (the others say less)."""
+    for prefix, words in _CARD_SETS.items():
+        modes = sorted(r[len(prefix):] for r in roles if r.startswith(prefix))
+        if modes:
+            return [f"the same {', '.join(modes)} {words}"]
+    return []
 
 
 def charged_populations(entries: Iterable) -> dict[str, str]:

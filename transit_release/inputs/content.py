@@ -29,9 +29,11 @@ Parquet or another (copied) stop table or universe still matches. Precisely:
 * **taps**, **taps:<mode>** (a tap file; #40, third review): as ``trips`` and ``trips:<mode>`` with a non-bus stop
   keyed by its location id (:func:`~transit_release.inputs.universe.stop_location_id` of its name), so a name's
   white space does not make other content;
-* **ons:<mode>** (a tap file, whichever kind reads it; #40, third review): per card, the set of the location ids
-  of its tap-ons of that mode (:func:`tap_ons`; the streamed Opal release's partitions save their pairs,
-  :func:`save_tap_ons`): times, tap-offs, postcodes take no part;
+* **ons:<mode>**, **places:bus**, **stations:<mode>** (a tap file, whichever kind reads it; #40, third and fourth
+  reviews): per card, the set of the location ids of its tap-ons of that mode by name; of its bus tap-ons' places
+  (postcodes); of the places of its tap-ons and tap-offs (:func:`card_sets`; the streamed Opal release's
+  partitions save their rows' part, :func:`save_card_taps`): times, card ids and what each set leaves out take no
+  part;
 * and a tap file read by a passenger kind also claims the records that kind built from it, under the kind's own
   role and ``lines`` (:func:`of_derived_records`), as a record file holding them would.
 
@@ -67,6 +69,18 @@ NAMED_PREFIX = "taps:"
 #: location ids of its tap-on stops of that mode (``ons:train``). Times, tap-offs, postcodes and a name's white
 #: space take no part, nor which kind reads it.
 ONS_PREFIX = "ons:"
+#: A tap file's digest of one mode's tap-ons per card as the Opal release and the station sets count them (atk4):
+#: per card, the set of the *places* of its tap-ons (a bus stop's postcode, another mode's location id; what
+#: :func:`location_keys` keys), for the modes whose places are not their stops' names (bus: a re-extract that
+#: renames or blanks the bus stops' names, postcodes kept, reads the same).
+PLACES_PREFIX = "places:"
+PLACE_MODES = ("bus",)
+#: A tap file's digest of one mode's stations per card (atk4): per card, the set of the places of its tap-ons
+#: *and* tap-offs, what a station set built from taps reads of it (a re-extract with each trip's tap-on and
+#: tap-off swapped reads the same sets).
+STATIONS_PREFIX = "stations:"
+#: The per-card set digests of a tap file, in the order a match is said (:func:`card_set_roles`).
+CARD_SET_PREFIXES = (ONS_PREFIX, PLACES_PREFIX, STATIONS_PREFIX)
 #: Seeds of the two lanes of the multiset hash (public constants: the digest is keyed afterwards).
 _LANES = (np.uint64(0x243F6A8885A308D3), np.uint64(0x13198A2E03707344))
 _NAMES_KEY = "transit-release1"  # a fixed SipHash key for location ids: an unkeyed hash of their text
@@ -120,7 +134,7 @@ class ContentDigest:
     def __post_init__(self) -> None:
         if self.role not in ROLES and self.role not in (LINES, NAMED) and not any(
                 self.role.startswith(p) and self.role[len(p):] in (*_MODES, "other")
-                for p in (MODE_PREFIX, NAMED_PREFIX, ONS_PREFIX)):
+                for p in (MODE_PREFIX, NAMED_PREFIX, *CARD_SET_PREFIXES)):
             raise ValueError(f"unknown role of a private input {self.role!r}; known: {ROLES}, {LINES!r}, "
                              f"{MODE_PREFIX}<mode>")
 
@@ -463,33 +477,81 @@ def tap_on_tokens(index, stops: np.ndarray, mode_index: np.ndarray | int) -> np.
     return table[np.where(known, starts[np.where(known, mc, 0)] + code, table.size - 1)]
 
 
-def tap_ons(cards: np.ndarray, tokens: np.ndarray, mode: str) -> ContentDigest:
-    """The ``ons:<mode>`` digest (:data:`ONS_PREFIX`) of (card id, tap-on token) pairs of one mode (any order,
-    repeats allowed; a 0 token, no named stop, takes no part): one record per card, the set of its tokens, as
-    :func:`lines_of_records` digests the same records. Few passes over the pairs, whatever their number (the
-    full-size week's bus mode holds millions): a stable sort by card (fast on pairs already sorted by card in
-    runs), then one stable sort of (card rank, token code) keys already in card order."""
-    role = mode_role(mode_code(mode), ONS_PREFIX)
-    cards, tokens = np.asarray(cards, dtype=np.int64), np.asarray(tokens, dtype=np.uint64)
+def place_tokens(index, mode_index: np.ndarray | int, codes: np.ndarray) -> np.ndarray:
+    """Per stop (its location code under ``index``), the hash of its place as the Opal release counts it (a bus
+    stop's postcode, another mode's location id: :func:`location_keys` with ``named``), 0 for none."""
+    return place_tokens_of_keys(location_keys(index, mode_index, codes, named=True))
+
+
+def place_tokens_of_keys(keys: np.ndarray) -> np.ndarray:
+    """:func:`place_tokens` of keys :func:`location_keys` gave with ``named``."""
+    key = np.asarray(keys).view(np.uint64)
+    return np.where(key == _NO_LOCATION, np.uint64(0), key)
+
+
+def _set_hashes(line: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """Per record (``line``: each token's record, ascending, every record from 0 present), the hash of the set of
+    its non-zero tokens (as :func:`lines_of_records` hashes a line); a record without one hashes as no record
+    (its hash is dropped by the caller through ``distinct``). Returns (hashes, distinct tokens per record)."""
     named = tokens != 0
-    cards, tokens = cards[named], tokens[named]
-    if not cards.size:
-        return ContentDigest.empty(role)
-    order = np.argsort(cards, kind="stable")
-    cards, tokens = cards[order], tokens[order]
-    line = np.cumsum(np.r_[False, cards[1:] != cards[:-1]], dtype=np.int64)
-    del cards, order
+    line, tokens = line[named], tokens[named]
+    n = int(line[-1]) + 1 if line.size else 0
+    if not line.size:
+        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64)
     code, distinct_tokens = pd.factorize(tokens.view(np.int64), sort=False)
     width = np.int64(len(distinct_tokens))
-    key = np.sort(line * width + code, kind="stable")  # in card order already: runs of one card's codes
-    key = key[np.r_[True, key[1:] != key[:-1]]]  # each (card, token) once
+    key = np.sort(line * width + code, kind="stable")  # in record order already: runs of one record's codes
+    key = key[np.r_[True, key[1:] != key[:-1]]]  # each (record, token) once
     line, token = key // width, distinct_tokens[key % width].view(np.uint64)
-    n = int(line[-1]) + 1
     at = np.searchsorted(line, np.arange(n + 1, dtype=np.int64))
     with np.errstate(over="ignore"):
         distinct = np.diff(at).astype(np.uint64)
         hashes = mix(_segment_sums(mix(token), at) ^ mix(distinct * np.uint64(0x2545F4914F6CDD1D)))
-    return _digest(LINES, hashes).as_role(role)
+    return hashes, distinct
+
+
+def card_sets(cards: np.ndarray, on_name: np.ndarray, on_place: np.ndarray, off_place: np.ndarray,
+              mode: str) -> tuple[ContentDigest, ...]:
+    """A mode's per-card set digests of its taps, given per clean row (any order; a 0 token: no such stop):
+    ``ons:<mode>`` (the set of the card's tap-on location ids by name, what the sequences and trajectories from
+    taps read), ``places:<mode>`` for the :data:`PLACE_MODES` (the set of its tap-on places, what the Opal release
+    reads of its tap-ons) and ``stations:<mode>`` (the set of its tap-on and tap-off places, what a station set
+    reads). Each as :func:`lines_of_records` digests such records: a record file of them matches. Few passes over
+    the rows, whatever their number (the full-size week's bus rows are millions): one stable sort by card, then
+    one sort of (card rank, token code) keys already in card order per digest. Empty digests are left out."""
+    code = mode_code(mode)
+    cards = np.asarray(cards, dtype=np.int64)
+    if not cards.size:
+        return ()
+    order = np.argsort(cards, kind="stable")
+    sorted_cards = cards[order]
+    line = np.cumsum(np.r_[False, sorted_cards[1:] != sorted_cards[:-1]], dtype=np.int64)
+    del sorted_cards
+    out = []
+
+    def digest(prefix: str, lines: np.ndarray, tokens: np.ndarray) -> None:
+        hashes, distinct = _set_hashes(lines, tokens)
+        d = _digest(LINES, hashes[distinct > 0]).as_role(mode_role(code, prefix))
+        if d.records:
+            out.append(d)
+
+    digest(ONS_PREFIX, line, np.asarray(on_name, dtype=np.uint64)[order])
+    on_place = np.asarray(on_place, dtype=np.uint64)[order]
+    if mode in PLACE_MODES:
+        digest(PLACES_PREFIX, line, on_place)
+    both = np.empty(2 * line.size, dtype=np.int64)
+    both[0::2], both[1::2] = line, line  # each row's tap-on and tap-off, in card order
+    tokens = np.empty(2 * line.size, dtype=np.uint64)
+    tokens[0::2], tokens[1::2] = on_place, np.asarray(off_place, dtype=np.uint64)[order]
+    digest(STATIONS_PREFIX, both, tokens)
+    return tuple(out)
+
+
+def tap_ons(cards: np.ndarray, tokens: np.ndarray, mode: str) -> ContentDigest:
+    """The ``ons:<mode>`` digest alone (:func:`card_sets`) of (card id, tap-on token) pairs of one mode."""
+    zeros = np.zeros(np.asarray(cards).size, dtype=np.uint64)
+    got = [d for d in card_sets(cards, tokens, zeros, zeros, mode) if d.role.startswith(ONS_PREFIX)]
+    return got[0] if got else ContentDigest.empty(mode_role(mode_code(mode), ONS_PREFIX))
 
 
 def _shard(cards: np.ndarray, shards: int) -> np.ndarray:
@@ -499,63 +561,77 @@ def _shard(cards: np.ndarray, shards: int) -> np.ndarray:
     return (_fmix64(np.asarray(cards, dtype=np.int64).view(np.uint64).copy()) % np.uint64(shards)).astype(np.uint8)
 
 
-def save_tap_ons(path: Path, cards: np.ndarray, tokens: np.ndarray, shards: int) -> None:
-    """A partition's (card id, tap-on token) pairs with a named stop (its part of :func:`tap_ons`), at ``path``
-    (``.npy``: two rows, card and token, ordered by the card's shard) and its ``.offsets.npy`` (the ``shards + 1``
-    slice bounds): the gathering takes the period's pairs one shard of cards at a time (a shard's cards are all
-    its cards' pairs, so the digests of the shards add up)."""
-    cards, tokens = np.asarray(cards, dtype=np.int64), np.asarray(tokens, dtype=np.uint64)
-    named = tokens != 0
-    cards, tokens = cards[named], tokens[named]
+def save_card_taps(path: Path, cards: np.ndarray, on_name: np.ndarray, on_place: np.ndarray,
+                   off_place: np.ndarray, shards: int) -> None:
+    """A partition's part of :func:`card_sets`: its rows' (card id, tap-on name token, tap-on place token, tap-off
+    place token) at ``path`` (``.npy``: four rows, ordered by the card's shard) and its ``.offsets.npy`` (the
+    ``shards + 1`` slice bounds): the gathering takes the period's rows one shard of cards at a time (a shard's
+    cards are all its cards' rows, so the digests of the shards add up)."""
+    cards = np.asarray(cards, dtype=np.int64)
+    tokens = [np.asarray(t, dtype=np.uint64) for t in (on_name, on_place, off_place)]
+    any_stop = (tokens[0] != 0) | (tokens[1] != 0) | (tokens[2] != 0)
+    cards, tokens = cards[any_stop], [t[any_stop] for t in tokens]
     shard = _shard(cards, shards)
     order = np.argsort(shard, kind="stable")  # a radix sort of one byte
-    np.save(path, np.stack([cards[order], tokens[order].view(np.int64)]))
+    np.save(path, np.stack([cards[order], *(t[order].view(np.int64) for t in tokens)]))
     np.save(Path(path).with_suffix(".offsets.npy"), np.searchsorted(shard[order], np.arange(shards + 1)))
 
 
-def _gather_tap_ons(folder: Path) -> tuple[ContentDigest, ...]:
-    """Per mode, :func:`tap_ons` of the pairs its partitions saved (:func:`save_tap_ons`; a card's tap-ons span its
-    dates), one shard of cards at a time (the full-size week's bus pairs are millions)."""
+def _gather_card_sets(folder: Path) -> tuple[ContentDigest, ...]:
+    """Per mode, :func:`card_sets` of the rows its partitions saved (:func:`save_card_taps`; a card's taps span
+    its dates), one shard of cards at a time (the full-size week's bus rows are millions)."""
     by_mode_files: dict[str, list[Path]] = {}
-    for f in sorted(Path(folder).glob("*.ons.npy")):
-        by_mode_files.setdefault(f.name[:-len(".ons.npy")].rsplit("-", 3)[0], []).append(f)
+    for f in sorted(Path(folder).glob("*.taps.npy")):
+        by_mode_files.setdefault(f.name[:-len(".taps.npy")].rsplit("-", 3)[0], []).append(f)
     out = []
     for mode, files in sorted(by_mode_files.items()):
         offsets = [np.load(f.with_suffix(".offsets.npy")) for f in files]
-        total = ContentDigest.empty(mode_role(mode_code(mode), ONS_PREFIX))
+        totals: dict[str, ContentDigest] = {}
         for s in range(offsets[0].size - 1):
             parts = []
             for f, o in zip(files, offsets):
                 table = np.load(f, mmap_mode="r")
                 parts.append(np.array(table[:, o[s]:o[s + 1]]))
                 del table
-            pairs = np.concatenate(parts, axis=1)
-            total = total + tap_ons(pairs[0], pairs[1].view(np.uint64), mode)
-        out.append(total)
+            rows = np.concatenate(parts, axis=1)
+            for d in card_sets(rows[0], *(rows[i].view(np.uint64) for i in (1, 2, 3)), mode):
+                totals[d.role] = totals[d.role] + d if d.role in totals else d
+        out.extend(d for _, d in sorted(totals.items(), key=lambda kv: CARD_SET_PREFIXES.index(
+            kv[0].split(":")[0] + ":")))
     return tuple(d for d in out if d.records)
 
 
-def tap_ons_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[ContentDigest, ...]:
-    """Per mode the clean rows hold (``ons:<mode>``, :data:`ONS_PREFIX`): the :data:`LINES`-style digest of one
-    record per card, the set of the location ids (:func:`~transit_release.inputs.universe.stop_location_id` of the
-    stop's name, a bus stop's too: the sequences and trajectories from taps count bus stops by name) of its tap-ons
-    of that mode at a named stop of the stop table (:func:`tap_ons`). What every passenger kind built from taps
-    reads of a card, and nothing more: a re-extract that changes the times (seconds or minutes), empties the
-    tap-offs, changes a postcode or a name's white space, or renumbers the cards gives the same digest (a mode
-    without such taps claims nothing). The streamed Opal release claims the same digests
-    (:func:`save_partition`, :func:`gather_partitions`)."""
-    from transit_release.inputs.screening import _ints
-    from transit_release.preprocessing import build_location_index
+def card_sets_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[ContentDigest, ...]:
+    """Per mode the clean rows hold, :func:`card_sets` (``ons:<mode>``, ``places:<mode>``, ``stations:<mode>``),
+    from the gate's clean trips in one frame and the validated stop table: what the kinds read of each card, and
+    nothing more, so a re-extract that changes the times (seconds or minutes), empties the tap-offs (``ons``,
+    ``places``), changes a postcode or a name's white space (``ons``), renames the bus stops (``places``), swaps
+    each trip's tap-on and tap-off (``stations``) or renumbers the cards gives the same digests (a mode without
+    such taps claims nothing). The streamed Opal release claims the same digests (:func:`save_card_taps`)."""
+    from transit_release.inputs.screening import _ints, _ns
+    from transit_release.preprocessing import _lookup, build_location_index
 
     modes = tuple(sorted(stops["mode"].dropna().astype(str).unique()))
     index = build_location_index(stops, modes)
     mode_all = clean["mode"].astype(str)
     at = pd.Categorical(mode_all, categories=list(modes)).codes.astype(np.int8)
-    tokens = tap_on_tokens(index, _ints(clean["tap_on_stop"]), np.where(at < 0, len(modes), at))
+    at = np.where(at < 0, len(modes), at).astype(np.int8)
+    on_stop, off_stop = _ints(clean["tap_on_stop"]), _ints(clean["tap_off_stop"])
+    off_present = (_ns(clean["tap_off_time"]) != np.iinfo(np.int64).min) & (off_stop >= 0)
+    on_name = tap_on_tokens(index, on_stop, at)
+    on_place = place_tokens(index, at, _lookup(index, on_stop, np.ones(on_stop.size, dtype=bool), at))
+    off_place = place_tokens(index, at, _lookup(index, off_stop, off_present, at))
     cards = _ints(clean["card_id"])
-    out = [tap_ons(cards[sel], tokens[sel], mode)
-           for mode in sorted(set(mode_all.unique())) for sel in [(mode_all == mode).to_numpy()]]
-    return tuple(d for d in out if d.records)
+    out = []
+    for mode in sorted(set(mode_all.unique())):
+        sel = (mode_all == mode).to_numpy()
+        out.extend(card_sets(cards[sel], on_name[sel], on_place[sel], off_place[sel], mode))
+    return tuple(out)
+
+
+def tap_ons_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[ContentDigest, ...]:
+    """The ``ons:<mode>`` digests alone of :func:`card_sets_of_frame`."""
+    return tuple(d for d in card_sets_of_frame(clean, stops) if d.role.startswith(ONS_PREFIX))
 
 
 def of_clean_trips(clean: pd.DataFrame, stops: pd.DataFrame) -> InputContent:
@@ -564,22 +640,24 @@ def of_clean_trips(clean: pd.DataFrame, stops: pd.DataFrame) -> InputContent:
     (:func:`tap_ons_of_frame`)."""
     from transit_release.inputs.screening import _ints
 
-    return InputContent((*trips_of_frame(clean, stops), *tap_ons_of_frame(clean, stops)),
+    return InputContent((*trips_of_frame(clean, stops), *card_sets_of_frame(clean, stops)),
                         card_ids(_ints(clean["card_id"])))
 
 
 # ---- a tap file streamed partition by partition (the Opal release) -----------------------------------------------
 
 def save_partition(folder: Path, mode: str, date: str, digest: ContentDigest, cards: np.ndarray,
-                   named: ContentDigest | None = None, ons: np.ndarray | None = None, shards: int = 1) -> None:
+                   named: ContentDigest | None = None, taps: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+                   shards: int = 1) -> None:
     """One partition's digest (and ``named``, the same with its stops keyed by location id: :data:`NAMED`),
-    distinct card ids and, with ``ons`` (each row's tap-on token, :func:`tap_on_tokens`), its (card, tap-on token)
-    pairs in ``shards`` card shards (:func:`save_tap_ons`), under the run's private work directory."""
+    distinct card ids and, with ``taps`` (each row's tap-on name token, tap-on and tap-off place tokens:
+    :func:`tap_on_tokens`, :func:`place_tokens`), its rows' part of the per-card set digests in ``shards`` card
+    shards (:func:`save_card_taps`), under the run's private work directory."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     np.save(folder / f"{mode}-{date}.cards.npy", card_ids(cards))
-    if ons is not None:
-        save_tap_ons(folder / f"{mode}-{date}.ons.npy", cards, ons, shards)
+    if taps is not None:
+        save_card_taps(folder / f"{mode}-{date}.taps.npy", cards, *taps, shards)
     for suffix, d in (("digest", digest), ("named", named)):
         if d is not None:
             np.save(folder / f"{mode}-{date}.{suffix}.npy", np.array([d.records, *d.lanes], dtype=np.uint64))
@@ -607,6 +685,6 @@ def gather_partitions(folder: Path) -> InputContent:
             sums[suffix] = (total, per_mode)
     for f in files:
         parts.append(np.load(f.with_name(f.name.replace(".digest.npy", ".cards.npy"))))
-    return InputContent((*by_mode(*sums["digest"], named=sums.get("named")), *_gather_tap_ons(folder)),
+    return InputContent((*by_mode(*sums["digest"], named=sums.get("named")), *_gather_card_sets(folder)),
                         merge_card_ids(parts))
 

@@ -577,11 +577,14 @@ def prepare_partition(spill: Path, staging: Path, quarantine_parts: Path, pairs:
     n = rows["row"].size
     encoded = encode_partition(rows, mode_index, index, bin_minutes, kept, pair)
     if content is not None:  # what the overlap check between populations compares (private: the run's work dir)
+        keys = {(tap, as_id): contents.location_keys(index, mode_index, encoded[f"{tap}_loc"], as_id)
+                for tap in ("on", "off") for as_id in (False, True)}
         named = [contents.trip_rows(  # the stops as their public locations (as named; as location ids: #40)
-            contents.mode_code(mode), rows["on_ns"], contents.location_keys(index, mode_index, encoded["on_loc"], n),
-            rows["off_ns"], contents.location_keys(index, mode_index, encoded["off_loc"], n)) for n in (False, True)]
-        contents.save_partition(content, mode, date, named[0], rows["card"], named=named[1],
-                                ons=contents.tap_on_tokens(index, rows["on_stop"], mode_index), shards=shards)
+            contents.mode_code(mode), rows["on_ns"], keys["on", as_id], rows["off_ns"], keys["off", as_id])
+            for as_id in (False, True)]
+        places = [contents.place_tokens_of_keys(keys[tap, True]) for tap in ("on", "off")]
+        contents.save_partition(content, mode, date, named[0], rows["card"], named=named[1], shards=shards,
+                                taps=(contents.tap_on_tokens(index, rows["on_stop"], mode_index), *places))
     missing = int((rows["off_ns"] == NAT).sum())
     del rows
     check_encoded(encoded)
