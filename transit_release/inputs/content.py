@@ -571,6 +571,8 @@ def save_card_taps(path: Path, cards: np.ndarray, on_name: np.ndarray, on_place:
     tokens = [np.asarray(t, dtype=np.uint64) for t in (on_name, on_place, off_place)]
     any_stop = (tokens[0] != 0) | (tokens[1] != 0) | (tokens[2] != 0)
     cards, tokens = cards[any_stop], [t[any_stop] for t in tokens]
+    by_card = np.argsort(cards)  # each shard's rows by card: the gathering's sort then merges sorted runs
+    cards, tokens = cards[by_card], [t[by_card] for t in tokens]
     shard = _shard(cards, shards)
     order = np.argsort(shard, kind="stable")  # a radix sort of one byte
     np.save(path, np.stack([cards[order], *(t[order].view(np.int64) for t in tokens)]))
