@@ -492,12 +492,17 @@ def of_cut_records(role: str, data, cut: int) -> tuple[ContentDigest, ...]:
     names = data.universe.ids
     if role == "sequences":
         s = data.sequences
-        pos, offsets = _first(s.offsets, cut)
-        digest = sequence_records(names, np.asarray(s.locations, dtype=np.int64)[pos], offsets)
+        lengths = np.diff(np.asarray(s.offsets, dtype=np.int64))
+        if lengths.size and (lengths.min() < 1 or lengths.max() > cut):  # else every record is read whole
+            pos, offsets = _first(s.offsets, cut)
+            digest = sequence_records(names, np.asarray(s.locations, dtype=np.int64)[pos], offsets)
+        else:
+            digest = sequence_records(names, s.locations, s.offsets)
     else:
         t = data.trajectories.truncated(int(cut))
-        pos, offsets = _first(t.offsets, cut)
-        digest = trajectory_records(names, t.locations[pos], t.hours[pos], offsets)
+        if (t.lengths < 1).any():
+            t = t.select(t.lengths > 0)
+        digest = trajectory_records(names, t.locations, t.hours, t.offsets)
     return (digest.as_role(CUT_PREFIX + role),) if digest.records else ()
 
 
