@@ -62,13 +62,20 @@ class PassengerKind(ReleaseKind):
         clean trips and card ids) for the overlap check between populations."""
         if self.taps is None:
             records = self.read_file()
-            return replace(records, content=record_content(self.record_role, quote(records.data)))
+            return replace(records, content=record_content(self.record_role, quote(records.data), self.record_cut))
         clean, _, screen = clean_taps(run.where, run.release_id, self.taps.trips, self.taps.stops, self.period,
                                       self.quarantine_limit, run.dry_run)
         records = self.from_taps(clean, screen)
         # the tap file's clean trips and cards, and the records this kind built from them (issue #40)
         return replace(records, content=tap_content(quote(clean), quote(self.taps.stop_table), self.record_role,
-                                                    quote(records.data)))
+                                                    quote(records.data), self.record_cut))
+
+    @property
+    def record_cut(self) -> int | None:
+        """The points of each record the mechanism reads, its first ``record_cut`` (a public parameter; the overlap
+        check claims the records cut so: :func:`~transit_release.inputs.content.of_cut_records`); None: whole
+        records (station sets)."""
+        return None
 
     def read_file(self) -> Records:
         """The records of the input file, screened against the public universe."""

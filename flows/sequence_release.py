@@ -49,6 +49,10 @@ class SequenceKind(PassengerKind):
     def same_release(self, fingerprint):
         return sequences.same_release(self.budget, fingerprint)
 
+    @property
+    def record_cut(self) -> int:
+        return sequences.workload_height(self.budget)  # the tree's height, the n-gram's ℓmax
+
     def read_file(self) -> Records:
         data = read_sequences(self.input, self.universe, self.quarantine_limit)
         return Records(data, data.quarantine_counts)

@@ -56,6 +56,10 @@ class TrajectoryKind(PassengerKind):
     def same_release(self, fingerprint):
         return same_release(self.setup, fingerprint)
 
+    @property
+    def record_cut(self) -> int:
+        return self.setup.budget.height  # every mechanism reads Trajectories.truncated(h)
+
     def same_earlier_release(self, fingerprint):
         """The former default's spend (SafePath, the paper's budget, default taxonomies) of the same input, ε and h."""
         return same_release(self.former, fingerprint) if self.former is not None else self.same_release(fingerprint)

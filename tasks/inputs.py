@@ -39,19 +39,21 @@ def fingerprint_inputs(home: Home, paths: list[str]) -> str:
 
 
 @data_task(name="record-content")
-def record_content(role: str, data) -> content.InputContent:
-    """What a record file holds, order-independent (:mod:`transit_release.inputs.content`): the overlap check
-    between populations keys and compares it; never logged or published."""
-    return content.of_record_input(role, data)
+def record_content(role: str, data, cut: int | None = None) -> content.InputContent:
+    """What a record file holds, order-independent (:mod:`transit_release.inputs.content`), and with ``cut`` its
+    records as the mechanism reads them: the overlap check between populations keys and compares it; never logged
+    or published."""
+    return content.of_record_input(role, data, cut)
 
 
 @data_task(name="tap-content")
-def tap_content(clean, stops, role: str | None = None, data=None) -> content.InputContent:
+def tap_content(clean, stops, role: str | None = None, data=None, cut: int | None = None) -> content.InputContent:
     """What a tap file holds (its clean trips, order-independent, their stops as the public locations of the stop
     table ``stops``, and its distinct card ids), as :func:`record_content`; with ``role`` and ``data``, also the
-    records of that kind built from it (:func:`~transit_release.inputs.content.with_derived`, issue #40)."""
+    records of that kind built from it (:func:`~transit_release.inputs.content.with_derived`, issue #40), and with
+    ``cut`` those records as the mechanism reads them."""
     taps = content.of_clean_trips(clean, stops)
-    return taps if role is None else content.with_derived(taps, role, data)
+    return taps if role is None else content.with_derived(taps, role, data, cut)
 
 
 @data_task(name="load-universe")

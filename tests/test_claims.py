@@ -749,3 +749,139 @@ def test_a_tap_claim_s_derived_records_take_the_period_check_from_the_date_less_
     with pytest.raises(BudgetError, match="release 'mar' for 2026-03-01..2026-03-31 reads the same sequences file "
                                           "content as release 'jan' read for 2026-01-01..2026-01-31"):
         release("mar", mar, InputContent((derived,)))
+
+
+# ---- the records as the mechanism reads them (atk4): each cut to the mechanism's public cut length ----------------
+
+def _week_taps(n: int = 2000) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Taps of the declared week (2016-08-08, a Monday) on :func:`stop_table`: about ten train tap-ons a card."""
+    clean = trips_on_stop_table(n, seed=3)
+    return clean[clean["tap_on_time"] < pd.Timestamp("2016-08-15")].reset_index(drop=True), stop_table()
+
+
+def _first_train_taps(clean: pd.DataFrame, h: int) -> pd.DataFrame:
+    """atk4's variant: the train rows only, each card cut to its first ``h`` train tap-ons (in the builder's order:
+    time, then stop), card ids renumbered."""
+    train = clean[clean["mode"] == "train"].sort_values(["card_id", "tap_on_time", "tap_on_stop"], kind="stable")
+    first = train.groupby("card_id", sort=False).head(h)
+    return first.assign(card_id=first["card_id"] * 7 + 80_000_000).sample(frac=1, random_state=1)
+
+
+def _trajectories(clean, stops):
+    from transit_release.inputs.trajectories import trajectories_from_trips
+
+    return trajectories_from_trips(clean, stops, pd.Timestamp(WEEK[0]).date(), mode="train")
+
+
+def test_trajectories_of_a_first_h_taps_re_extract_under_another_population_are_refused(tmp_path):
+    """atk4 (MAJOR): trajectories of the full taps under 'pa', then of a re-extract holding each card's first h = 6
+    train tap-ons (fresh card ids) under 'pb'. Every trajectory mechanism reads only each record's first h points
+    (the Markov model `trajs.truncated(h)`, SafePath's tree and joint rule the first h levels), so the outputs are
+    the same; the full records, the tap-on sets and the card ids differ, and nothing matched. The records as the
+    mechanism reads them (``cut:trajectories``) are claimed now: refused, nothing charged."""
+    clean, stops = _week_taps()
+    variant = _first_train_taps(clean, 6)
+    full_data, cut_data = _trajectories(clean, stops), _trajectories(variant, stops)
+    assert (full_data.trajectories.lengths > 6).any()  # records longer than the cut: the variant is another input
+    # what every trajectory mechanism reads of either input is the same (so its outputs are)
+    assert sorted(full_data.trajectories.truncated(6).to_lists()) == sorted(cut_data.trajectories.to_lists())
+    full = content.with_derived(content.of_clean_trips(clean, stops), "trajectories", full_data, 6)
+    got = content.with_derived(content.of_clean_trips(variant, stops), "trajectories", cut_data, 6)
+    mine, theirs = {d.role: d for d in full.digests}, {d.role: d for d in got.digests}
+    # the cut claim alone matches: so an Opal release of the full taps (which claims the tap file's own digests
+    # only) followed by these trajectories is not matched, a limit docs/threat-model.md states
+    assert [r for r in theirs if theirs[r] == mine.get(r)] == ["cut:trajectories"]
+    assert not np.intersect1d(full.cards, got.cards).size
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets("pa"), full)
+    with pytest.raises(PopulationOverlapError) as info:
+        _charge(store, ledger, _sets("pb", "pb"), got)
+    assert info.value.refusal == "population-overlap"
+    assert str(info.value).startswith(
+        "release 'pb' of population 'pb' reads records of people already released under population 'default': "
+        "release 'pa' read the same trajectories as the mechanism reads them (each cut to its first h points, h the "
+        "release's height); one person cannot be in two populations.")
+    assert "pb" not in {e.release_id for e in ledger.entries()}  # nothing charged
+    # a cut of another length reads other records: not matched
+    _charge(store, ledger, _sets("pb5", "pb"), content.with_derived(
+        content.of_clean_trips(_first_train_taps(clean, 5), stops), "trajectories",
+        _trajectories(_first_train_taps(clean, 5), stops), 5))
+
+
+def _lines_of(data, role: str) -> list[str]:
+    ids = data.universe.ids
+    if role == "sequences":
+        s = data.sequences
+        return [" ".join(ids[i] for i in s.locations[a:b]) for a, b in zip(s.offsets[:-1], s.offsets[1:])]
+    t = data.trajectories
+    return [" ".join(f"{ids[loc]}@{hr}" for loc, hr in zip(t.locations[a:b], t.hours[a:b]))
+            for a, b in zip(t.offsets[:-1], t.offsets[1:])]
+
+
+@pytest.mark.parametrize("role", ["sequences", "trajectories"])
+def test_the_cut_claim_of_a_file_is_that_of_the_taps_built_into_the_same_records(tmp_path, role):
+    """A record file written from the records built from taps, and one written from a first-h-taps re-extract's,
+    claim the same ``cut:<kind>`` as the taps: whichever source, the same records as the mechanism reads them."""
+    from transit_release.inputs.sequences import sequences_from_trips
+
+    clean, stops = _week_taps()
+    build = ((lambda c: sequences_from_trips(c, stops, "train")) if role == "sequences" else
+             (lambda c: _trajectories(c, stops)))
+    read = read_sequence_file if role == "sequences" else read_trajectory_file
+    data = build(clean)
+    taps_claim = content.with_derived(content.of_clean_trips(clean, stops), role, data, 4).digests[-1]
+    assert taps_claim.role == f"cut:{role}"
+    written = read(_write(tmp_path / "full.txt", _lines_of(data, role)), data.universe)
+    assert content.of_record_input(role, written, 4).digests[-1] == taps_claim
+    first = build(_first_train_taps(clean, 4))
+    cut_file = read(_write(tmp_path / "cut.txt", _lines_of(first, role)), first.universe)
+    assert content.of_record_input(role, cut_file, 4).digests[-1] == taps_claim
+    assert content.of_record_input(role, cut_file).digests[0] != content.of_record_input(role, written).digests[0]
+    # without a cut (or for station sets, whose mechanisms read whole sets) no cut claim
+    assert not [d for d in content.of_record_input(role, written).digests if d.role.startswith(content.CUT_PREFIX)]
+    assert content.of_cut_records("sets", written, 4) == ()
+
+
+@pytest.mark.parametrize("role,reader,lines,beyond,within", [
+    ("sequences", read_sequence_file, ["A B C D E", "B C"], ["A B C D A", "B C"], ["A D C D E", "B C"]),
+    ("trajectories", read_trajectory_file, ["A@1 B@3 C@5 D@9", "B@30"], ["A@1 B@3 C@5 A@7", "B@30"],
+     ["A@1 E@3 C@5 D@9", "B@30"]),
+])
+def test_a_record_changed_beyond_the_cut_still_matches_and_within_it_does_not(tmp_path, role, reader, lines, beyond,
+                                                                               within):
+    u = LocationUniverse(("A", "B", "C", "D", "E"), "locations.txt")
+    cut = lambda name, ls: content.of_record_input(role, reader(_write(tmp_path / name, ls), u), 3)  # noqa: E731
+    base, later, early = cut("a.txt", lines), cut("b.txt", beyond), cut("c.txt", within)
+    # changed beyond the cut: only the records as the mechanism reads them are the same (not the lines' sets)
+    assert [a == b for a, b in zip(base.digests, later.digests)] == [False, False, True]
+    assert not set(base.digests) & set(early.digests)  # changed within the cut: other records
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets("file"), base)
+    word = {"sequences": "the first locations it keeps", "trajectories": "its first h points"}[role]
+    with pytest.raises(PopulationOverlapError, match=f"release 'file' read the same {role} as the mechanism reads "
+                                                     f"them \\(each cut to {word}"):
+        _charge(store, ledger, _sets("later", "riders-b"), later)
+    _charge(store, ledger, _sets("early", "riders-b"), early)  # another record within the cut: other people
+
+
+def test_a_file_cut_to_what_the_mechanism_reads_for_another_period_is_refused(tmp_path):
+    """The cut claim is date-less as the file's: the same records as the mechanism reads them, for another
+    period, would be released twice."""
+    from tasks.budget import charge_budget, record_claim
+    from transit_release.errors import RecordsOfAnotherPeriodError
+    from transit_release.files.home import Home
+
+    home = Home.at(tmp_path / "home").prepare()
+    u = LocationUniverse(("A", "B", "C", "D"), "locations.txt")
+    full = read_sequence_file(_write(tmp_path / "full.txt", ["A B C D", "B C"]), u)
+    cut = read_sequence_file(_write(tmp_path / "cut.txt", ["A B C", "B C"]), u)
+    jan = [replace(ngram_event("jan", "2026-01-01", "2026-01-31", 0.5), input_fingerprint="fjan")]
+    feb = [replace(ngram_event("feb", "2026-02-01", "2026-02-28", 0.5), input_fingerprint="ffeb")]
+    charge_budget.fn(home, jan, load_budget_policy(),
+                     record_claim.fn(home, content.of_record_input("sequences", full, 3), jan))
+    with pytest.raises(RecordsOfAnotherPeriodError) as info:
+        record_claim.fn(home, content.of_record_input("sequences", cut, 3), feb)
+    assert str(info.value).startswith(
+        "release 'feb' for 2026-02-01..2026-02-28 reads the same sequences as the mechanism reads them (each cut to "
+        "the first locations it keeps: the prefix tree's height, the n-gram model's lmax) as release 'jan' read for "
+        "2026-01-01..2026-01-31:")

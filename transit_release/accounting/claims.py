@@ -8,7 +8,9 @@ charged, what it read (its *claim*):
   order-independent content (:mod:`transit_release.inputs.content` says precisely what is compared: the clean rows
   or valid records as a multiset, never the bytes, so rows reordered, a comment line, a trailing newline, another
   format or a copied stop table do not change it; an id-less file also claims every record line it holds before
-  the universe filter, whichever kind reads it, and a tap file each mode's clean rows on their own: atk40 N1-N3);
+  the universe filter, whichever kind reads it, and a tap file each mode's clean rows on their own: atk40 N1-N3;
+  sequences and trajectories, from a file or built from taps, also as their mechanism reads them, each record cut
+  to its public cut length: atk4);
 * where the records carry card ids (a tap file), keyed hashes of the distinct card ids it read: SipHash-2-4 under
   a 128-bit key derived from the home's secret (``private/fingerprint.key``), 64 bits each.
 
@@ -49,8 +51,8 @@ from pathlib import Path
 import numpy as np
 
 from transit_release.errors import PopulationOverlapError, RecordsOfAnotherPeriodError
-from transit_release.inputs.content import (LINES, MODE_PREFIX, NAMED, NAMED_PREFIX, ONS_PREFIX, PLACES_PREFIX,
-                                             STATIONS_PREFIX, ContentDigest, InputContent)
+from transit_release.inputs.content import (CUT_PREFIX, CUT_ROLES, LINES, MODE_PREFIX, NAMED, NAMED_PREFIX,
+                                             ONS_PREFIX, PLACES_PREFIX, STATIONS_PREFIX, ContentDigest, InputContent)
 from transit_release.inputs.refusals import refusal
 
 #: The store's file name under ``private/``.
@@ -155,11 +157,22 @@ class Overlap:
         return " and ".join(parts)
 
 
+#: In words, a kind's records as its mechanism reads them (``cut:<kind>``, atk4).
+_AS_READ = {
+    CUT_PREFIX + "sequences": "the same sequences as the mechanism reads them (each cut to the first locations it "
+                              "keeps: the prefix tree's height, the n-gram model's lmax)",
+    CUT_PREFIX + "trajectories": "the same trajectories as the mechanism reads them (each cut to its first h "
+                                 "points, h the release's height)",
+}
+
+
 def what_matched(roles: Iterable[str]) -> list[str]:
     """In words, the inputs found the same (never a record): the most precise match said, the coarser ones it implies
     left out (the per-mode digests of a tap file the same trips imply; a record file's lines its content implies)."""
     roles = set(roles)
     parts = [f"the same {role} file content" for role in sorted(roles & {"sequences", "trajectories", "sets"})]
+    parts += [_AS_READ[role] for role in sorted(roles & set(CUT_ROLES))
+              if role[len(CUT_PREFIX):] not in roles]  # the same records imply the same records cut
     if LINES in roles and not parts:
         parts.append("the same record lines (each line's location ids, in any order, whichever kind read them)")
     if "trips" in roles:
@@ -351,7 +364,7 @@ def refuse_overlap(store: ClaimStore, claim: Claim, existing: Iterable, events: 
 
 
 #: The inputs whose records carry no dates: the period a release of them declares is the custodian's word only.
-DATELESS_ROLES = ("sequences", "trajectories", "sets", LINES)
+DATELESS_ROLES = ("sequences", "trajectories", "sets", LINES, *CUT_ROLES)
 
 
 def charged_periods(entries: Iterable) -> dict[str, str]:

@@ -24,6 +24,11 @@ Parquet or another (copied) stop table or universe still matches. Precisely:
   line the reader read, before it screened them against the universe, each the set of its location ids (a
   trajectory point's ``@hour`` dropped): :class:`RecordLines`. The same file gives it whatever the locations file
   and whichever kind reads it; the three above stay as claims have recorded them since #40;
+* **cut:sequences**, **cut:trajectories** (a passenger kind's records, from a record file or built from taps; atk4):
+  the records *as the kind's mechanism reads them*, each cut to the mechanism's public cut length (the prefix
+  tree's height or the n-gram's ℓmax; a trajectory release's height ``h``), ordered as ``sequences`` and
+  ``trajectories`` are (:func:`of_cut_records`). A file or an extract cut to what the mechanism reads (each card's
+  first ``h`` taps) matches the full records. Station sets have none: their mechanisms read whole sets;
 * **trips:<mode>** (a tap file; atk40 N3): the trips digest of one mode's clean rows, one per mode the rows hold,
   so that a re-extract of one mode (with fresh card pseudonyms) matches the full file, and the other way round.
 * **taps**, **taps:<mode>** (a tap file; #40, third review): as ``trips`` and ``trips:<mode>`` with a non-bus stop
@@ -132,6 +137,8 @@ class ContentDigest:
     lanes: tuple[int, int]
 
     def __post_init__(self) -> None:
+        if self.role in CUT_ROLES:  # a kind's records as its mechanism reads them (of_cut_records)
+            return
         if self.role not in ROLES and self.role not in (LINES, NAMED) and not any(
                 self.role.startswith(p) and self.role[len(p):] in (*_MODES, "other")
                 for p in (MODE_PREFIX, NAMED_PREFIX, *CARD_SET_PREFIXES)):
@@ -384,10 +391,11 @@ class InputContent:
         return int(self.cards.size)
 
 
-def of_record_input(role: str, data) -> InputContent:
+def of_record_input(role: str, data, cut: int | None = None) -> InputContent:
     """The content of a record file as its reader returned it (a sequence, trajectory or set input): the digest of
-    the records it kept, by kind (as claims have recorded since #40), and the kind-independent digest of every
-    record line it read (:class:`RecordLines`, when the reader gives it)."""
+    the records it kept, by kind (as claims have recorded since #40), the kind-independent digest of every
+    record line it read (:class:`RecordLines`, when the reader gives it) and, with ``cut`` (the mechanism's public
+    cut length), the records as the mechanism reads them (:func:`of_cut_records`)."""
     names = data.universe.ids
     if role == "sequences":
         s = data.sequences
@@ -401,7 +409,8 @@ def of_record_input(role: str, data) -> InputContent:
     else:
         raise ValueError(f"no record file of role {role!r}")
     lines = getattr(data, "lines_digest", None)
-    return InputContent((kept,) if lines is None or not lines.records else (kept, lines))
+    cuts = of_cut_records(role, data, cut) if cut is not None else ()
+    return InputContent((kept, *(() if lines is None or not lines.records else (lines,)), *cuts))
 
 
 def _set_digest(token: np.ndarray, line: np.ndarray, n: int) -> ContentDigest:
@@ -454,10 +463,69 @@ def of_derived_records(role: str, data) -> tuple[ContentDigest, ...]:
     return tuple(d for d in (kept, lines) if d.records)
 
 
-def with_derived(taps: InputContent, role: str, data) -> InputContent:
+#: The prefix of the digest of a passenger kind's records *as its mechanism reads them* (atk4): ``cut:<kind>``.
+CUT_PREFIX = "cut:"
+#: The kinds whose mechanisms read only a prefix of each record: the sequences' prefix tree (its height) and
+#: n-gram model (ℓmax), every trajectory mechanism (SafePath, its joint rule, the Markov model: the height ``h``).
+#: Station sets have no cut (DiffPart and the set histogram read every item of a set).
+CUT_KINDS = ("sequences", "trajectories")
+CUT_ROLES = tuple(CUT_PREFIX + kind for kind in CUT_KINDS)
+
+
+def _first(offsets: np.ndarray, cut: int) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of each record's first ``cut`` tokens (records by ``offsets``), and the offsets of the cut
+    records, an empty one left out (no record)."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    lengths = np.diff(offsets)
+    keep, starts = np.minimum(lengths[lengths > 0], int(cut)), offsets[:-1][lengths > 0]
+    out = np.zeros(keep.size + 1, dtype=np.int64)
+    np.cumsum(keep, out=out[1:])
+    pos = np.repeat(starts, keep) + (np.arange(int(out[-1]), dtype=np.int64) - np.repeat(out[:-1], keep))
+    return pos, out
+
+
+def of_cut_records(role: str, data, cut: int) -> tuple[ContentDigest, ...]:
+    """The ``cut:<kind>`` digest (:data:`CUT_PREFIX`; atk4) of a passenger kind's records ``data`` (a record file
+    as its reader returned it, or the records built from taps) as the kind's mechanism reads them: each record cut
+    to the mechanism's public cut length ``cut`` and digested as the kind's own digest digests a record
+    (:func:`_ordered`: sequences their location ids in order, trajectories their (location id, hour) points).
+
+    * sequences: each sequence's first ``cut`` locations (the prefix tree's height, the n-gram model's ℓmax:
+      :func:`~transit_release.releases.sequences.workload_height`);
+    * trajectories: each trajectory's first ``cut`` points up to its first decrease of the hour, what
+      :meth:`~transit_release.mechanisms.safepath.Trajectories.truncated` keeps and every trajectory mechanism
+      reads (SafePath's tree and joint rule, the Markov model).
+
+    So a re-extract cut to what the mechanism reads (each card's first ``h`` taps, renumbered) gives the digest of
+    the full records, from a file or from taps, and the release's outputs are the same in distribution. The cut
+    length is a public parameter and takes no part: two cuts give other records unless every record is shorter
+    than both, and then the mechanism reads the same. A record empty after the cut is no record (the mechanisms
+    skip it). Empty for a kind without a cut (station sets) and for no record at all."""
+    if role not in CUT_KINDS:
+        return ()
+    names = data.universe.ids
+    if role == "sequences":
+        s = data.sequences
+        lengths = np.diff(np.asarray(s.offsets, dtype=np.int64))
+        if lengths.size and (lengths.min() < 1 or lengths.max() > cut):  # else every record is read whole
+            pos, offsets = _first(s.offsets, cut)
+            digest = sequence_records(names, np.asarray(s.locations, dtype=np.int64)[pos], offsets)
+        else:
+            digest = sequence_records(names, s.locations, s.offsets)
+    else:
+        t = data.trajectories.truncated(int(cut))
+        if (t.lengths < 1).any():
+            t = t.select(t.lengths > 0)
+        digest = trajectory_records(names, t.locations, t.hours, t.offsets)
+    return (digest.as_role(CUT_PREFIX + role),) if digest.records else ()
+
+
+def with_derived(taps: InputContent, role: str, data, cut: int | None = None) -> InputContent:
     """A tap file's content with the digests of the records ``data`` its kind built from it
-    (:func:`of_derived_records`)."""
-    return InputContent((*taps.digests, *of_derived_records(role, data)), taps.cards)
+    (:func:`of_derived_records`) and, with ``cut``, of those records as the mechanism reads them
+    (:func:`of_cut_records`)."""
+    cuts = of_cut_records(role, data, cut) if cut is not None else ()
+    return InputContent((*taps.digests, *of_derived_records(role, data), *cuts), taps.cards)
 
 
 def tap_on_tokens(index, stops: np.ndarray, mode_index: np.ndarray | int) -> np.ndarray:

@@ -87,10 +87,12 @@ REFUSALS: dict[str, Refusal] = {r.key: r for r in (
     Refusal("population-overlap", "the records of people already released under another population",
             ("transit_release.accounting.claims.refuse_overlap",
              "transit_release.accounting.person.refuse_same_input_files"),
-            "one input whose content (its clean rows, or one mode's; its valid records; or every record line of an "
-            "id-less file as sets of ids, whatever the kind or universe; in any order) equals an input of a charged "
-            "release of another population, or one card id in common with one; for releases recorded before "
-            "per-input claims: the same input files, byte for byte",
+            "one input whose content (its clean rows, or one mode's; each card's sets of tap-on stations, bus "
+            "tap-on postcodes or tap-on and tap-off places of one mode; its valid records, also as the mechanism "
+            "reads them, cut; or every record line of an id-less file as sets of ids, whatever the kind or "
+            "universe; in any order) equals an input of a charged release of another population, or one card id "
+            "in common with one; for releases recorded before per-input claims: the same input files, byte for "
+            "byte",
             "a person's loss composes the releases of their population only: the same person under two "
             "populations would have each loss stated without the other. It refuses (nothing is charged or "
             "published), never publishes; one passenger moves it only by being in both populations' records, "
