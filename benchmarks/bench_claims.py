@@ -76,7 +76,7 @@ def main() -> None:
     def index_codes(stop: np.ndarray, m: int) -> np.ndarray:
         return _lookup(index, stop, stop >= 0, np.full(stop.size, m, dtype=np.int8))
 
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     for a, b in zip(bounds[:-1], bounds[1:]):
         sel = order[a:b]
         m = int(mcode[sel[0]])
@@ -88,10 +88,12 @@ def main() -> None:
                                taps=(content.tap_on_tokens(index, on_stop[sel], m),
                                      *(content.place_tokens(index, m, content_codes) for content_codes in
                                        (index_codes(on_stop[sel], m), index_codes(off_stop[sel], m)))), shards=7)
-    print(f"1. partition steps' added work ({len(bounds) - 1} partitions): {time.perf_counter() - t:.2f} s")
-    t = time.perf_counter()
+    print(f"1. partition steps' added work ({len(bounds) - 1} partitions): {time.perf_counter() - t:.2f} s "
+          f"({time.process_time() - c:.2f} s CPU)")
+    t, c = time.perf_counter(), time.process_time()
     gathered = content.gather_partitions(folder)
-    print(f"2. gather: {time.perf_counter() - t:.2f} s ({gathered.n_cards:,} cards)")
+    print(f"2. gather: {time.perf_counter() - t:.2f} s ({time.process_time() - c:.2f} s CPU; {gathered.n_cards:,} "
+          f"cards; {len(gathered.digests)} digests; the work files {_tree_mb(folder):.0f} MB)")
     key_bytes = bytes(range(32))
     t = time.perf_counter()
     claim = claim_of(key_bytes, gathered)
@@ -126,6 +128,10 @@ def main() -> None:
     t = time.perf_counter()
     claims.refuse_overlap(store, others, spends, [_Event("other", "riders-d")])
     print(f"5. another population, other people's {others.n_cards:,} cards: passed in {time.perf_counter() - t:.2f} s")
+
+
+def _tree_mb(folder: Path) -> float:
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file()) / 1e6
 
 
 class _Event:

@@ -200,8 +200,10 @@ def test_an_opal_re_extract_of_fields_it_does_not_read_under_another_population_
     _, full, _ = _streamed(tmp_path / "a", clean, stops)
     _, got, _ = _streamed(tmp_path / "b", extract, renamed)
     mine, theirs = {d.role: d for d in full.digests}, {d.role: d for d in got.digests}
-    # nothing else of what it claims matches: the rows differ in times, tap-offs, postcodes; the cards are new
-    assert [r for r in theirs if theirs[r] == mine.get(r)] == ["ons:bus", "ons:ferry", "ons:train"]
+    # nothing else of what it claims matches: the rows differ in times, tap-offs, postcodes; the cards are new (the
+    # tap-ons by day and place match for the modes whose places did not change: atk5)
+    assert [r for r in theirs if theirs[r] == mine.get(r)] == ["ons:bus", "ons:ferry", "days:ferry", "ons:train",
+                                                               "days:train"]
     assert not np.intersect1d(full.cards, got.cards).size
     store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
     _charge(store, ledger, _sets("opal"), full)
@@ -236,7 +238,7 @@ def test_a_bus_re_extract_with_the_stop_names_changed_and_the_postcodes_kept_is_
     for i, table in enumerate((renamed, blanked)):
         _, streamed, in_memory = _streamed(tmp_path / f"b{i}", extract, table)
         theirs = {d.role: d for d in streamed.digests}
-        assert [r for r in theirs if theirs[r] == mine.get(r)] == ["places:bus", "stations:bus"]
+        assert [r for r in theirs if theirs[r] == mine.get(r)] == ["places:bus", "stations:bus", "days:bus"]
         assert {d.role: d for d in content.of_clean_trips(in_memory, table).digests}["places:bus"] == mine[
             "places:bus"]
     store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
@@ -270,6 +272,59 @@ def test_a_re_extract_with_each_trip_s_tap_on_and_tap_off_swapped_is_refused(tmp
         _charge(store, ledger, _sets("swapped", "riders-b"), got)
     assert "read the same bus, ferry, train stations per card (each card's set of tap-on and tap-off locations; " \
            "times and which tap aside); one person cannot be in two populations." in str(info.value)
+
+
+def test_a_re_extract_with_a_mode_relabelled_and_fresh_cards_is_refused(tmp_path):
+    """atk5 (MAJOR 1): every per-mode digest names its mode, so swapping train and lightrail in the trips and the
+    stop table, with fresh card pseudonyms, escaped them all, though a release reads the same riders the same way.
+    The per-card sets and the tap-ons by day carry no mode in their tokens and are also compared whatever their
+    mode: the extract of the former train rows, now lightrail, is refused after the Opal release of the original."""
+    clean, stops = trips_on_stop_table(400), stop_table()
+    swap = {"train": "lightrail", "lightrail": "train"}
+    train = clean[clean["mode"] == "train"]
+    extract = train.assign(mode="lightrail", card_id=train["card_id"] + 50_000_000)
+    relabelled = stops.assign(mode=stops["mode"].map(lambda m: swap.get(m, m)))
+    _, full, _ = _streamed(tmp_path / "a", clean, stops)
+    _, got, _ = _streamed(tmp_path / "b", extract, relabelled)
+    assert not {d.role: d for d in got.digests}.keys() & {"ons:train", "stations:train", "days:train"}
+    mine, theirs = claim_of(KEY, full).fingerprints, claim_of(KEY, got).fingerprints
+    assert [r for r in theirs if theirs[r] in mine.values()] == ["*ons:lightrail", "*stations:lightrail",
+                                                                 "*days:lightrail"]
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets("opal"), full)
+    with pytest.raises(PopulationOverlapError) as info:
+        _charge(store, ledger, _sets("relabelled", "riders-b"), got)
+    assert str(info.value).startswith(
+        "release 'relabelled' of population 'riders-b' reads records of people already released under population "
+        "'default': release 'opal' read the same train tap-ons per card (each card's set of tap-on stations by "
+        "name; times and tap-offs aside); one person cannot be in two populations.")
+
+
+def test_an_opal_re_extract_with_a_fresh_card_per_day_and_times_moved_inside_their_bins_is_refused(tmp_path):
+    """atk5 (MAJOR 2): a fresh card id per (card, mode, date) makes other per-card sets, and times moved by a
+    minute inside their 15-minute bins other rows, yet the Opal release reads the same cells. The tap-ons by day
+    and place (``days:<mode>``: no card, no time of day) match; one tap-on moved to another day does not."""
+    clean, stops = trips_on_stop_table(400), stop_table()
+    day = clean["tap_on_time"].dt.normalize()
+    split = clean.assign(card_id=pd.factorize(pd.MultiIndex.from_arrays([clean["card_id"], clean["mode"], day]))[0]
+                         + 70_000_000)
+    moved = split.assign(tap_on_time=split["tap_on_time"] + pd.Timedelta(minutes=1),
+                         tap_off_time=split["tap_off_time"] + pd.Timedelta(minutes=1))
+    _, full, _ = _streamed(tmp_path / "a", clean, stops)
+    _, got, _ = _streamed(tmp_path / "b", moved, stops)
+    mine, theirs = {d.role: d for d in full.digests}, {d.role: d for d in got.digests}
+    assert [r for r in theirs if theirs[r] == mine.get(r)] == ["days:bus", "days:ferry", "days:train"]
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets("opal"), full)
+    with pytest.raises(PopulationOverlapError) as info:
+        _charge(store, ledger, _sets("split", "riders-b"), got)
+    assert ("read the same bus, ferry, train tap-ons by day and location (each tap-on's date and location, "
+            "whatever its card and its time of day); one person cannot be in two populations.") in str(info.value)
+    other = moved.copy()
+    other.iloc[0, other.columns.get_loc("tap_on_time")] += pd.Timedelta(days=1)
+    other_mode = other.iloc[0]["mode"]
+    _, again, _ = _streamed(tmp_path / "c", other, stops)
+    assert {d.role: d for d in again.digests}[f"days:{other_mode}"] != mine[f"days:{other_mode}"]
 
 
 # ---- keyed claims and the store ---------------------------------------------------------------------------------
@@ -576,7 +631,8 @@ def test_a_per_mode_extract_with_fresh_card_pseudonyms_is_refused(tmp_path):
     an earlier release's is an overlap."""
     clean, stops = trips_on_stop_table(), stop_table()
     full = content.of_clean_trips(clean, stops)
-    assert sorted(d.role for d in full.digests) == ["ons:bus", "ons:ferry", "ons:train",  # #40's third review
+    assert sorted(d.role for d in full.digests) == ["days:bus", "days:ferry", "days:train",  # atk5
+                                                    "ons:bus", "ons:ferry", "ons:train",  # #40's third review
                                                     "places:bus",  # and its fourth (atk4)
                                                     "stations:bus", "stations:ferry", "stations:train",
                                                     "taps", "taps:bus", "taps:ferry", "taps:train",
@@ -587,7 +643,7 @@ def test_a_per_mode_extract_with_fresh_card_pseudonyms_is_refused(tmp_path):
     extract = train.assign(card_id=90_000_000 + (train["card_id"] * 31) % 997)  # fresh card pseudonyms
     got = content.of_clean_trips(extract, stops)
     assert [d.role for d in got.digests] == ["trips", "trips:train", "taps", "taps:train", "ons:train",
-                                             "stations:train"]
+                                             "stations:train", "days:train"]
     assert got.digests[1] == per_mode["trips:train"] and got.digests[3] == per_mode["taps:train"]
     assert not np.intersect1d(got.cards, full.cards).size
 
@@ -620,9 +676,9 @@ def _fields_no_kind_reads(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[pd.
 
 
 def _without_ons(taps: InputContent) -> InputContent:
-    """A tap file's content without its per-card set digests (``ons:``, ``places:``, ``stations:<mode>``): what
-    fix 1 alone compares."""
-    return InputContent(tuple(d for d in taps.digests if not d.role.startswith(content.CARD_SET_PREFIXES)),
+    """A tap file's content without its per-card set and by-day digests (``ons:``, ``places:``, ``stations:``,
+    ``days:<mode>``): what fix 1 alone compares."""
+    return InputContent(tuple(d for d in taps.digests if not d.role.startswith(content.ANY_MODE_PREFIXES)),
                         taps.cards)
 
 
@@ -712,7 +768,7 @@ def test_a_tap_file_claims_each_card_s_tap_on_locations_so_another_kind_of_a_re_
     got = content.with_derived(content.of_clean_trips(extract, renamed), "sequences",
                                sequences_from_trips(extract, renamed, "train"))
     mine, theirs = {d.role: d for d in full.digests}, {d.role: d for d in got.digests}
-    assert [r for r in theirs if theirs[r] == mine.get(r)] == ["ons:train"]
+    assert [r for r in theirs if theirs[r] == mine.get(r)] == ["ons:train", "days:train"]
     store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
     _charge(store, ledger, _sets("sets"), full)
     with pytest.raises(PopulationOverlapError) as info:

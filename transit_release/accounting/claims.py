@@ -51,8 +51,9 @@ from pathlib import Path
 import numpy as np
 
 from transit_release.errors import PopulationOverlapError, RecordsOfAnotherPeriodError
-from transit_release.inputs.content import (CUT_PREFIX, CUT_ROLES, LINES, MODE_PREFIX, NAMED, NAMED_PREFIX,
-                                             ONS_PREFIX, PLACES_PREFIX, STATIONS_PREFIX, ContentDigest, InputContent)
+from transit_release.inputs.content import (ANY_MODE_PREFIXES, CUT_PREFIX, CUT_ROLES, DAYS_PREFIX, LINES,
+                                             MODE_PREFIX, NAMED, NAMED_PREFIX, ONS_PREFIX, PLACES_PREFIX,
+                                             STATIONS_PREFIX, ContentDigest, InputContent)
 from transit_release.inputs.refusals import refusal
 
 #: The store's file name under ``private/``.
@@ -84,12 +85,19 @@ def _derive(key: bytes, label: str) -> bytes:
     return hmac.new(key, f"transit-release/claims/{label}".encode("ascii"), hashlib.sha256).digest()
 
 
-def input_fingerprint(key: bytes, digest: ContentDigest) -> str:
+#: The key of a claim's fingerprint taken whatever the digest's mode (``*ons:train``: :func:`claim_of`).
+ANY_MODE = "*"
+
+
+def input_fingerprint(key: bytes, digest: ContentDigest, any_mode: bool = False) -> str:
     """The keyed fingerprint of one private input's content (HMAC-SHA-256 of its digest under a key derived from
-    the home's secret)."""
-    body = json.dumps([digest.role, digest.records, *digest.lanes], separators=(",", ":"))
+    the home's secret); ``any_mode``: of a digest whose value carries no mode
+    (:data:`~transit_release.inputs.content.ANY_MODE_PREFIXES`), with its role's mode left out, so it equals the
+    same content's of any mode (a re-extract that relabels a mode: atk5)."""
+    role = digest.role.split(":", 1)[0] + ":" + ANY_MODE if any_mode else digest.role
+    body = json.dumps([role, digest.records, *digest.lanes], separators=(",", ":"))
     mac = hmac.new(_derive(key, "input"), body.encode("ascii"), hashlib.sha256).hexdigest()
-    return f"{FINGERPRINT_SCHEME}:{digest.role}:{mac}"
+    return f"{FINGERPRINT_SCHEME}:{role}:{mac}"
 
 
 def card_hashes(key: bytes, cards: np.ndarray) -> np.ndarray:
@@ -137,7 +145,10 @@ class Claim:
 def claim_of(key: bytes, content: InputContent) -> Claim:
     """Key ``content`` (:class:`~transit_release.inputs.content.InputContent`) with the home's secret."""
     hashes = card_hashes(key, content.cards)
-    return Claim({d.role: input_fingerprint(key, d) for d in content.digests}, hashes, int(hashes.size))
+    fingerprints = {d.role: input_fingerprint(key, d) for d in content.digests}
+    fingerprints.update({ANY_MODE + d.role: input_fingerprint(key, d, any_mode=True) for d in content.digests
+                         if d.role.startswith(ANY_MODE_PREFIXES)})
+    return Claim(fingerprints, hashes, int(hashes.size))
 
 
 @dataclass(frozen=True)
@@ -169,7 +180,7 @@ _AS_READ = {
 def what_matched(roles: Iterable[str]) -> list[str]:
     """In words, the inputs found the same (never a record): the most precise match said, the coarser ones it implies
     left out (the per-mode digests of a tap file the same trips imply; a record file's lines its content implies)."""
-    roles = set(roles)
+    roles = {r.removeprefix(ANY_MODE) for r in roles}
     parts = [f"the same {role} file content" for role in sorted(roles & {"sequences", "trajectories", "sets"})]
     parts += [_AS_READ[role] for role in sorted(roles & set(CUT_ROLES))
               if role[len(CUT_PREFIX):] not in roles]  # the same records imply the same records cut
@@ -203,11 +214,14 @@ _CARD_SETS = {
                    "stop's postcode; stop names, times and tap-offs aside)",
     STATIONS_PREFIX: "stations per card (each card's set of tap-on and tap-off locations; times and which tap "
                      "aside)",
+    DAYS_PREFIX: "tap-ons by day and location (each tap-on's date and location, whatever its card and its time "
+                 "of day)",
 }
 
 
 def _card_sets_matched(roles: set[str]) -> list[str]:
-    """The first per-card set digest found the same, in words (the others say less)."""
+    """The first per-card set digest (or, failing those, the tap-ons by day) found the same, in words (the others
+    say less)."""
     for prefix, words in _CARD_SETS.items():
         modes = sorted(r[len(prefix):] for r in roles if r.startswith(prefix))
         if modes:

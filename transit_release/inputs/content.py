@@ -34,11 +34,12 @@ Parquet or another (copied) stop table or universe still matches. Precisely:
 * **taps**, **taps:<mode>** (a tap file; #40, third review): as ``trips`` and ``trips:<mode>`` with a non-bus stop
   keyed by its location id (:func:`~transit_release.inputs.universe.stop_location_id` of its name), so a name's
   white space does not make other content;
-* **ons:<mode>**, **places:bus**, **stations:<mode>** (a tap file, whichever kind reads it; #40, third and fourth
-  reviews): per card, the set of the location ids of its tap-ons of that mode by name; of its bus tap-ons' places
-  (postcodes); of the places of its tap-ons and tap-offs (:func:`card_sets`; the streamed Opal release's
-  partitions save their rows' part, :func:`save_card_taps`): times, card ids and what each set leaves out take no
-  part;
+* **ons:<mode>**, **places:bus**, **stations:<mode>**, **days:<mode>** (a tap file, whichever kind reads it;
+  #40, third to fifth reviews): per card, the set of the location ids of its tap-ons of that mode by name; of its
+  bus tap-ons' places (postcodes); of the places of its tap-ons and tap-offs (:func:`card_sets`); and, with no
+  card, each tap-on as its date and place (:func:`tap_on_days`). The streamed Opal release's partitions save their
+  part (:func:`save_card_taps`). Times, card ids and what each leaves out take no part, nor the mode's name: their
+  tokens carry none, and the claims compare them whatever their mode;
 * and a tap file read by a passenger kind also claims the records that kind built from it, under the kind's own
   role and ``lines`` (:func:`of_derived_records`), as a record file holding them would.
 
@@ -84,8 +85,15 @@ PLACE_MODES = ("bus",)
 #: *and* tap-offs, what a station set built from taps reads of it (a re-extract with each trip's tap-on and
 #: tap-off swapped reads the same sets).
 STATIONS_PREFIX = "stations:"
-#: The per-card set digests of a tap file, in the order a match is said (:func:`card_set_roles`).
+#: The per-card set digests of a tap file, in the order a match is said.
 CARD_SET_PREFIXES = (ONS_PREFIX, PLACES_PREFIX, STATIONS_PREFIX)
+#: A tap file's digest of one mode's tap-ons as (date, place), with no card and no time of day (atk5):
+#: :func:`tap_on_days`.
+DAYS_PREFIX = "days:"
+#: Digests whose value does not depend on the mode's name (their tokens carry no mode): their claims are also
+#: compared whatever mode they are of (:func:`~transit_release.accounting.claims.claim_of`), so a re-extract that
+#: relabels a mode (train as lightrail, in the trips and the stop table) matches (atk5).
+ANY_MODE_PREFIXES = (*CARD_SET_PREFIXES, DAYS_PREFIX)
 #: Seeds of the two lanes of the multiset hash (public constants: the digest is keyed afterwards).
 _LANES = (np.uint64(0x243F6A8885A308D3), np.uint64(0x13198A2E03707344))
 _NAMES_KEY = "transit-release1"  # a fixed SipHash key for location ids: an unkeyed hash of their text
@@ -141,7 +149,7 @@ class ContentDigest:
             return
         if self.role not in ROLES and self.role not in (LINES, NAMED) and not any(
                 self.role.startswith(p) and self.role[len(p):] in (*_MODES, "other")
-                for p in (MODE_PREFIX, NAMED_PREFIX, *CARD_SET_PREFIXES)):
+                for p in (MODE_PREFIX, NAMED_PREFIX, *ANY_MODE_PREFIXES)):
             raise ValueError(f"unknown role of a private input {self.role!r}; known: {ROLES}, {LINES!r}, "
                              f"{MODE_PREFIX}<mode>")
 
@@ -546,15 +554,33 @@ def tap_on_tokens(index, stops: np.ndarray, mode_index: np.ndarray | int) -> np.
 
 
 def place_tokens(index, mode_index: np.ndarray | int, codes: np.ndarray) -> np.ndarray:
-    """Per stop (its location code under ``index``), the hash of its place as the Opal release counts it (a bus
-    stop's postcode, another mode's location id: :func:`location_keys` with ``named``), 0 for none."""
-    return place_tokens_of_keys(location_keys(index, mode_index, codes, named=True))
+    """Per stop (its location code under ``index``; ``mode_index`` its mode's position in ``index.modes``), the
+    hash of its place as the Opal release counts it (a bus stop's postcode, another mode's location id), **without
+    its mode** (a re-extract that relabels a mode reads the same places: atk5), 0 for none."""
+    from transit_release.inputs.universe import stop_location_id
+
+    codes = np.asarray(codes, dtype=np.int64)
+    tables = [np.append(name_hashes(tuple(loc if m == "bus" else stop_location_id(loc)
+                                          for loc in index.vocab.get(m, ()))), np.uint64(0)) for m in index.modes]
+    starts = np.cumsum([0] + [t.size for t in tables])
+    table = np.concatenate([*tables, [np.uint64(0)]]).astype(np.uint64)
+    mc = np.broadcast_to(np.asarray(mode_index, dtype=np.int64), codes.shape)
+    known = (mc >= 0) & (mc < len(tables)) & (codes >= 0)
+    return table[np.where(known, starts[np.where(known, mc, 0)] + codes, table.size - 1)]
 
 
-def place_tokens_of_keys(keys: np.ndarray) -> np.ndarray:
-    """:func:`place_tokens` of keys :func:`location_keys` gave with ``named``."""
-    key = np.asarray(keys).view(np.uint64)
-    return np.where(key == _NO_LOCATION, np.uint64(0), key)
+def tap_on_days(day: np.ndarray | int, on_place: np.ndarray, mode: str) -> ContentDigest:
+    """The ``days:<mode>`` digest (:data:`DAYS_PREFIX`) of one mode's tap-ons: the multiset of (the tap-on's date,
+    as days since 1970-01-01; its place, :func:`place_tokens`), each tap-on with a place one record. No card, no
+    time of day, no tap-off: what an Opal release reads of its taps whatever card each is on and wherever in the
+    day it falls (atk5: a fresh card per card and day, times moved inside their bins). Digests of parts add up."""
+    on_place = np.asarray(on_place, dtype=np.uint64)
+    days = np.broadcast_to(np.asarray(day, dtype=np.int64), on_place.shape)
+    placed = on_place != 0
+    with np.errstate(over="ignore"):
+        hashes = mix(on_place[placed] ^ mix(days[placed].view(np.uint64) * np.uint64(0xD6E8FEB86659FD93)
+                                            + np.uint64(0x9E3779B97F4A7C15)))
+    return _digest(LINES, hashes).as_role(mode_role(mode_code(mode), DAYS_PREFIX))
 
 
 def _set_hashes(line: np.ndarray, tokens: np.ndarray) -> np.ndarray:
@@ -672,7 +698,8 @@ def _gather_card_sets(folder: Path) -> tuple[ContentDigest, ...]:
 
 
 def card_sets_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[ContentDigest, ...]:
-    """Per mode the clean rows hold, :func:`card_sets` (``ons:<mode>``, ``places:<mode>``, ``stations:<mode>``),
+    """Per mode the clean rows hold, :func:`card_sets` (``ons:<mode>``, ``places:<mode>``, ``stations:<mode>``)
+    and :func:`tap_on_days` (``days:<mode>``),
     from the gate's clean trips in one frame and the validated stop table: what the kinds read of each card, and
     nothing more, so a re-extract that changes the times (seconds or minutes), empties the tap-offs (``ons``,
     ``places``), changes a postcode or a name's white space (``ons``), renames the bus stops (``places``), swaps
@@ -692,10 +719,14 @@ def card_sets_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[Conten
     on_place = place_tokens(index, at, _lookup(index, on_stop, np.ones(on_stop.size, dtype=bool), at))
     off_place = place_tokens(index, at, _lookup(index, off_stop, off_present, at))
     cards = _ints(clean["card_id"])
+    day = _ns(clean["tap_on_time"]) // 86_400_000_000_000
     out = []
     for mode in sorted(set(mode_all.unique())):
         sel = (mode_all == mode).to_numpy()
         out.extend(card_sets(cards[sel], on_name[sel], on_place[sel], off_place[sel], mode))
+        days = tap_on_days(day[sel], on_place[sel], mode)
+        if days.records:
+            out.append(days)
     return tuple(out)
 
 
@@ -718,7 +749,7 @@ def of_clean_trips(clean: pd.DataFrame, stops: pd.DataFrame) -> InputContent:
 
 def save_partition(folder: Path, mode: str, date: str, digest: ContentDigest, cards: np.ndarray,
                    named: ContentDigest | None = None, taps: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-                   shards: int = 1) -> None:
+                   shards: int = 1, days: ContentDigest | None = None) -> None:
     """One partition's digest (and ``named``, the same with its stops keyed by location id: :data:`NAMED`),
     distinct card ids and, with ``taps`` (each row's tap-on name token, tap-on and tap-off place tokens:
     :func:`tap_on_tokens`, :func:`place_tokens`), its rows' part of the per-card set digests in ``shards`` card
@@ -728,6 +759,8 @@ def save_partition(folder: Path, mode: str, date: str, digest: ContentDigest, ca
     np.save(folder / f"{mode}-{date}.cards.npy", card_ids(cards))
     if taps is not None:
         save_card_taps(folder / f"{mode}-{date}.taps.npy", cards, *taps, shards)
+    if days is not None:  # the partition's part of ``days:<mode>``
+        np.save(folder / f"{mode}-{date}.days.npy", np.array([days.records, *days.lanes], dtype=np.uint64))
     for suffix, d in (("digest", digest), ("named", named)):
         if d is not None:
             np.save(folder / f"{mode}-{date}.{suffix}.npy", np.array([d.records, *d.lanes], dtype=np.uint64))
@@ -755,6 +788,18 @@ def gather_partitions(folder: Path) -> InputContent:
             sums[suffix] = (total, per_mode)
     for f in files:
         parts.append(np.load(f.with_name(f.name.replace(".digest.npy", ".cards.npy"))))
-    return InputContent((*by_mode(*sums["digest"], named=sums.get("named")), *_gather_card_sets(folder)),
-                        merge_card_ids(parts))
+    days: dict[str, ContentDigest] = {}
+    for f in sorted(folder.glob("*.days.npy")):
+        mode = f.name[:-len(".days.npy")].rsplit("-", 3)[0]
+        n, a, b = (int(x) for x in np.load(f))
+        part = ContentDigest(mode_role(mode_code(mode), DAYS_PREFIX), n, (a, b))
+        days[mode] = days[mode] + part if mode in days else part
+    sets: dict[str, list[ContentDigest]] = {}  # per mode: its card sets, then its days (as one frame gives them)
+    for d in _gather_card_sets(folder):
+        sets.setdefault(d.role.split(":", 1)[1], []).append(d)
+    for mode, d in days.items():
+        if d.records:
+            sets.setdefault(mode_role(mode_code(mode), ""), []).append(d)
+    per_mode = tuple(d for m in sorted(sets) for d in sets[m])
+    return InputContent((*by_mode(*sums["digest"], named=sums.get("named")), *per_mode), merge_card_ids(parts))
 

@@ -582,9 +582,11 @@ def prepare_partition(spill: Path, staging: Path, quarantine_parts: Path, pairs:
         named = [contents.trip_rows(  # the stops as their public locations (as named; as location ids: #40)
             contents.mode_code(mode), rows["on_ns"], keys["on", as_id], rows["off_ns"], keys["off", as_id])
             for as_id in (False, True)]
-        places = [contents.place_tokens_of_keys(keys[tap, True]) for tap in ("on", "off")]
+        places = [contents.place_tokens(index, mode_index, encoded[f"{tap}_loc"]) for tap in ("on", "off")]
+        day = int(pd.Timestamp(date).value // 86_400_000_000_000)  # the partition's date (YYYYMMDD), in days
         contents.save_partition(content, mode, date, named[0], rows["card"], named=named[1], shards=shards,
-                                taps=(contents.tap_on_tokens(index, rows["on_stop"], mode_index), *places))
+                                taps=(contents.tap_on_tokens(index, rows["on_stop"], mode_index), *places),
+                                days=contents.tap_on_days(day, places[0], mode))
     missing = int((rows["off_ns"] == NAT).sum())
     del rows
     check_encoded(encoded)
