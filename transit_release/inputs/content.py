@@ -52,6 +52,7 @@ there too (:func:`card_ids`); id-less record files carry none.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -536,6 +537,41 @@ def with_derived(taps: InputContent, role: str, data, cut: int | None = None) ->
     return InputContent((*taps.digests, *of_derived_records(role, data), *cuts), taps.cards)
 
 
+def _token_table(index, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """The token table of ``index`` for :func:`tap_on_tokens` (``kind`` "names") or :func:`place_tokens`
+    ("places"): each mode's tokens then a 0 (none), a last 0 for an unknown mode, and each mode's start in it.
+    Made once per index (kept for the last index seen, as a process keeps one), not once per partition: a large
+    stop table's names would be hashed, and run through ``stop_location_id``, for every partition."""
+    from transit_release.inputs.universe import stop_location_id
+
+    with _TOKEN_TABLES_LOCK:
+        cached = _TOKEN_TABLES.get(kind)
+    if cached is not None and cached[0] is index:
+        return cached[1], cached[2]
+    if kind == "names":
+        texts = [tuple(index.name_vocab.get(m, ())) for m in index.modes]
+    else:
+        texts = [tuple(loc if m == "bus" else stop_location_id(loc) for loc in index.vocab.get(m, ()))
+                 for m in index.modes]
+    tables = [np.append(name_hashes(t), np.uint64(0)) for t in texts]
+    starts = np.cumsum([0] + [t.size for t in tables])
+    table = np.concatenate([*tables, [np.uint64(0)]]).astype(np.uint64)
+    with _TOKEN_TABLES_LOCK:
+        _TOKEN_TABLES[kind] = (index, table, starts)
+    return table, starts
+
+
+_TOKEN_TABLES: dict[str, tuple[object, np.ndarray, np.ndarray]] = {}
+_TOKEN_TABLES_LOCK = threading.Lock()
+
+
+def _tokens(table: np.ndarray, starts: np.ndarray, mode_index, codes: np.ndarray) -> np.ndarray:
+    codes = np.asarray(codes, dtype=np.int64)
+    mc = np.broadcast_to(np.asarray(mode_index, dtype=np.int64), codes.shape)
+    known = (mc >= 0) & (mc < starts.size - 1) & (codes >= 0)
+    return table[np.where(known, starts[np.where(known, mc, 0)] + codes, table.size - 1)]
+
+
 def tap_on_tokens(index, stops: np.ndarray, mode_index: np.ndarray | int) -> np.ndarray:
     """Per tap-on stop id, the (unkeyed) hash of the location id of its stop's name
     (:attr:`~transit_release.preprocessing.LocationIndex.name_vocab`, a bus stop's too), and 0 where the stop is
@@ -545,28 +581,14 @@ def tap_on_tokens(index, stops: np.ndarray, mode_index: np.ndarray | int) -> np.
     stops = np.asarray(stops, dtype=np.int64)
     mc = np.broadcast_to(np.asarray(mode_index, dtype=np.int8), stops.shape)
     code = _lookup(index, stops, np.ones(stops.size, dtype=bool), mc, names=True)
-    tables = [np.append(name_hashes(tuple(index.name_vocab.get(m, ()))), np.uint64(0)) for m in index.modes]
-    starts = np.cumsum([0] + [t.size for t in tables])
-    table = np.concatenate([*tables, [np.uint64(0)]]).astype(np.uint64)
-    mc = mc.astype(np.int64)
-    known = (mc >= 0) & (mc < len(tables)) & (code >= 0)
-    return table[np.where(known, starts[np.where(known, mc, 0)] + code, table.size - 1)]
+    return _tokens(*_token_table(index, "names"), mc, code)
 
 
 def place_tokens(index, mode_index: np.ndarray | int, codes: np.ndarray) -> np.ndarray:
     """Per stop (its location code under ``index``; ``mode_index`` its mode's position in ``index.modes``), the
     hash of its place as the Opal release counts it (a bus stop's postcode, another mode's location id), **without
     its mode** (a re-extract that relabels a mode reads the same places: atk5), 0 for none."""
-    from transit_release.inputs.universe import stop_location_id
-
-    codes = np.asarray(codes, dtype=np.int64)
-    tables = [np.append(name_hashes(tuple(loc if m == "bus" else stop_location_id(loc)
-                                          for loc in index.vocab.get(m, ()))), np.uint64(0)) for m in index.modes]
-    starts = np.cumsum([0] + [t.size for t in tables])
-    table = np.concatenate([*tables, [np.uint64(0)]]).astype(np.uint64)
-    mc = np.broadcast_to(np.asarray(mode_index, dtype=np.int64), codes.shape)
-    known = (mc >= 0) & (mc < len(tables)) & (codes >= 0)
-    return table[np.where(known, starts[np.where(known, mc, 0)] + codes, table.size - 1)]
+    return _tokens(*_token_table(index, "places"), mode_index, codes)
 
 
 def tap_on_days(day: np.ndarray | int, on_place: np.ndarray, mode: str) -> ContentDigest:
