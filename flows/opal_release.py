@@ -175,7 +175,8 @@ class OpalKind(ReleaseKind):
         return space_needed(self.period, self.config, records.data.index)
 
     def expectation(self, run: ReleaseRun, records: Records) -> Expectation:
-        cells = count_true_cells(records.data.dataset, opal.partitions_of(self.period, self.config), self.config)
+        cells = count_true_cells(quote(records.data.dataset), opal.partitions_of(self.period, self.config),
+                                 self.config)
         return Expectation(run.release_id, public_rules(self.config), cells)
 
     def sanitize(self, run: ReleaseRun, records: Records, charged: list):
@@ -195,9 +196,10 @@ class OpalKind(ReleaseKind):
         # the report's figures, drawn in a process of their own while the release is checked and staged
         figures = draw_report_figures.submit(run.where, manifest, utility, outcomes)
         in_flight.append(figures)
-        tables = validate_release_tables(assemble_tables(outcomes, r.dataset))
+        # the dataset is quoted: Prefect would walk its vocabulary (every stop name) at every task it is given to
+        tables = validate_release_tables(assemble_tables(outcomes, quote(r.dataset)))
         release_quality = check_release_tables(run.where, str(r.workspace.work.path), run.release_id, tables,
-                                               outcomes, r.dataset, self.config)
+                                               outcomes, quote(r.dataset), self.config)
         return PublicOutputs(tables, {}, manifest, (figures, release_quality))
 
     def report(self, run, manifest, records, evaluation, outputs) -> str:

@@ -4,11 +4,8 @@ The convention: a shell command a reader may copy is shown in a ```bash block; s
 (``...``, ``F``, ``DIR``) go in ```text blocks. Each ```bash command is, by its first words:
 
 - ``transit-release …`` (or ``.venv/bin/transit-release …``): run as written, in order, page by page, in one
-  temporary directory per page (the page's home), with the session's Prefect server; it must exit 0. The
-  commands that put tap data through the Opal gate or build trajectories (:func:`heavy`: tens of seconds each on
-  two cores) run only with ``TRANSIT_RELEASE_DOCS_ALL=1``, which runs every command of every page (minutes);
-  the rest (synthesis, sequence and set releases from record files, ``budget``, ``audit``, ``repair``,
-  ``backup``) always run;
+  temporary directory per page (the page's home), with the session's Prefect server; it must exit 0. Every such
+  command of every page runs in every run of the suite, CI's included;
 - ``.venv/bin/python benchmarks/…``: the script exists and takes every option shown (benchmarks run for minutes
   on the full-size week; they print numbers and are not tests);
 - one of :data:`EXCLUDED`, with the reason it is not run here;
@@ -18,7 +15,6 @@ and anything else fails the test, so a new kind of command cannot slip into the 
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import time
@@ -81,16 +77,6 @@ def kind(command: str) -> str:
     return "unknown"
 
 
-#: Run every documented command, the heavy ones included.
-ALL_ENV = "TRANSIT_RELEASE_DOCS_ALL"
-
-
-def heavy(command: str) -> bool:
-    """An Opal release or demo, a trajectory release, or any release from tap data (``--trips``)."""
-    words = shlex.split(command)
-    return words[1] in ("release", "demo", "trajectories") or "--trips" in words
-
-
 def _all_commands():
     return [(page, n, c) for page in PAGES for n, c in bash_commands(page)]
 
@@ -124,19 +110,11 @@ def test_benchmark_commands_name_scripts_and_options_that_exist():
 @pytest.mark.parametrize("page", [p for p in PAGES if any(kind(c) == "run" for _, c in bash_commands(p))],
                          ids=lambda p: p.name)
 def test_page_commands_run_as_written(page, prefect_harness, tmp_path, monkeypatch, capsys):
-    """The page's commands, in the page's order, in a fresh directory: each exits 0. On demand
-    (``TRANSIT_RELEASE_DOCS=1``, or ``TRANSIT_RELEASE_DOCS_ALL=1`` for every command): the suite's CI budget
-    keeps the static checks above and leaves running the documents' commands to whoever changes them."""
-    if not (os.environ.get("TRANSIT_RELEASE_DOCS") or os.environ.get(ALL_ENV)):
-        pytest.skip("the documents' commands run on demand: TRANSIT_RELEASE_DOCS=1 (cheap ones) or "
-                    f"{ALL_ENV}=1 (all)")
+    """The page's commands, in the page's order, in a fresh directory: each exits 0."""
     monkeypatch.chdir(tmp_path)
-    seconds, skipped = [], []
+    seconds = []
     for n, command in bash_commands(page):
         if kind(command) != "run":
-            continue
-        if heavy(command) and not os.environ.get(ALL_ENV):
-            skipped.append(f"{page.name}:{n}")
             continue
         argv = shlex.split(command)[1:]
         start = time.monotonic()
@@ -144,7 +122,7 @@ def test_page_commands_run_as_written(page, prefect_harness, tmp_path, monkeypat
         seconds.append((round(time.monotonic() - start, 1), command[:60]))
         out = capsys.readouterr()
         assert code == 0, f"{page.name}:{n}: `{command}` exited {code}\n{out.out[-2000:]}\n{out.err[-2000:]}"
-    print(page.name, seconds, f"not run without {ALL_ENV}=1:", skipped)
+    print(page.name, seconds)
 
 
 def _anchors(page: Path) -> set[str]:

@@ -66,9 +66,9 @@ def orphans(home: Path) -> list[int]:
     return found
 
 
-#: Killed in CI: after the charge with a cluster alive (then the id is refused), after the intent with the command's
-#: own server (repair completes the publication); the other steps (staging, MLflow run, rename, publication entry,
-#: published tag) with TRANSIT_RELEASE_LONG=1.
+#: Killed in every run: after the charge with a cluster alive (then the id is refused), after the intent with the
+#: command's own server (repair completes the publication); the other steps (staging, MLflow run, rename,
+#: publication entry, published tag) are marked ``long`` (also run by default; ``-m "not long"`` leaves them out).
 CI_STEPS = ("after-charge", "after-intent")
 
 

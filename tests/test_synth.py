@@ -27,7 +27,7 @@ def tap_counts(week):
     return pd.concat(out)
 
 
-@pytest.mark.long  # 13 million trips: TRANSIT_RELEASE_LONG=1
+@pytest.mark.long  # 13 million trips
 def test_full_scale_week_matches_the_real_release(full_week):
     from scipy.stats import spearmanr
 

@@ -11,8 +11,8 @@ order its flow calls them (``flows/sequence_release.py``: read → sequence budg
 → plan spend → ``sequence_release.build_manifest``; ``flows/opal_release.py``:
 release period → ``opal.build_manifest``); the tasks' plain functions
 (``task.fn``) are called directly, no flow runs. The same comparison on the
-manifests of two *real* release runs is :func:`test_sequence_manifests_of_two_real_runs`
-(``--long`` only: it starts Prefect); to make it the CI check, drop its skip.
+manifests of two *real* release runs (the CLI, Prefect on the session's shared
+server, the ledger) is :func:`test_sequence_manifests_of_two_real_runs`.
 """
 
 from __future__ import annotations
@@ -156,11 +156,8 @@ def test_the_comparison_sees_what_it_should(tmp_path):
 
 @pytest.mark.flow
 @pytest.mark.parametrize("variant,tax", SEQUENCE_CASES)
-def test_sequence_manifests_of_two_real_runs(variant, tax, pytestconfig, request, tmp_path, test_seed):
+def test_sequence_manifests_of_two_real_runs(variant, tax, prefect_harness, tmp_path, test_seed):
     """The same check on the manifests two real releases publish (the CLI, Prefect, the ledger)."""
-    if not pytestconfig.getoption("--long", default=False):
-        pytest.skip("real release runs start Prefect: --long only")
-    request.getfixturevalue("prefect_harness")
     from transit_release.cli import main
 
     f, f2 = neighbouring_sequence_files(tmp_path)

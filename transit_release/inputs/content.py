@@ -204,20 +204,42 @@ def location_keys(index, mode_index: np.ndarray | int, codes: np.ndarray, named:
     ids, nor on which other stops or modes the stop table lists. ``named``: a non-bus stop as its location id
     (:func:`~transit_release.inputs.universe.stop_location_id` of its name: white space runs as ``_``, trimmed),
     what the passenger kinds count (the :data:`NAMED` digests); a bus stop stays its postcode."""
+    table, starts = _key_table(index, named)
+    codes = np.asarray(codes, dtype=np.int64)
+    mc = np.broadcast_to(np.asarray(mode_index, dtype=np.int64), codes.shape)
+    known = (mc >= 0) & (mc < len(index.modes))
+    mc = np.where(known, mc, 0)
+    at = np.where(codes >= 0, starts[mc] + codes, starts[mc + 1] - 1)
+    at = np.where(known, at, table.size - 1)
+    return table[at].view(np.int64)
+
+
+#: The key tables of the last index :func:`location_keys` was given, by ``named`` (one release's index at a time,
+#: as :func:`~transit_release.preprocessing.load_location_index` keeps one per process)
+_KEY_TABLES: dict[bool, tuple[object, np.ndarray, np.ndarray]] = {}
+_KEY_TABLES_LOCK = threading.Lock()
+
+
+def _key_table(index, named: bool) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`location_keys`' table (each mode's locations' keys, then its "no location" key; a last "no location"
+    for an unknown mode) and each mode's start in it: made once per index, not once per partition and tap (a stop
+    table of 200,000 names made it 4 times for each of 28 partitions: about 15 s of a release)."""
+    with _KEY_TABLES_LOCK:
+        cached = _KEY_TABLES.get(named)
+    if cached is not None and cached[0] is index:
+        return cached[1], cached[2]
     from transit_release.inputs.universe import stop_location_id
 
-    codes = np.asarray(codes, dtype=np.int64)
     as_id = (lambda m, loc: stop_location_id(loc) if m != "bus" else loc) if named else (lambda m, loc: loc)
     tables = [np.append(name_hashes(tuple(f"{m}:{as_id(m, loc)}" for loc in index.vocab.get(m, ()))), _NO_LOCATION)
               for m in index.modes]
     starts = np.cumsum([0] + [t.size for t in tables])
     table = np.concatenate([*tables, [_NO_LOCATION]]).astype(np.uint64)
-    mc = np.broadcast_to(np.asarray(mode_index, dtype=np.int64), codes.shape)
-    known = (mc >= 0) & (mc < len(tables))
-    mc = np.where(known, mc, 0)
-    at = np.where(codes >= 0, starts[mc] + codes, starts[mc + 1] - 1)
-    at = np.where(known, at, table.size - 1)
-    return table[at].view(np.int64)
+    with _KEY_TABLES_LOCK:
+        for stale in [k for k, v in _KEY_TABLES.items() if v[0] is not index]:
+            del _KEY_TABLES[stale]
+        _KEY_TABLES[named] = (index, table, starts)
+    return table, starts
 
 
 def mode_role(code: int, prefix: str = MODE_PREFIX) -> str:

@@ -340,6 +340,12 @@ def top_k_subsequence_patterns(data: Sequences | WeightedSequences, k: int,
     Best-first search over the pattern tree (supports only shrink along it), each node's
     projection kept as the end positions of the earliest embedding per sequence; ties at the
     k-th support broken by the pattern, ascending.
+
+    The queue pops nodes of equal support in ascending pattern order, and a node's extensions
+    sort after it: once the k best found are full and the next node has the k-th support and a
+    pattern after the k-th best's, nothing left to find can enter the k best, and the search
+    stops. (Expanding every node tied at the k-th support instead enumerated every pattern of a
+    sparse data set, where the k-th support is 1: 727,000 extensions of 3,400 trajectories.)
     """
     w = data if isinstance(data, WeightedSequences) else WeightedSequences.of(data)
     seqs, weights = w.seqs, w.weights.astype(float)
@@ -347,12 +353,19 @@ def top_k_subsequence_patterns(data: Sequences | WeightedSequences, k: int,
     if k <= 0 or seqs.locations.size == 0:
         return []
     pos = _Positions(seqs)
-    found: list[tuple[float, tuple[int, ...]]] = []  # min-heap of the best k (support, -pattern order)
+    found: list[tuple[float, _Descending]] = []  # the best k found, the k-th (the worst) first
     best: list[tuple[int, tuple[int, ...]]] = []
     queue: list[tuple[float, tuple[int, ...], np.ndarray]] = []
 
     def threshold() -> float:
         return found[0][0] if len(found) >= k else 1.0
+
+    def more_to_find() -> bool:
+        """Whether the queue's next node, or a pattern below it, can still enter the k best."""
+        support, pattern = -queue[0][0], queue[0][1]
+        if support != threshold() or len(found) < k:
+            return support >= threshold()
+        return pattern < found[0][1].pattern
 
     # size-1 patterns: the first occurrence of each item in each sequence
     firsts = np.flatnonzero(pos.prev_same < 0)
@@ -366,7 +379,7 @@ def top_k_subsequence_patterns(data: Sequences | WeightedSequences, k: int,
             best.append((support[x], pattern))
             _push_found(found, k, support[x], pattern)
         heapq.heappush(queue, (-support[x], pattern, firsts[order[bounds[x]:bounds[x + 1]]]))
-    while queue and -queue[0][0] >= threshold():
+    while queue and more_to_find():
         neg, pattern, ends = heapq.heappop(queue)
         t = threshold()
         sup, proj = _extend(pos, weights, ends, L, t)
@@ -380,12 +393,29 @@ def top_k_subsequence_patterns(data: Sequences | WeightedSequences, k: int,
     return [(p, int(round(s))) for s, p in best[:k]]
 
 
+class _Descending:
+    """A pattern that sorts in descending order: in a min-heap of (support, pattern), the worst of the k best
+    (the lowest support, and of those the pattern that sorts last) comes first."""
+
+    __slots__ = ("pattern",)
+
+    def __init__(self, pattern: tuple[int, ...]):
+        self.pattern = pattern
+
+    def __lt__(self, other: _Descending) -> bool:
+        return self.pattern > other.pattern
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Descending) and self.pattern == other.pattern
+
+
 def _push_found(found: list, k: int, support: float, pattern: tuple[int, ...]) -> None:
-    """Keep the ``k`` largest supports seen (only their values matter for the threshold)."""
+    """Keep the ``k`` best patterns seen by (support descending, pattern ascending), the worst first."""
+    item = (support, _Descending(pattern))
     if len(found) < k:
-        heapq.heappush(found, (support, pattern))
-    elif support > found[0][0]:
-        heapq.heapreplace(found, (support, pattern))
+        heapq.heappush(found, item)
+    elif found[0] < item:
+        heapq.heapreplace(found, item)
 
 
 def top_k_patterns(seqs: Sequences | WeightedSequences, k: int) -> set[tuple[int, ...]]:
