@@ -144,7 +144,7 @@ def test_trips_match_with_their_stop_ids_relabelled_and_their_cards_renumbered(t
     assert content.of_clean_trips(moved, stops).digests != base.digests
 
 
-def _streamed(tmp_path: Path, clean: pd.DataFrame, stops: pd.DataFrame):
+def _streamed(tmp_path: Path, clean: pd.DataFrame, stops: pd.DataFrame, week: tuple[str, str] = WEEK):
     """The content the Opal release claims of ``clean`` written as a trips file (streamed, partition by partition,
     as its flow runs the steps), and the passenger kinds' content of the same file (one frame)."""
     from schemas import TripsFile
@@ -159,7 +159,7 @@ def _streamed(tmp_path: Path, clean: pd.DataFrame, stops: pd.DataFrame):
     path = tmp_path / "trips.csv"
     clean.to_csv(path, index=False)
     cfg = load_release_config()
-    period = parse_period(*WEEK)
+    period = parse_period(*week)
     work = tmp_path / "work"
     streamed = streaming.stream_trips(path, stops, period, cfg.quality, cfg.modes, work / "spill", work / "q",
                                       partial(check, TripsFile), batch_bytes=4096)
@@ -325,6 +325,36 @@ def test_an_opal_re_extract_with_a_fresh_card_per_day_and_times_moved_inside_the
     other_mode = other.iloc[0]["mode"]
     _, again, _ = _streamed(tmp_path / "c", other, stops)
     assert {d.role: d for d in again.digests}[f"days:{other_mode}"] != mine[f"days:{other_mode}"]
+
+
+def test_a_week_re_dated_with_a_fresh_card_per_day_is_refused_day_by_day(tmp_path):
+    """atk6 (MAJOR 1): every date moved by a week and a fresh card per card and day: the per-card sets, the card
+    ids and the dated digests all differ, yet an Opal release of the new week reads the same partitions under new
+    dates. Each day's tap-ons by place (``day:<mode>@<date>``, compared whatever the mode and the date) match, so
+    it is refused; so is an extract of one of the days. Days under :data:`MIN_DAY_TAP_ONS` tap-ons claim none."""
+    clean, stops = _week_taps()
+    day = clean["tap_on_time"].dt.normalize()
+    per_day = clean.assign(card_id=pd.factorize(pd.MultiIndex.from_arrays([clean["card_id"], day]))[0] + 60_000_000)
+    moved = per_day.assign(tap_on_time=per_day["tap_on_time"] + pd.Timedelta(days=7),
+                           tap_off_time=per_day["tap_off_time"] + pd.Timedelta(days=7))
+    _, full, _ = _streamed(tmp_path / "a", clean, stops)
+    _, got, _ = _streamed(tmp_path / "b", moved, stops, ("2016-08-15", "2016-08-21"))
+    mine, theirs = claim_of(KEY, full).fingerprints, claim_of(KEY, got).fingerprints
+    same = [r for r in theirs if theirs[r] in mine.values()]
+    assert same and all(r.startswith("*day:") for r in same)
+    assert len(same) == sum(r.startswith("*day:") for r in theirs) > 10  # every day claimed matches one
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets("opal"), full)
+    with pytest.raises(PopulationOverlapError) as info:
+        _charge(store, ledger, _sets("next-week", "riders-b"), got)
+    assert ("read the same bus, ferry, train tap-ons of a day (one day's tap-ons by location, whatever the date, "
+            "the cards and the times of day); one person cannot be in two populations.") in str(info.value)
+    monday = moved[moved["tap_on_time"] < pd.Timestamp("2016-08-16")]
+    _, one_day, _ = _streamed(tmp_path / "c", monday, stops, ("2016-08-15", "2016-08-15"))
+    with pytest.raises(PopulationOverlapError):
+        _charge(store, ledger, _sets("one-day", "riders-b"), one_day)
+    few = {d.role: d for d in content.of_clean_trips(clean.iloc[:300], stops).digests}
+    assert not [r for r in few if r.startswith("day:")]  # about 14 tap-ons a mode and day: no day claimed
 
 
 # ---- keyed claims and the store ---------------------------------------------------------------------------------
@@ -844,9 +874,10 @@ def test_trajectories_of_a_first_h_taps_re_extract_under_another_population_are_
     full = content.with_derived(content.of_clean_trips(clean, stops), "trajectories", full_data, 6)
     got = content.with_derived(content.of_clean_trips(variant, stops), "trajectories", cut_data, 6)
     mine, theirs = {d.role: d for d in full.digests}, {d.role: d for d in got.digests}
-    # the cut claim alone matches: so an Opal release of the full taps (which claims the tap file's own digests
-    # only) followed by these trajectories is not matched, a limit docs/threat-model.md states
-    assert [r for r in theirs if theirs[r] == mine.get(r)] == ["cut:trajectories"]
+    # the cut claim matches, and the days whose tap-ons all lie in each card's first six (atk6's day digests,
+    # compared whatever their date): an Opal release of the full taps followed by these trajectories is matched
+    # only by such days, a limit docs/threat-model.md states
+    assert [r for r in theirs if theirs[r] == mine.get(r)] == ["day:train@20160808", "cut:trajectories"]
     assert not np.intersect1d(full.cards, got.cards).size
     store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
     _charge(store, ledger, _sets("pa"), full)
@@ -856,12 +887,15 @@ def test_trajectories_of_a_first_h_taps_re_extract_under_another_population_are_
     assert str(info.value).startswith(
         "release 'pb' of population 'pb' reads records of people already released under population 'default': "
         "release 'pa' read the same trajectories as the mechanism reads them (each cut to its first h points, h the "
-        "release's height); one person cannot be in two populations.")
+        "release's height) and the same train tap-ons of a day (one day's tap-ons by location, whatever the date, "
+        "the cards and the times of day); one person cannot be in two populations.")
     assert "pb" not in {e.release_id for e in ledger.entries()}  # nothing charged
-    # a cut of another length reads other records: not matched
-    _charge(store, ledger, _sets("pb5", "pb"), content.with_derived(
-        content.of_clean_trips(_first_train_taps(clean, 5), stops), "trajectories",
-        _trajectories(_first_train_taps(clean, 5), stops), 5))
+    # a cut of another length reads other records: its cut claim is another (the Monday's tap-ons, all among each
+    # card's first five, still match: the same people's day)
+    five = content.with_derived(content.of_clean_trips(_first_train_taps(clean, 5), stops), "trajectories",
+                                _trajectories(_first_train_taps(clean, 5), stops), 5)
+    theirs = {d.role: d for d in five.digests}
+    assert [r for r in theirs if theirs[r] == mine.get(r)] == ["day:train@20160808"]
 
 
 def _lines_of(data, role: str) -> list[str]:

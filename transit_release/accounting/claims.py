@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from transit_release.errors import PopulationOverlapError, RecordsOfAnotherPeriodError
-from transit_release.inputs.content import (ANY_MODE_PREFIXES, CUT_PREFIX, CUT_ROLES, DAYS_PREFIX, LINES,
+from transit_release.inputs.content import (ANY_MODE_PREFIXES, CUT_PREFIX, CUT_ROLES, DAY_PREFIX, DAYS_PREFIX, LINES,
                                              MODE_PREFIX, NAMED, NAMED_PREFIX, ONS_PREFIX, PLACES_PREFIX,
                                              STATIONS_PREFIX, ContentDigest, InputContent)
 from transit_release.inputs.refusals import refusal
@@ -145,9 +145,10 @@ class Claim:
 def claim_of(key: bytes, content: InputContent) -> Claim:
     """Key ``content`` (:class:`~transit_release.inputs.content.InputContent`) with the home's secret."""
     hashes = card_hashes(key, content.cards)
-    fingerprints = {d.role: input_fingerprint(key, d) for d in content.digests}
+    fingerprints = {d.role: input_fingerprint(key, d) for d in content.digests if not d.role.startswith(DAY_PREFIX)}
+    # whatever the mode (and, for a day's tap-ons, whatever the date: those only so)
     fingerprints.update({ANY_MODE + d.role: input_fingerprint(key, d, any_mode=True) for d in content.digests
-                         if d.role.startswith(ANY_MODE_PREFIXES)})
+                         if d.role.startswith((*ANY_MODE_PREFIXES, DAY_PREFIX))})
     return Claim(fingerprints, hashes, int(hashes.size))
 
 
@@ -216,6 +217,8 @@ _CARD_SETS = {
                      "aside)",
     DAYS_PREFIX: "tap-ons by day and location (each tap-on's date and location, whatever its card and its time "
                  "of day)",
+    DAY_PREFIX: "tap-ons of a day (one day's tap-ons by location, whatever the date, the cards and the times of "
+                "day)",
 }
 
 
@@ -223,7 +226,7 @@ def _card_sets_matched(roles: set[str]) -> list[str]:
     """The first per-card set digest (or, failing those, the tap-ons by day) found the same, in words (the others
     say less)."""
     for prefix, words in _CARD_SETS.items():
-        modes = sorted(r[len(prefix):] for r in roles if r.startswith(prefix))
+        modes = sorted({r[len(prefix):].split("@")[0] for r in roles if r.startswith(prefix)})
         if modes:
             return [f"the same {', '.join(modes)} {words}"]
     return []

@@ -35,9 +35,10 @@ Parquet or another (copied) stop table or universe still matches. Precisely:
   keyed by its location id (:func:`~transit_release.inputs.universe.stop_location_id` of its name), so a name's
   white space does not make other content;
 * **ons:<mode>**, **places:bus**, **stations:<mode>**, **days:<mode>** (a tap file, whichever kind reads it;
-  #40, third to fifth reviews): per card, the set of the location ids of its tap-ons of that mode by name; of its
+  #40, third to sixth reviews): per card, the set of the location ids of its tap-ons of that mode by name; of its
   bus tap-ons' places (postcodes); of the places of its tap-ons and tap-offs (:func:`card_sets`); and, with no
-  card, each tap-on as its date and place (:func:`tap_on_days`). The streamed Opal release's partitions save their
+  card, each tap-on as its date and place (:func:`tap_on_days`); and **day:<mode>@<date>** (atk6), one day's
+  tap-ons by place alone, compared whatever the date (:func:`tap_ons_of_day`). The streamed Opal release's partitions save their
   part (:func:`save_card_taps`). Times, card ids and what each leaves out take no part, nor the mode's name: their
   tokens carry none, and the claims compare them whatever their mode;
 * and a tap file read by a passenger kind also claims the records that kind built from it, under the kind's own
@@ -52,6 +53,7 @@ there too (:func:`card_ids`); id-less record files carry none.
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +97,14 @@ DAYS_PREFIX = "days:"
 #: compared whatever mode they are of (:func:`~transit_release.accounting.claims.claim_of`), so a re-extract that
 #: relabels a mode (train as lightrail, in the trips and the stop table) matches (atk5).
 ANY_MODE_PREFIXES = (*CARD_SET_PREFIXES, DAYS_PREFIX)
+#: A tap file's digest of one day of one mode's tap-ons, each as its place only (``day:train@20160808``; atk6):
+#: compared whatever its mode **and its date**, so a re-extract that moves every date (a week re-dated as another,
+#: with a fresh card per card and day) or holds some of the days matches day by day (:func:`tap_ons_of_day`).
+DAY_PREFIX = "day:"
+#: A day's digest is claimed only when it holds at least this many tap-ons with a place (a public constant): two
+#: genuinely different populations' days of a few tap-ons each could hold the same places by chance.
+MIN_DAY_TAP_ONS = 50
+_DAY_ROLE = re.compile(r"day:(bus|ferry|lightrail|train|other)@\d{8}")
 #: Seeds of the two lanes of the multiset hash (public constants: the digest is keyed afterwards).
 _LANES = (np.uint64(0x243F6A8885A308D3), np.uint64(0x13198A2E03707344))
 _NAMES_KEY = "transit-release1"  # a fixed SipHash key for location ids: an unkeyed hash of their text
@@ -147,6 +157,8 @@ class ContentDigest:
 
     def __post_init__(self) -> None:
         if self.role in CUT_ROLES:  # a kind's records as its mechanism reads them (of_cut_records)
+            return
+        if self.role.startswith(DAY_PREFIX) and _DAY_ROLE.fullmatch(self.role):
             return
         if self.role not in ROLES and self.role not in (LINES, NAMED) and not any(
                 self.role.startswith(p) and self.role[len(p):] in (*_MODES, "other")
@@ -627,6 +639,19 @@ def tap_on_days(day: np.ndarray | int, on_place: np.ndarray, mode: str) -> Conte
     return _digest(LINES, hashes).as_role(mode_role(mode_code(mode), DAYS_PREFIX))
 
 
+def tap_ons_of_day(date: str, on_place: np.ndarray, mode: str) -> ContentDigest | None:
+    """The ``day:<mode>@<YYYYMMDD>`` digest (:data:`DAY_PREFIX`) of one day of one mode's tap-ons, each as its place
+    (:func:`place_tokens`) alone: no card, no time of day, no date in the value (the date is in the role only, to
+    tell a claim's days apart). None under :data:`MIN_DAY_TAP_ONS` tap-ons with a place."""
+    on_place = np.asarray(on_place, dtype=np.uint64)
+    placed = on_place[on_place != 0]
+    if placed.size < MIN_DAY_TAP_ONS:
+        return None
+    with np.errstate(over="ignore"):
+        hashes = mix(placed ^ np.uint64(0xA0761D6478BD642F))
+    return _digest(LINES, hashes).as_role(f"{mode_role(mode_code(mode), DAY_PREFIX)}@{date}")
+
+
 def _set_hashes(line: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     """Per record (``line``: each token's record, ascending, every record from 0 present), the hash of the set of
     its non-zero tokens (as :func:`lines_of_records` hashes a line); a record without one hashes as no record
@@ -771,6 +796,11 @@ def card_sets_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[Conten
         days = tap_on_days(day[sel], on_place[sel], mode)
         if days.records:
             out.append(days)
+        for d in np.unique(day[sel]):
+            one = tap_ons_of_day(pd.Timestamp(int(d), unit="D").strftime("%Y%m%d"), on_place[sel][day[sel] == d],
+                                 mode)
+            if one is not None:
+                out.append(one)
     return tuple(out)
 
 
@@ -793,7 +823,7 @@ def of_clean_trips(clean: pd.DataFrame, stops: pd.DataFrame) -> InputContent:
 
 def save_partition(folder: Path, mode: str, date: str, digest: ContentDigest, cards: np.ndarray,
                    named: ContentDigest | None = None, taps: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-                   shards: int = 1, days: ContentDigest | None = None) -> None:
+                   shards: int = 1, days: ContentDigest | None = None, day: ContentDigest | None = None) -> None:
     """One partition's digest (and ``named``, the same with its stops keyed by location id: :data:`NAMED`),
     distinct card ids and, with ``taps`` (each row's tap-on name token, tap-on and tap-off place tokens:
     :func:`tap_on_tokens`, :func:`place_tokens`), its rows' part of the per-card set digests in ``shards`` card
@@ -805,6 +835,8 @@ def save_partition(folder: Path, mode: str, date: str, digest: ContentDigest, ca
         save_card_taps(folder / f"{mode}-{date}.taps.npy", cards, *taps, shards)
     if days is not None:  # the partition's part of ``days:<mode>``
         np.save(folder / f"{mode}-{date}.days.npy", np.array([days.records, *days.lanes], dtype=np.uint64))
+    if day is not None:  # the partition's day, whatever its date (``day:<mode>@<date>``)
+        np.save(folder / f"{mode}-{date}.day.npy", np.array([day.records, *day.lanes], dtype=np.uint64))
     for suffix, d in (("digest", digest), ("named", named)):
         if d is not None:
             np.save(folder / f"{mode}-{date}.{suffix}.npy", np.array([d.records, *d.lanes], dtype=np.uint64))
@@ -844,6 +876,11 @@ def gather_partitions(folder: Path) -> InputContent:
     for mode, d in days.items():
         if d.records:
             sets.setdefault(mode_role(mode_code(mode), ""), []).append(d)
+    for f in sorted(folder.glob("*.day.npy")):
+        mode, date = f.name[:-len(".day.npy")].rsplit("-", 1)
+        n, a, b = (int(x) for x in np.load(f))
+        key = mode_role(mode_code(mode), "")
+        sets.setdefault(key, []).append(ContentDigest(f"{DAY_PREFIX}{key}@{date}", n, (a, b)))
     per_mode = tuple(d for m in sorted(sets) for d in sets[m])
     return InputContent((*by_mode(*sums["digest"], named=sums.get("named")), *per_mode), merge_card_ids(parts))
 

@@ -586,7 +586,8 @@ def prepare_partition(spill: Path, staging: Path, quarantine_parts: Path, pairs:
         day = int(pd.Timestamp(date).value // 86_400_000_000_000)  # the partition's date (YYYYMMDD), in days
         contents.save_partition(content, mode, date, named[0], rows["card"], named=named[1], shards=shards,
                                 taps=(contents.tap_on_tokens(index, rows["on_stop"], mode_index), *places),
-                                days=contents.tap_on_days(day, places[0], mode))
+                                days=contents.tap_on_days(day, places[0], mode),
+                                day=contents.tap_ons_of_day(date, places[0], mode))
     missing = int((rows["off_ns"] == NAT).sum())
     del rows
     check_encoded(encoded)
