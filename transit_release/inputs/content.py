@@ -38,9 +38,9 @@ Parquet or another (copied) stop table or universe still matches. Precisely:
   #40, third to sixth reviews): per card, the set of the location ids of its tap-ons of that mode by name; of its
   bus tap-ons' places (postcodes); of the places of its tap-ons and tap-offs (:func:`card_sets`); and, with no
   card, each tap-on as its date and place (:func:`tap_on_days`); and **day:<mode>@<date>** (atk6), one day's
-  tap-ons by place alone, compared whatever the date (:func:`tap_ons_of_day`). The streamed Opal release's partitions save their
-  part (:func:`save_card_taps`). Times, card ids and what each leaves out take no part, nor the mode's name: their
-  tokens carry none, and the claims compare them whatever their mode;
+  tap-ons by place alone, compared whatever the date (:func:`tap_ons_of_day`). The streamed Opal release's
+  partitions save their part (:func:`save_card_taps`). Times, card ids and what each leaves out take no part, nor
+  the mode's name: their tokens carry none, and the claims compare them whatever their mode;
 * and a tap file read by a passenger kind also claims the records that kind built from it, under the kind's own
   role and ``lines`` (:func:`of_derived_records`), as a record file holding them would.
 
