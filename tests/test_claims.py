@@ -341,8 +341,8 @@ def test_a_week_re_dated_with_a_fresh_card_per_day_is_refused_day_by_day(tmp_pat
     _, got, _ = _streamed(tmp_path / "b", moved, stops, ("2016-08-15", "2016-08-21"))
     mine, theirs = claim_of(KEY, full).fingerprints, claim_of(KEY, got).fingerprints
     same = [r for r in theirs if theirs[r] in mine.values()]
-    assert same and all(r.startswith("*day:") for r in same)
-    assert len(same) == sum(r.startswith("*day:") for r in theirs) > 10  # every day claimed matches one
+    assert same and all(r.startswith(("*day:", "*shape:")) for r in same)
+    assert len(same) == sum(r.startswith(("*day:", "*shape:")) for r in theirs) > 20  # every day claimed matches
     store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
     _charge(store, ledger, _sets("opal"), full)
     with pytest.raises(PopulationOverlapError) as info:
@@ -354,7 +354,34 @@ def test_a_week_re_dated_with_a_fresh_card_per_day_is_refused_day_by_day(tmp_pat
     with pytest.raises(PopulationOverlapError):
         _charge(store, ledger, _sets("one-day", "riders-b"), one_day)
     few = {d.role: d for d in content.of_clean_trips(clean.iloc[:300], stops).digests}
-    assert not [r for r in few if r.startswith("day:")]  # about 14 tap-ons a mode and day: no day claimed
+    assert not [r for r in few if r.startswith(("day:", "shape:"))]  # about 14 tap-ons a mode and day: none
+
+
+def test_one_mode_re_extracted_with_its_stations_renamed_and_fresh_cards_is_refused(tmp_path):
+    """atk7 (MAJOR): one mode's rows with fresh card pseudonyms (one to one) and a stop table spelling that mode's
+    stations otherwise ("Central" for "S1"): every claim keyed by a station's name differed, yet a release reads the
+    same records under other labels. Each day's tap-on counts per place, sorted, labels left out
+    (``shape:<mode>@<date>``, compared whatever the mode and the date), match: refused, for an Opal release and for
+    a passenger kind read from the same taps."""
+    clean, stops = _week_taps()
+    train = clean[clean["mode"] == "train"]
+    extract = train.assign(card_id=train["card_id"] * 3 + 40_000_000)
+    renamed = stops.assign(name=np.where(stops["mode"] == "train", "Renamed " + stops["name"].str[::-1] + " St",
+                                         stops["name"]))
+    _, full, _ = _streamed(tmp_path / "a", clean, stops)
+    _, got, gated = _streamed(tmp_path / "b", extract, renamed)
+    mine, theirs = claim_of(KEY, full).fingerprints, claim_of(KEY, got).fingerprints
+    same = [r for r in theirs if theirs[r] in mine.values()]
+    assert same and all(r.startswith("*shape:train@") for r in same)
+    kinds = claim_of(KEY, content.of_clean_trips(gated, renamed)).fingerprints  # what a passenger kind claims
+    assert [r for r in kinds if kinds[r] in mine.values()] == same
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets("opal"), full)
+    with pytest.raises(PopulationOverlapError) as info:
+        _charge(store, ledger, _sets("renamed", "riders-b"), got)
+    assert ("read the same train tap-on counts of a day (one day's tap-ons counted per location, whatever the "
+            "locations' names, the date, the cards and the times of day); one person cannot be in two "
+            "populations.") in str(info.value)
 
 
 # ---- keyed claims and the store ---------------------------------------------------------------------------------
@@ -877,7 +904,8 @@ def test_trajectories_of_a_first_h_taps_re_extract_under_another_population_are_
     # the cut claim matches, and the days whose tap-ons all lie in each card's first six (atk6's day digests,
     # compared whatever their date): an Opal release of the full taps followed by these trajectories is matched
     # only by such days, a limit docs/threat-model.md states
-    assert [r for r in theirs if theirs[r] == mine.get(r)] == ["day:train@20160808", "cut:trajectories"]
+    assert [r for r in theirs if theirs[r] == mine.get(r)] == ["day:train@20160808", "shape:train@20160808",
+                                                               "cut:trajectories"]
     assert not np.intersect1d(full.cards, got.cards).size
     store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
     _charge(store, ledger, _sets("pa"), full)
@@ -895,7 +923,7 @@ def test_trajectories_of_a_first_h_taps_re_extract_under_another_population_are_
     five = content.with_derived(content.of_clean_trips(_first_train_taps(clean, 5), stops), "trajectories",
                                 _trajectories(_first_train_taps(clean, 5), stops), 5)
     theirs = {d.role: d for d in five.digests}
-    assert [r for r in theirs if theirs[r] == mine.get(r)] == ["day:train@20160808"]
+    assert [r for r in theirs if theirs[r] == mine.get(r)] == ["day:train@20160808", "shape:train@20160808"]
 
 
 def _lines_of(data, role: str) -> list[str]:

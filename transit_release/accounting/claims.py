@@ -51,9 +51,9 @@ from pathlib import Path
 import numpy as np
 
 from transit_release.errors import PopulationOverlapError, RecordsOfAnotherPeriodError
-from transit_release.inputs.content import (ANY_MODE_PREFIXES, CUT_PREFIX, CUT_ROLES, DAY_PREFIX, DAYS_PREFIX, LINES,
-                                             MODE_PREFIX, NAMED, NAMED_PREFIX, ONS_PREFIX, PLACES_PREFIX,
-                                             STATIONS_PREFIX, ContentDigest, InputContent)
+from transit_release.inputs.content import (ANY_MODE_PREFIXES, CUT_PREFIX, CUT_ROLES, DATED_PREFIXES, DAY_PREFIX,
+                                             DAYS_PREFIX, LINES, MODE_PREFIX, NAMED, NAMED_PREFIX, ONS_PREFIX,
+                                             PLACES_PREFIX, SHAPE_PREFIX, STATIONS_PREFIX, ContentDigest, InputContent)
 from transit_release.inputs.refusals import refusal
 
 #: The store's file name under ``private/``.
@@ -145,10 +145,11 @@ class Claim:
 def claim_of(key: bytes, content: InputContent) -> Claim:
     """Key ``content`` (:class:`~transit_release.inputs.content.InputContent`) with the home's secret."""
     hashes = card_hashes(key, content.cards)
-    fingerprints = {d.role: input_fingerprint(key, d) for d in content.digests if not d.role.startswith(DAY_PREFIX)}
+    fingerprints = {d.role: input_fingerprint(key, d) for d in content.digests
+                    if not d.role.startswith(DATED_PREFIXES)}
     # whatever the mode (and, for a day's tap-ons, whatever the date: those only so)
     fingerprints.update({ANY_MODE + d.role: input_fingerprint(key, d, any_mode=True) for d in content.digests
-                         if d.role.startswith((*ANY_MODE_PREFIXES, DAY_PREFIX))})
+                         if d.role.startswith((*ANY_MODE_PREFIXES, *DATED_PREFIXES))})
     return Claim(fingerprints, hashes, int(hashes.size))
 
 
@@ -219,6 +220,8 @@ _CARD_SETS = {
                  "of day)",
     DAY_PREFIX: "tap-ons of a day (one day's tap-ons by location, whatever the date, the cards and the times of "
                 "day)",
+    SHAPE_PREFIX: "tap-on counts of a day (one day's tap-ons counted per location, whatever the locations' "
+                  "names, the date, the cards and the times of day)",
 }
 
 

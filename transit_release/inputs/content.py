@@ -35,10 +35,11 @@ Parquet or another (copied) stop table or universe still matches. Precisely:
   keyed by its location id (:func:`~transit_release.inputs.universe.stop_location_id` of its name), so a name's
   white space does not make other content;
 * **ons:<mode>**, **places:bus**, **stations:<mode>**, **days:<mode>** (a tap file, whichever kind reads it;
-  #40, third to sixth reviews): per card, the set of the location ids of its tap-ons of that mode by name; of its
+  #40, third to seventh reviews): per card, the set of the location ids of its tap-ons of that mode by name; of its
   bus tap-ons' places (postcodes); of the places of its tap-ons and tap-offs (:func:`card_sets`); and, with no
-  card, each tap-on as its date and place (:func:`tap_on_days`); and **day:<mode>@<date>** (atk6), one day's
-  tap-ons by place alone, compared whatever the date (:func:`tap_ons_of_day`). The streamed Opal release's
+  card, each tap-on as its date and place (:func:`tap_on_days`); and **day:** and **shape:<mode>@<date>** (atk6,
+  atk7), one day's tap-ons by place alone, and its sorted counts per place with no label, compared whatever the
+  date (:func:`tap_ons_of_day`). The streamed Opal release's
   partitions save their part (:func:`save_card_taps`). Times, card ids and what each leaves out take no part, nor
   the mode's name: their tokens carry none, and the claims compare them whatever their mode;
 * and a tap file read by a passenger kind also claims the records that kind built from it, under the kind's own
@@ -101,10 +102,19 @@ ANY_MODE_PREFIXES = (*CARD_SET_PREFIXES, DAYS_PREFIX)
 #: compared whatever its mode **and its date**, so a re-extract that moves every date (a week re-dated as another,
 #: with a fresh card per card and day) or holds some of the days matches day by day (:func:`tap_ons_of_day`).
 DAY_PREFIX = "day:"
+#: A tap file's digest of one day of one mode's tap-on counts per place, the places' labels left out (the counts
+#: sorted: ``shape:train@20160808``; atk7): compared whatever the mode and the date, so a re-extract that renames
+#: the stations (a newer stop table's spelling) with fresh card pseudonyms matches day by day.
+SHAPE_PREFIX = "shape:"
+#: The digests of one day, compared whatever the mode and the date (:func:`tap_ons_of_day`).
+DATED_PREFIXES = (DAY_PREFIX, SHAPE_PREFIX)
 #: A day's digest is claimed only when it holds at least this many tap-ons with a place (a public constant): two
 #: genuinely different populations' days of a few tap-ons each could hold the same places by chance.
 MIN_DAY_TAP_ONS = 50
-_DAY_ROLE = re.compile(r"day:(bus|ferry|lightrail|train|other)@\d{8}")
+#: A day's ``shape`` is claimed only over at least this many places (a public constant): the sorted counts of a
+#: mode with one or two stations are little more than its day's total, which other people's day could share.
+MIN_SHAPE_PLACES = 5
+_DAY_ROLE = re.compile(r"(day|shape):(bus|ferry|lightrail|train|other)@\d{8}")
 #: Seeds of the two lanes of the multiset hash (public constants: the digest is keyed afterwards).
 _LANES = (np.uint64(0x243F6A8885A308D3), np.uint64(0x13198A2E03707344))
 _NAMES_KEY = "transit-release1"  # a fixed SipHash key for location ids: an unkeyed hash of their text
@@ -158,7 +168,7 @@ class ContentDigest:
     def __post_init__(self) -> None:
         if self.role in CUT_ROLES:  # a kind's records as its mechanism reads them (of_cut_records)
             return
-        if self.role.startswith(DAY_PREFIX) and _DAY_ROLE.fullmatch(self.role):
+        if self.role.startswith(DATED_PREFIXES) and _DAY_ROLE.fullmatch(self.role):
             return
         if self.role not in ROLES and self.role not in (LINES, NAMED) and not any(
                 self.role.startswith(p) and self.role[len(p):] in (*_MODES, "other")
@@ -639,17 +649,24 @@ def tap_on_days(day: np.ndarray | int, on_place: np.ndarray, mode: str) -> Conte
     return _digest(LINES, hashes).as_role(mode_role(mode_code(mode), DAYS_PREFIX))
 
 
-def tap_ons_of_day(date: str, on_place: np.ndarray, mode: str) -> ContentDigest | None:
-    """The ``day:<mode>@<YYYYMMDD>`` digest (:data:`DAY_PREFIX`) of one day of one mode's tap-ons, each as its place
-    (:func:`place_tokens`) alone: no card, no time of day, no date in the value (the date is in the role only, to
-    tell a claim's days apart). None under :data:`MIN_DAY_TAP_ONS` tap-ons with a place."""
+def tap_ons_of_day(date: str, on_place: np.ndarray, mode: str) -> tuple[ContentDigest, ...]:
+    """One day of one mode's tap-ons (``on_place``: :func:`place_tokens`), with no card, no time of day and no date
+    in the value (the date is in the role only, to tell a claim's days apart): ``day:<mode>@<YYYYMMDD>``
+    (:data:`DAY_PREFIX`), each tap-on as its place; and ``shape:<mode>@<YYYYMMDD>`` (:data:`SHAPE_PREFIX`), the
+    day's tap-on counts per place, sorted, the places' labels left out (over :data:`MIN_SHAPE_PLACES` places or
+    more). None under :data:`MIN_DAY_TAP_ONS` tap-ons with a place."""
     on_place = np.asarray(on_place, dtype=np.uint64)
     placed = on_place[on_place != 0]
     if placed.size < MIN_DAY_TAP_ONS:
-        return None
+        return ()
+    counts = np.sort(np.unique(placed, return_counts=True)[1].astype(np.uint64))[::-1]
     with np.errstate(over="ignore"):
         hashes = mix(placed ^ np.uint64(0xA0761D6478BD642F))
-    return _digest(LINES, hashes).as_role(f"{mode_role(mode_code(mode), DAY_PREFIX)}@{date}")
+        ranked = mix(np.arange(counts.size, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+                     ^ mix(counts * np.uint64(0xC2B2AE3D27D4EB4F) + np.uint64(0x165667B19E3779F9)))
+    role = f"{mode_role(mode_code(mode), '')}@{date}"
+    day = _digest(LINES, hashes).as_role(DAY_PREFIX + role)
+    return (day, _digest(LINES, ranked).as_role(SHAPE_PREFIX + role)) if counts.size >= MIN_SHAPE_PLACES else (day,)
 
 
 def _set_hashes(line: np.ndarray, tokens: np.ndarray) -> np.ndarray:
@@ -797,10 +814,8 @@ def card_sets_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[Conten
         if days.records:
             out.append(days)
         for d in np.unique(day[sel]):
-            one = tap_ons_of_day(pd.Timestamp(int(d), unit="D").strftime("%Y%m%d"), on_place[sel][day[sel] == d],
-                                 mode)
-            if one is not None:
-                out.append(one)
+            out.extend(tap_ons_of_day(pd.Timestamp(int(d), unit="D").strftime("%Y%m%d"),
+                                      on_place[sel][day[sel] == d], mode))
     return tuple(out)
 
 
@@ -823,7 +838,7 @@ def of_clean_trips(clean: pd.DataFrame, stops: pd.DataFrame) -> InputContent:
 
 def save_partition(folder: Path, mode: str, date: str, digest: ContentDigest, cards: np.ndarray,
                    named: ContentDigest | None = None, taps: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-                   shards: int = 1, days: ContentDigest | None = None, day: ContentDigest | None = None) -> None:
+                   shards: int = 1, days: ContentDigest | None = None, day: tuple[ContentDigest, ...] = ()) -> None:
     """One partition's digest (and ``named``, the same with its stops keyed by location id: :data:`NAMED`),
     distinct card ids and, with ``taps`` (each row's tap-on name token, tap-on and tap-off place tokens:
     :func:`tap_on_tokens`, :func:`place_tokens`), its rows' part of the per-card set digests in ``shards`` card
@@ -835,8 +850,8 @@ def save_partition(folder: Path, mode: str, date: str, digest: ContentDigest, ca
         save_card_taps(folder / f"{mode}-{date}.taps.npy", cards, *taps, shards)
     if days is not None:  # the partition's part of ``days:<mode>``
         np.save(folder / f"{mode}-{date}.days.npy", np.array([days.records, *days.lanes], dtype=np.uint64))
-    if day is not None:  # the partition's day, whatever its date (``day:<mode>@<date>``)
-        np.save(folder / f"{mode}-{date}.day.npy", np.array([day.records, *day.lanes], dtype=np.uint64))
+    for d in day:  # the partition's day, whatever its date (``day:``, ``shape:<mode>@<date>``)
+        np.save(folder / f"{mode}-{date}.{d.role.split(':')[0]}.npy", np.array([d.records, *d.lanes], dtype=np.uint64))
     for suffix, d in (("digest", digest), ("named", named)):
         if d is not None:
             np.save(folder / f"{mode}-{date}.{suffix}.npy", np.array([d.records, *d.lanes], dtype=np.uint64))
@@ -876,11 +891,15 @@ def gather_partitions(folder: Path) -> InputContent:
     for mode, d in days.items():
         if d.records:
             sets.setdefault(mode_role(mode_code(mode), ""), []).append(d)
-    for f in sorted(folder.glob("*.day.npy")):
-        mode, date = f.name[:-len(".day.npy")].rsplit("-", 1)
-        n, a, b = (int(x) for x in np.load(f))
-        key = mode_role(mode_code(mode), "")
-        sets.setdefault(key, []).append(ContentDigest(f"{DAY_PREFIX}{key}@{date}", n, (a, b)))
+    for f in sorted(folder.glob("*.day.npy")):  # each day's pair, as one frame gives them
+        for prefix in DATED_PREFIXES:
+            g = f.with_name(f.name.replace(".day.npy", f".{prefix[:-1]}.npy"))
+            if not g.exists():  # a day of too few places claims no shape
+                continue
+            mode, date = f.name[:-len(".day.npy")].rsplit("-", 1)
+            n, a, b = (int(x) for x in np.load(g))
+            key = mode_role(mode_code(mode), "")
+            sets.setdefault(key, []).append(ContentDigest(f"{prefix}{key}@{date}", n, (a, b)))
     per_mode = tuple(d for m in sorted(sets) for d in sets[m])
     return InputContent((*by_mode(*sums["digest"], named=sums.get("named")), *per_mode), merge_card_ids(parts))
 
