@@ -341,8 +341,9 @@ def test_a_week_re_dated_with_a_fresh_card_per_day_is_refused_day_by_day(tmp_pat
     _, got, _ = _streamed(tmp_path / "b", moved, stops, ("2016-08-15", "2016-08-21"))
     mine, theirs = claim_of(KEY, full).fingerprints, claim_of(KEY, got).fingerprints
     same = [r for r in theirs if theirs[r] in mine.values()]
-    assert same and all(r.startswith(("*day:", "*shape:")) for r in same)
-    assert len(same) == sum(r.startswith(("*day:", "*shape:")) for r in theirs) > 20  # every day claimed matches
+    dated = ("*day:", "*shape:", "*nshape:")
+    assert same and all(r.startswith(dated) for r in same)
+    assert len(same) == sum(r.startswith(dated) for r in theirs) > 20  # every day claimed matches
     store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
     _charge(store, ledger, _sets("opal"), full)
     with pytest.raises(PopulationOverlapError) as info:
@@ -382,6 +383,31 @@ def test_one_mode_re_extracted_with_its_stations_renamed_and_fresh_cards_is_refu
     assert ("read the same train tap-on counts of a day (one day's tap-ons counted per location, whatever the "
             "locations' names, the date, the cards and the times of day); one person cannot be in two "
             "populations.") in str(info.value)
+
+
+def test_bus_rows_over_a_stop_table_renaming_the_stops_and_correcting_a_postcode_are_refused(tmp_path):
+    """atk8 (MAJOR): the sequences and trajectories from taps read a bus stop by its name, the postcode-keyed claims
+    by its postcode: bus rows with fresh card pseudonyms over a newer stop table that renames every bus stop and
+    moves the busiest one's postcode escaped both. Each bus day's tap-on counts per stop name, sorted, labels aside
+    (``nshape:bus@<date>``), match: refused."""
+    clean, stops = _week_taps()
+    bus = clean[clean["mode"] == "bus"]
+    extract = bus.assign(card_id=bus["card_id"] * 5 + 30_000_000)
+    busiest = int(bus["tap_on_stop"].value_counts().index[0])
+    newer = stops.assign(name=np.where(stops["mode"] == "bus", "Bus stand " + stops["stop_id"].astype(str),
+                                       stops["name"]),
+                         postcode=stops["postcode"].where(stops["stop_id"] != busiest, stops["postcode"] + 1))
+    full = content.of_clean_trips(clean, stops)
+    got = content.of_clean_trips(extract, newer)
+    mine, theirs = claim_of(KEY, full).fingerprints, claim_of(KEY, got).fingerprints
+    same = [r for r in theirs if theirs[r] in mine.values()]
+    assert same and all(r.startswith("*nshape:bus@") for r in same)
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets("seq-bus"), full)
+    with pytest.raises(PopulationOverlapError) as info:
+        _charge(store, ledger, _sets("seq-bus-b", "riders-b"), got)
+    assert ("read the same bus tap-on counts of a day by stop name (one day's tap-ons counted per stop name, "
+            "whatever the names, the postcodes, the date, the cards and the times of day)") in str(info.value)
 
 
 # ---- keyed claims and the store ---------------------------------------------------------------------------------

@@ -35,12 +35,12 @@ Parquet or another (copied) stop table or universe still matches. Precisely:
   keyed by its location id (:func:`~transit_release.inputs.universe.stop_location_id` of its name), so a name's
   white space does not make other content;
 * **ons:<mode>**, **places:bus**, **stations:<mode>**, **days:<mode>** (a tap file, whichever kind reads it;
-  #40, third to seventh reviews): per card, the set of the location ids of its tap-ons of that mode by name; of its
+  #40, third to eighth reviews): per card, the set of the location ids of its tap-ons of that mode by name; of its
   bus tap-ons' places (postcodes); of the places of its tap-ons and tap-offs (:func:`card_sets`); and, with no
-  card, each tap-on as its date and place (:func:`tap_on_days`); and **day:** and **shape:<mode>@<date>** (atk6,
-  atk7), one day's tap-ons by place alone, and its sorted counts per place with no label, compared whatever the
-  date (:func:`tap_ons_of_day`). The streamed Opal release's
-  partitions save their part (:func:`save_card_taps`). Times, card ids and what each leaves out take no part, nor
+  card, each tap-on as its date and place (:func:`tap_on_days`); and **day:**, **shape:** and **nshape:bus@<date>**
+  (atk6–atk8), one day's tap-ons by place alone, and its sorted counts per place (bus: per stop name too) with no
+  label, compared whatever the date (:func:`tap_ons_of_day`). The streamed Opal release's partitions save their
+  part (:func:`save_card_taps`). Times, card ids and what each leaves out take no part, nor
   the mode's name: their tokens carry none, and the claims compare them whatever their mode;
 * and a tap file read by a passenger kind also claims the records that kind built from it, under the kind's own
   role and ``lines`` (:func:`of_derived_records`), as a record file holding them would.
@@ -106,15 +106,19 @@ DAY_PREFIX = "day:"
 #: sorted: ``shape:train@20160808``; atk7): compared whatever the mode and the date, so a re-extract that renames
 #: the stations (a newer stop table's spelling) with fresh card pseudonyms matches day by day.
 SHAPE_PREFIX = "shape:"
+#: The same of a :data:`PLACE_MODES` mode's tap-ons counted per stop *name* (``nshape:bus@20160808``; atk8): the
+#: sequences and trajectories from taps read a bus stop by its name, so a newer stop table that renames the bus
+#: stops and corrects a postcode reads the same of them.
+NSHAPE_PREFIX = "nshape:"
 #: The digests of one day, compared whatever the mode and the date (:func:`tap_ons_of_day`).
-DATED_PREFIXES = (DAY_PREFIX, SHAPE_PREFIX)
+DATED_PREFIXES = (DAY_PREFIX, SHAPE_PREFIX, NSHAPE_PREFIX)
 #: A day's digest is claimed only when it holds at least this many tap-ons with a place (a public constant): two
 #: genuinely different populations' days of a few tap-ons each could hold the same places by chance.
 MIN_DAY_TAP_ONS = 50
 #: A day's ``shape`` is claimed only over at least this many places (a public constant): the sorted counts of a
 #: mode with one or two stations are little more than its day's total, which other people's day could share.
 MIN_SHAPE_PLACES = 5
-_DAY_ROLE = re.compile(r"(day|shape):(bus|ferry|lightrail|train|other)@\d{8}")
+_DAY_ROLE = re.compile(r"(day|shape|nshape):(bus|ferry|lightrail|train|other)@\d{8}")
 #: Seeds of the two lanes of the multiset hash (public constants: the digest is keyed afterwards).
 _LANES = (np.uint64(0x243F6A8885A308D3), np.uint64(0x13198A2E03707344))
 _NAMES_KEY = "transit-release1"  # a fixed SipHash key for location ids: an unkeyed hash of their text
@@ -649,24 +653,37 @@ def tap_on_days(day: np.ndarray | int, on_place: np.ndarray, mode: str) -> Conte
     return _digest(LINES, hashes).as_role(mode_role(mode_code(mode), DAYS_PREFIX))
 
 
-def tap_ons_of_day(date: str, on_place: np.ndarray, mode: str) -> tuple[ContentDigest, ...]:
+def _ranked_counts(tokens: np.ndarray) -> np.ndarray:
+    """The hashes of a day's tap-on counts per token, sorted, each with its rank (the tokens' labels left out)."""
+    counts = np.sort(np.unique(tokens, return_counts=True)[1].astype(np.uint64))[::-1]
+    with np.errstate(over="ignore"):
+        return mix(np.arange(counts.size, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+                   ^ mix(counts * np.uint64(0xC2B2AE3D27D4EB4F) + np.uint64(0x165667B19E3779F9)))
+
+
+def tap_ons_of_day(date: str, on_place: np.ndarray, mode: str,
+                   on_name: np.ndarray | None = None) -> tuple[ContentDigest, ...]:
     """One day of one mode's tap-ons (``on_place``: :func:`place_tokens`), with no card, no time of day and no date
     in the value (the date is in the role only, to tell a claim's days apart): ``day:<mode>@<YYYYMMDD>``
-    (:data:`DAY_PREFIX`), each tap-on as its place; and ``shape:<mode>@<YYYYMMDD>`` (:data:`SHAPE_PREFIX`), the
-    day's tap-on counts per place, sorted, the places' labels left out (over :data:`MIN_SHAPE_PLACES` places or
-    more). None under :data:`MIN_DAY_TAP_ONS` tap-ons with a place."""
+    (:data:`DAY_PREFIX`), each tap-on as its place; ``shape:<mode>@<YYYYMMDD>`` (:data:`SHAPE_PREFIX`), the day's
+    tap-on counts per place, sorted, the places' labels left out; and for a :data:`PLACE_MODES` mode, with
+    ``on_name`` (:func:`tap_on_tokens`), ``nshape:`` the same per stop name. A shape over fewer than
+    :data:`MIN_SHAPE_PLACES` places is left out; nothing under :data:`MIN_DAY_TAP_ONS` located tap-ons."""
     on_place = np.asarray(on_place, dtype=np.uint64)
     placed = on_place[on_place != 0]
     if placed.size < MIN_DAY_TAP_ONS:
         return ()
-    counts = np.sort(np.unique(placed, return_counts=True)[1].astype(np.uint64))[::-1]
-    with np.errstate(over="ignore"):
-        hashes = mix(placed ^ np.uint64(0xA0761D6478BD642F))
-        ranked = mix(np.arange(counts.size, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-                     ^ mix(counts * np.uint64(0xC2B2AE3D27D4EB4F) + np.uint64(0x165667B19E3779F9)))
     role = f"{mode_role(mode_code(mode), '')}@{date}"
-    day = _digest(LINES, hashes).as_role(DAY_PREFIX + role)
-    return (day, _digest(LINES, ranked).as_role(SHAPE_PREFIX + role)) if counts.size >= MIN_SHAPE_PLACES else (day,)
+    with np.errstate(over="ignore"):
+        out = [_digest(LINES, mix(placed ^ np.uint64(0xA0761D6478BD642F))).as_role(DAY_PREFIX + role)]
+    shapes = [(SHAPE_PREFIX, placed)]
+    if on_name is not None and mode in PLACE_MODES:
+        on_name = np.asarray(on_name, dtype=np.uint64)
+        shapes.append((NSHAPE_PREFIX, on_name[on_name != 0]))
+    for prefix, tokens in shapes:
+        if tokens.size >= MIN_DAY_TAP_ONS and np.unique(tokens).size >= MIN_SHAPE_PLACES:
+            out.append(_digest(LINES, _ranked_counts(tokens)).as_role(prefix + role))
+    return tuple(out)
 
 
 def _set_hashes(line: np.ndarray, tokens: np.ndarray) -> np.ndarray:
@@ -814,8 +831,9 @@ def card_sets_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[Conten
         if days.records:
             out.append(days)
         for d in np.unique(day[sel]):
-            out.extend(tap_ons_of_day(pd.Timestamp(int(d), unit="D").strftime("%Y%m%d"),
-                                      on_place[sel][day[sel] == d], mode))
+            on_day = day[sel] == d
+            out.extend(tap_ons_of_day(pd.Timestamp(int(d), unit="D").strftime("%Y%m%d"), on_place[sel][on_day], mode,
+                                      on_name[sel][on_day]))
     return tuple(out)
 
 

@@ -584,10 +584,10 @@ def prepare_partition(spill: Path, staging: Path, quarantine_parts: Path, pairs:
             for as_id in (False, True)]
         places = [contents.place_tokens(index, mode_index, encoded[f"{tap}_loc"]) for tap in ("on", "off")]
         day = int(pd.Timestamp(date).value // 86_400_000_000_000)  # the partition's date (YYYYMMDD), in days
+        names = contents.tap_on_tokens(index, rows["on_stop"], mode_index)
         contents.save_partition(content, mode, date, named[0], rows["card"], named=named[1], shards=shards,
-                                taps=(contents.tap_on_tokens(index, rows["on_stop"], mode_index), *places),
-                                days=contents.tap_on_days(day, places[0], mode),
-                                day=contents.tap_ons_of_day(date, places[0], mode))
+                                taps=(names, *places), days=contents.tap_on_days(day, places[0], mode),
+                                day=contents.tap_ons_of_day(date, places[0], mode, names))
     missing = int((rows["off_ns"] == NAT).sum())
     del rows
     check_encoded(encoded)
