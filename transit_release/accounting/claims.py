@@ -53,8 +53,8 @@ import numpy as np
 from transit_release.errors import PopulationOverlapError, RecordsOfAnotherPeriodError
 from transit_release.inputs.content import (ANY_MODE_PREFIXES, CUT_PREFIX, CUT_ROLES, DATED_PREFIXES, DAY_PREFIX,
                                              DAYS_PREFIX, LINES, MODE_PREFIX, NAMED, NAMED_PREFIX, ONS_PREFIX,
-                                             NSHAPE_PREFIX, PLACES_PREFIX, SHAPE_PREFIX, STATIONS_PREFIX, ContentDigest,
-                                             InputContent)
+                                             NSHAPE_PREFIX, PLACES_PREFIX, PNSHAPE_PREFIX, PSHAPE_PREFIX, SHAPE_PREFIX,
+                                             STATIONS_PREFIX, ContentDigest, InputContent)
 from transit_release.inputs.refusals import refusal
 
 #: The store's file name under ``private/``.
@@ -225,6 +225,10 @@ _CARD_SETS = {
                   "names, the date, the cards and the times of day)",
     NSHAPE_PREFIX: "tap-on counts of a day by stop name (one day's tap-ons counted per stop name, whatever the "
                    "names, the postcodes, the date, the cards and the times of day)",
+    PSHAPE_PREFIX: "tap-on counts of the period (its tap-ons counted per location, whatever the locations' names, "
+                   "the cards and the times)",
+    PNSHAPE_PREFIX: "tap-on counts of the period by stop name (its tap-ons counted per stop name, whatever the "
+                    "names, the postcodes, the cards and the times)",
 }
 
 

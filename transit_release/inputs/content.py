@@ -35,11 +35,12 @@ Parquet or another (copied) stop table or universe still matches. Precisely:
   keyed by its location id (:func:`~transit_release.inputs.universe.stop_location_id` of its name), so a name's
   white space does not make other content;
 * **ons:<mode>**, **places:bus**, **stations:<mode>**, **days:<mode>** (a tap file, whichever kind reads it;
-  #40, third to eighth reviews): per card, the set of the location ids of its tap-ons of that mode by name; of its
+  #40, third to ninth reviews): per card, the set of the location ids of its tap-ons of that mode by name; of its
   bus tap-ons' places (postcodes); of the places of its tap-ons and tap-offs (:func:`card_sets`); and, with no
   card, each tap-on as its date and place (:func:`tap_on_days`); and **day:**, **shape:** and **nshape:bus@<date>**
   (atk6–atk8), one day's tap-ons by place alone, and its sorted counts per place (bus: per stop name too) with no
-  label, compared whatever the date (:func:`tap_ons_of_day`). The streamed Opal release's partitions save their
+  label, compared whatever the date (:func:`tap_ons_of_day`); and **pshape:<mode>**, **pnshape:bus** (atk9), the
+  period's sorted counts (:func:`period_shapes`). The streamed Opal release's partitions save their
   part (:func:`save_card_taps`). Times, card ids and what each leaves out take no part, nor
   the mode's name: their tokens carry none, and the claims compare them whatever their mode;
 * and a tap file read by a passenger kind also claims the records that kind built from it, under the kind's own
@@ -97,7 +98,15 @@ DAYS_PREFIX = "days:"
 #: Digests whose value does not depend on the mode's name (their tokens carry no mode): their claims are also
 #: compared whatever mode they are of (:func:`~transit_release.accounting.claims.claim_of`), so a re-extract that
 #: relabels a mode (train as lightrail, in the trips and the stop table) matches (atk5).
-ANY_MODE_PREFIXES = (*CARD_SET_PREFIXES, DAYS_PREFIX)
+#: A tap file's digest of one mode's tap-on counts per place over the whole period, sorted, the places' labels
+#: left out (``pshape:<mode>``; and per bus stop name, ``pnshape:bus``; atk9): a small mode (a few stations, or
+#: days of few tap-ons: no ``shape``) re-extracted with its stations renamed and fresh card pseudonyms matches.
+PSHAPE_PREFIX = "pshape:"
+PNSHAPE_PREFIX = "pnshape:"
+#: A period's shape is claimed only over at least this many tap-ons and places (public constants).
+MIN_PERIOD_TAP_ONS = 50
+MIN_PERIOD_PLACES = 2
+ANY_MODE_PREFIXES = (*CARD_SET_PREFIXES, DAYS_PREFIX, PSHAPE_PREFIX, PNSHAPE_PREFIX)
 #: A tap file's digest of one day of one mode's tap-ons, each as its place only (``day:train@20160808``; atk6):
 #: compared whatever its mode **and its date**, so a re-extract that moves every date (a week re-dated as another,
 #: with a fresh card per card and day) or holds some of the days matches day by day (:func:`tap_ons_of_day`).
@@ -653,9 +662,44 @@ def tap_on_days(day: np.ndarray | int, on_place: np.ndarray, mode: str) -> Conte
     return _digest(LINES, hashes).as_role(mode_role(mode_code(mode), DAYS_PREFIX))
 
 
+def token_counts(tokens: np.ndarray) -> np.ndarray:
+    """The non-zero tokens' counts: a (2, k) int64 table of (token as int64, count) (a partition's part of
+    :func:`period_shapes`)."""
+    tokens = np.asarray(tokens, dtype=np.uint64)
+    tok, cnt = np.unique(tokens[tokens != 0], return_counts=True)
+    return np.stack([tok.view(np.int64), cnt.astype(np.int64)])
+
+
+def _merged_counts(tables: list[np.ndarray]) -> np.ndarray:
+    """:func:`token_counts` tables added up."""
+    both = np.concatenate([t for t in tables if t.size] or [np.zeros((2, 0), dtype=np.int64)], axis=1)
+    tok, at = np.unique(both[0], return_inverse=True)
+    return np.stack([tok, np.bincount(at, weights=both[1], minlength=tok.size).astype(np.int64)])
+
+
+def period_shapes(mode: str, places: np.ndarray, names: np.ndarray | None = None) -> tuple[ContentDigest, ...]:
+    """``pshape:<mode>`` (:data:`PSHAPE_PREFIX`): the period's tap-on counts per place (``places``, a
+    :func:`token_counts` table), sorted, labels aside; for a :data:`PLACE_MODES` mode with ``names``, ``pnshape:``
+    the same per stop name. Each over :data:`MIN_PERIOD_TAP_ONS` tap-ons and :data:`MIN_PERIOD_PLACES` places or
+    more."""
+    out = []
+    tables = [(PSHAPE_PREFIX, places)] + ([(PNSHAPE_PREFIX, names)] if names is not None and mode in PLACE_MODES
+                                          else [])
+    for prefix, table in tables:
+        counts = np.asarray(table)[1] if np.asarray(table).size else np.zeros(0, dtype=np.int64)
+        if counts.sum() >= MIN_PERIOD_TAP_ONS and counts.size >= MIN_PERIOD_PLACES:
+            out.append(_digest(LINES, _ranked(counts)).as_role(mode_role(mode_code(mode), prefix)))
+    return tuple(out)
+
+
 def _ranked_counts(tokens: np.ndarray) -> np.ndarray:
     """The hashes of a day's tap-on counts per token, sorted, each with its rank (the tokens' labels left out)."""
-    counts = np.sort(np.unique(tokens, return_counts=True)[1].astype(np.uint64))[::-1]
+    return _ranked(np.unique(tokens, return_counts=True)[1])
+
+
+def _ranked(counts: np.ndarray) -> np.ndarray:
+    """Counts sorted, each hashed with its rank."""
+    counts = np.sort(np.asarray(counts).astype(np.uint64))[::-1]
     with np.errstate(over="ignore"):
         return mix(np.arange(counts.size, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
                    ^ mix(counts * np.uint64(0xC2B2AE3D27D4EB4F) + np.uint64(0x165667B19E3779F9)))
@@ -834,6 +878,7 @@ def card_sets_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[Conten
             on_day = day[sel] == d
             out.extend(tap_ons_of_day(pd.Timestamp(int(d), unit="D").strftime("%Y%m%d"), on_place[sel][on_day], mode,
                                       on_name[sel][on_day]))
+        out.extend(period_shapes(mode, token_counts(on_place[sel]), token_counts(on_name[sel])))
     return tuple(out)
 
 
@@ -856,7 +901,8 @@ def of_clean_trips(clean: pd.DataFrame, stops: pd.DataFrame) -> InputContent:
 
 def save_partition(folder: Path, mode: str, date: str, digest: ContentDigest, cards: np.ndarray,
                    named: ContentDigest | None = None, taps: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-                   shards: int = 1, days: ContentDigest | None = None, day: tuple[ContentDigest, ...] = ()) -> None:
+                   shards: int = 1, days: ContentDigest | None = None, day: tuple[ContentDigest, ...] = (),
+                   counts: tuple[np.ndarray, np.ndarray] | None = None) -> None:
     """One partition's digest (and ``named``, the same with its stops keyed by location id: :data:`NAMED`),
     distinct card ids and, with ``taps`` (each row's tap-on name token, tap-on and tap-off place tokens:
     :func:`tap_on_tokens`, :func:`place_tokens`), its rows' part of the per-card set digests in ``shards`` card
@@ -866,6 +912,9 @@ def save_partition(folder: Path, mode: str, date: str, digest: ContentDigest, ca
     np.save(folder / f"{mode}-{date}.cards.npy", card_ids(cards))
     if taps is not None:
         save_card_taps(folder / f"{mode}-{date}.taps.npy", cards, *taps, shards)
+    if counts is not None:  # the partition's part of ``pshape:`` and ``pnshape:<mode>`` (:func:`token_counts`)
+        np.save(folder / f"{mode}-{date}.pcount.npy", counts[0])
+        np.save(folder / f"{mode}-{date}.ncount.npy", counts[1])
     if days is not None:  # the partition's part of ``days:<mode>``
         np.save(folder / f"{mode}-{date}.days.npy", np.array([days.records, *days.lanes], dtype=np.uint64))
     for d in day:  # the partition's day, whatever its date (``day:``, ``shape:<mode>@<date>``)
@@ -918,6 +967,14 @@ def gather_partitions(folder: Path) -> InputContent:
             n, a, b = (int(x) for x in np.load(g))
             key = mode_role(mode_code(mode), "")
             sets.setdefault(key, []).append(ContentDigest(f"{prefix}{key}@{date}", n, (a, b)))
+    counted: dict[str, dict[str, list[np.ndarray]]] = {}
+    for f in sorted(folder.glob("*.pcount.npy")):
+        mode = f.name[:-len(".pcount.npy")].rsplit("-", 1)[0]
+        counted.setdefault(mode, {"p": [], "n": []})["p"].append(np.load(f))
+        counted[mode]["n"].append(np.load(f.with_name(f.name.replace(".pcount.npy", ".ncount.npy"))))
+    for mode, tables in sorted(counted.items()):
+        for d in period_shapes(mode, _merged_counts(tables["p"]), _merged_counts(tables["n"])):
+            sets.setdefault(mode_role(mode_code(mode), ""), []).append(d)
     per_mode = tuple(d for m in sorted(sets) for d in sets[m])
     return InputContent((*by_mode(*sums["digest"], named=sums.get("named")), *per_mode), merge_card_ids(parts))
 
