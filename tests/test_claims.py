@@ -440,6 +440,29 @@ def test_a_small_mode_re_extracted_with_its_stations_renamed_and_fresh_cards_is_
     assert one == ()  # one place: no shape
 
 
+def test_bus_rows_relabelled_as_train_with_the_stops_renamed_are_refused(tmp_path):
+    """atk10 (MAJOR): bus rows relabelled as train (in the trips and the stop table), the stops renamed one to one,
+    fresh card pseudonyms: the bus counts per stop name (``nshape``, ``pnshape``) are the train counts per place
+    (``shape``, ``pshape``) of the re-extract, compared as one family whatever the mode: refused."""
+    clean, stops = _week_taps()
+    bus = clean[clean["mode"] == "bus"]
+    extract = bus.assign(mode="train", card_id=bus["card_id"] * 11 + 20_000_000)
+    relabelled = stops.assign(mode=np.where(stops["mode"] == "bus", "train", stops["mode"]),
+                              name=np.where(stops["mode"] == "bus", "Halt " + stops["stop_id"].astype(str),
+                                            stops["name"]))
+    relabelled = relabelled[(stops["mode"] == "bus") | (stops["mode"] != "train")]  # the bus stops, now train
+    full = content.of_clean_trips(clean, stops)
+    got = content.of_clean_trips(extract, relabelled)
+    mine, theirs = claim_of(KEY, full).fingerprints, claim_of(KEY, got).fingerprints
+    same = [r for r in theirs if theirs[r] in mine.values()]
+    assert "*pshape:train" in same and any(r.startswith("*shape:train@") for r in same)
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets("seq-bus"), full)
+    with pytest.raises(PopulationOverlapError) as info:
+        _charge(store, ledger, _sets("seq-bus-as-train", "riders-b"), got)
+    assert "read the same bus tap-on counts of a day by stop name" in str(info.value)
+
+
 # ---- keyed claims and the store ---------------------------------------------------------------------------------
 
 def test_card_hashes_are_keyed_distinct_and_sorted():

@@ -88,6 +88,9 @@ def _derive(key: bytes, label: str) -> bytes:
 
 #: The key of a claim's fingerprint taken whatever the digest's mode (``*ons:train``: :func:`claim_of`).
 ANY_MODE = "*"
+#: Whatever the mode, a bus mode's counts per stop name are the same numbers as another mode's counts per place
+#: (atk10: bus relabelled as train, or the other way, with the stops renamed): compared as one family.
+_FAMILY = {NSHAPE_PREFIX[:-1]: SHAPE_PREFIX[:-1], PNSHAPE_PREFIX[:-1]: PSHAPE_PREFIX[:-1]}
 
 
 def input_fingerprint(key: bytes, digest: ContentDigest, any_mode: bool = False) -> str:
@@ -95,7 +98,8 @@ def input_fingerprint(key: bytes, digest: ContentDigest, any_mode: bool = False)
     the home's secret); ``any_mode``: of a digest whose value carries no mode
     (:data:`~transit_release.inputs.content.ANY_MODE_PREFIXES`), with its role's mode left out, so it equals the
     same content's of any mode (a re-extract that relabels a mode: atk5)."""
-    role = digest.role.split(":", 1)[0] + ":" + ANY_MODE if any_mode else digest.role
+    role = _FAMILY.get(digest.role.split(":", 1)[0], digest.role.split(":", 1)[0]) + ":" + ANY_MODE if any_mode \
+        else digest.role
     body = json.dumps([role, digest.records, *digest.lanes], separators=(",", ":"))
     mac = hmac.new(_derive(key, "input"), body.encode("ascii"), hashlib.sha256).hexdigest()
     return f"{FINGERPRINT_SCHEME}:{role}:{mac}"
