@@ -147,7 +147,8 @@ def test_trips_match_with_their_stop_ids_relabelled_and_their_cards_renumbered(t
 def _no_period(roles: list[str]) -> list[str]:
     """The roles matched, the period's label-free shapes (``pshape:``, ``pnshape:``; atk9) left out: they match
     every re-extract that keeps each place's tap-ons, which the tests of the other claims are not about."""
-    return [r for r in roles if not r.lstrip("*").startswith((content.PSHAPE_PREFIX, content.PNSHAPE_PREFIX))]
+    return [r for r in roles if not r.lstrip("*").startswith((content.PSHAPE_PREFIX, content.PNSHAPE_PREFIX,
+                                                              content.USHAPE_PREFIX, content.SSHAPE_PREFIX))]
 
 
 def _streamed(tmp_path: Path, clean: pd.DataFrame, stops: pd.DataFrame, week: tuple[str, str] = WEEK):
@@ -429,7 +430,8 @@ def test_a_small_mode_re_extracted_with_its_stations_renamed_and_fresh_cards_is_
     _, full, _ = _streamed(tmp_path / "a", clean, stops)
     _, got, _ = _streamed(tmp_path / "b", extract, renamed)
     mine, theirs = claim_of(KEY, full).fingerprints, claim_of(KEY, got).fingerprints
-    assert [r for r in theirs if theirs[r] in mine.values()] == ["pshape:ferry", "*pshape:ferry"]
+    assert [r for r in theirs if theirs[r] in mine.values()] == ["pshape:ferry", "sshape:ferry", "*pshape:ferry",
+                                                                 "*sshape:ferry"]
     store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
     _charge(store, ledger, _sets("opal"), full)
     with pytest.raises(PopulationOverlapError) as info:
@@ -461,6 +463,44 @@ def test_bus_rows_relabelled_as_train_with_the_stops_renamed_are_refused(tmp_pat
     with pytest.raises(PopulationOverlapError) as info:
         _charge(store, ledger, _sets("seq-bus-as-train", "riders-b"), got)
     assert "read the same bus tap-on counts of a day by stop name" in str(info.value)
+
+
+def test_atk11_regroupings_a_mode_split_and_swapped_taps_with_renamed_stations_are_refused(tmp_path):
+    """atk11 (MAJOR, two): (1) part of one mode's stations relabelled as another mode by a newer feed, fresh card
+    pseudonyms, as an Opal release: no mode holds the same tap-ons, but the union of the two does
+    (``ushape:lightrail+train``, compared with the original's ``pshape:train``); (2) each trip's tap-on and tap-off
+    swapped, the stations renamed and fresh pseudonyms, as station sets: the tap-on counts are the original's
+    tap-off counts, but each place's taps, whichever tap, are the same (``sshape:train``)."""
+    clean, stops = _week_taps()
+    train = clean[clean["mode"] == "train"]
+    moved_ids = set(stops.loc[stops["mode"] == "train", "stop_id"].iloc[:10])  # a tenth of the train stations
+    split = train.assign(card_id=train["card_id"] * 13 + 10_000_000,
+                         mode=np.where(train["tap_on_stop"].isin(moved_ids), "lightrail", "train"))
+    feed = pd.concat([stops, stops[stops["mode"] == "train"].assign(  # each train station also as light rail
+        mode="lightrail", stop_id=lambda t: t["stop_id"] + 1000)], ignore_index=True)
+    split = split.assign(tap_on_stop=np.where(split["mode"] == "lightrail", split["tap_on_stop"] + 1000,
+                                              split["tap_on_stop"]),
+                         tap_off_stop=split["tap_off_stop"].where(split["mode"] != "lightrail",
+                                                                  split["tap_off_stop"] + 1000))
+    _, full, _ = _streamed(tmp_path / "a", clean, stops)
+    _, got, _ = _streamed(tmp_path / "b", split, feed)
+    mine, theirs = claim_of(KEY, full).fingerprints, claim_of(KEY, got).fingerprints
+    assert "*ushape:lightrail+train" in [r for r in theirs if theirs[r] in mine.values()]
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets("opal"), full)
+    with pytest.raises(PopulationOverlapError) as info:
+        _charge(store, ledger, _sets("split", "riders-b"), got)
+    assert "one person cannot be in two populations" in str(info.value)
+
+    has_off = train["tap_off_stop"].notna()
+    swapped = train[has_off].assign(card_id=lambda t: t["card_id"] + 5_000_000,
+                                    tap_on_stop=lambda t: t["tap_off_stop"].astype("int64"),
+                                    tap_off_stop=train.loc[has_off, "tap_on_stop"].astype("Int64"))
+    renamed = stops.assign(name=np.where(stops["mode"] == "train", stops["name"] + " Station", stops["name"]))
+    original = content.of_clean_trips(train[has_off], stops)
+    theirs = claim_of(KEY, content.of_clean_trips(swapped, renamed)).fingerprints
+    mine = claim_of(KEY, original).fingerprints
+    assert [r for r in theirs if theirs[r] in mine.values()] == ["sshape:train", "*sshape:train"]
 
 
 # ---- keyed claims and the store ---------------------------------------------------------------------------------
@@ -772,16 +812,22 @@ def test_a_per_mode_extract_with_fresh_card_pseudonyms_is_refused(tmp_path):
                                                     "places:bus",  # and its fourth (atk4)
                                                     "pnshape:bus", "pshape:bus", "pshape:ferry",  # atk9
                                                     "pshape:train",
+                                                    "sshape:bus", "sshape:bus+ferry", "sshape:bus+ferry+train",
+                                                    "sshape:bus+train", "sshape:ferry", "sshape:ferry+train",
+                                                    "sshape:train",  # atk11
+
                                                     "stations:bus", "stations:ferry", "stations:train",
                                                     "taps", "taps:bus", "taps:ferry", "taps:train",
-                                                    "trips", "trips:bus", "trips:ferry", "trips:train"]
+                                                    "trips", "trips:bus", "trips:ferry", "trips:train",
+                                                    "ushape:bus+ferry", "ushape:bus+ferry+train",  # atk11
+                                                    "ushape:bus+train", "ushape:ferry+train"]
     per_mode = {d.role: d for d in full.digests}
     assert sum(d.records for r, d in per_mode.items() if r.startswith("trips:")) == per_mode["trips"].records
     train = clean[clean["mode"] == "train"]
     extract = train.assign(card_id=90_000_000 + (train["card_id"] * 31) % 997)  # fresh card pseudonyms
     got = content.of_clean_trips(extract, stops)
     assert [d.role for d in got.digests] == ["trips", "trips:train", "taps", "taps:train", "ons:train",
-                                             "stations:train", "days:train", "pshape:train"]
+                                             "stations:train", "days:train", "pshape:train", "sshape:train"]
     assert got.digests[1] == per_mode["trips:train"] and got.digests[3] == per_mode["taps:train"]
     assert not np.intersect1d(got.cards, full.cards).size
 

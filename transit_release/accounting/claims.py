@@ -54,7 +54,8 @@ from transit_release.errors import PopulationOverlapError, RecordsOfAnotherPerio
 from transit_release.inputs.content import (ANY_MODE_PREFIXES, CUT_PREFIX, CUT_ROLES, DATED_PREFIXES, DAY_PREFIX,
                                              DAYS_PREFIX, LINES, MODE_PREFIX, NAMED, NAMED_PREFIX, ONS_PREFIX,
                                              NSHAPE_PREFIX, PLACES_PREFIX, PNSHAPE_PREFIX, PSHAPE_PREFIX, SHAPE_PREFIX,
-                                             STATIONS_PREFIX, ContentDigest, InputContent)
+                                             SSHAPE_PREFIX, STATIONS_PREFIX, USHAPE_PREFIX, ContentDigest,
+                                             InputContent)
 from transit_release.inputs.refusals import refusal
 
 #: The store's file name under ``private/``.
@@ -90,7 +91,8 @@ def _derive(key: bytes, label: str) -> bytes:
 ANY_MODE = "*"
 #: Whatever the mode, a bus mode's counts per stop name are the same numbers as another mode's counts per place
 #: (atk10: bus relabelled as train, or the other way, with the stops renamed): compared as one family.
-_FAMILY = {NSHAPE_PREFIX[:-1]: SHAPE_PREFIX[:-1], PNSHAPE_PREFIX[:-1]: PSHAPE_PREFIX[:-1]}
+_FAMILY = {NSHAPE_PREFIX[:-1]: SHAPE_PREFIX[:-1], PNSHAPE_PREFIX[:-1]: PSHAPE_PREFIX[:-1],
+           USHAPE_PREFIX[:-1]: PSHAPE_PREFIX[:-1]}  # a union's tap-on counts are one mode's of a regrouped file
 
 
 def input_fingerprint(key: bytes, digest: ContentDigest, any_mode: bool = False) -> str:
@@ -233,6 +235,10 @@ _CARD_SETS = {
                    "the cards and the times)",
     PNSHAPE_PREFIX: "tap-on counts of the period by stop name (its tap-ons counted per stop name, whatever the "
                     "names, the postcodes, the cards and the times)",
+    USHAPE_PREFIX: "tap-on counts of the period over those modes together (its tap-ons counted per location, "
+                   "whatever the modes' and locations' names, the cards and the times)",
+    SSHAPE_PREFIX: "tap-on and tap-off counts of the period (its taps counted per location, whichever tap, "
+                   "whatever the locations' names, the cards and the times)",
 }
 
 
@@ -240,7 +246,7 @@ def _card_sets_matched(roles: set[str]) -> list[str]:
     """The first per-card set digest (or, failing those, the tap-ons by day) found the same, in words (the others
     say less)."""
     for prefix, words in _CARD_SETS.items():
-        modes = sorted({r[len(prefix):].split("@")[0] for r in roles if r.startswith(prefix)})
+        modes = sorted({m for r in roles if r.startswith(prefix) for m in r[len(prefix):].split("@")[0].split("+")})
         if modes:
             return [f"the same {', '.join(modes)} {words}"]
     return []

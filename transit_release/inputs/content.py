@@ -35,12 +35,13 @@ Parquet or another (copied) stop table or universe still matches. Precisely:
   keyed by its location id (:func:`~transit_release.inputs.universe.stop_location_id` of its name), so a name's
   white space does not make other content;
 * **ons:<mode>**, **places:bus**, **stations:<mode>**, **days:<mode>** (a tap file, whichever kind reads it;
-  #40, third to ninth reviews): per card, the set of the location ids of its tap-ons of that mode by name; of its
+  #40, third to eleventh reviews): per card, the set of the location ids of its tap-ons of that mode by name; of its
   bus tap-ons' places (postcodes); of the places of its tap-ons and tap-offs (:func:`card_sets`); and, with no
   card, each tap-on as its date and place (:func:`tap_on_days`); and **day:**, **shape:** and **nshape:bus@<date>**
   (atk6–atk8), one day's tap-ons by place alone, and its sorted counts per place (bus: per stop name too) with no
   label, compared whatever the date (:func:`tap_ons_of_day`); and **pshape:<mode>**, **pnshape:bus** (atk9), the
-  period's sorted counts (:func:`period_shapes`). The streamed Opal release's partitions save their
+  period's sorted counts (:func:`period_shapes`), and **ushape:**, **sshape:<modes>** (atk11) over unions of modes
+  and both taps (:func:`union_shapes`). The streamed Opal release's partitions save their
   part (:func:`save_card_taps`). Times, card ids and what each leaves out take no part, nor
   the mode's name: their tokens carry none, and the claims compare them whatever their mode;
 * and a tap file read by a passenger kind also claims the records that kind built from it, under the kind's own
@@ -106,7 +107,14 @@ PNSHAPE_PREFIX = "pnshape:"
 #: A period's shape is claimed only over at least this many tap-ons and places (public constants).
 MIN_PERIOD_TAP_ONS = 50
 MIN_PERIOD_PLACES = 2
-ANY_MODE_PREFIXES = (*CARD_SET_PREFIXES, DAYS_PREFIX, PSHAPE_PREFIX, PNSHAPE_PREFIX)
+#: The period's tap-on counts per place over a *union* of two or more modes (``ushape:lightrail+train``), and its
+#: tap-on **and** tap-off counts per place over one mode or a union (``sshape:train``), sorted, labels aside
+#: (atk11): a re-extract that regroups the rows (part of a mode relabelled as another, two modes merged) or swaps
+#: each trip's taps, with the stations renamed and fresh pseudonyms, holds the same counts over some union.
+USHAPE_PREFIX = "ushape:"
+SSHAPE_PREFIX = "sshape:"
+ANY_MODE_PREFIXES = (*CARD_SET_PREFIXES, DAYS_PREFIX, PSHAPE_PREFIX, PNSHAPE_PREFIX, USHAPE_PREFIX, SSHAPE_PREFIX)
+_UNION_ROLE = re.compile(r"(ushape|sshape):(bus|ferry|lightrail|train|other)(\+(bus|ferry|lightrail|train|other))*")
 #: A tap file's digest of one day of one mode's tap-ons, each as its place only (``day:train@20160808``; atk6):
 #: compared whatever its mode **and its date**, so a re-extract that moves every date (a week re-dated as another,
 #: with a fresh card per card and day) or holds some of the days matches day by day (:func:`tap_ons_of_day`).
@@ -181,7 +189,8 @@ class ContentDigest:
     def __post_init__(self) -> None:
         if self.role in CUT_ROLES:  # a kind's records as its mechanism reads them (of_cut_records)
             return
-        if self.role.startswith(DATED_PREFIXES) and _DAY_ROLE.fullmatch(self.role):
+        if (self.role.startswith(DATED_PREFIXES) and _DAY_ROLE.fullmatch(self.role)) or _UNION_ROLE.fullmatch(
+                self.role):
             return
         if self.role not in ROLES and self.role not in (LINES, NAMED) and not any(
                 self.role.startswith(p) and self.role[len(p):] in (*_MODES, "other")
@@ -692,6 +701,29 @@ def period_shapes(mode: str, places: np.ndarray, names: np.ndarray | None = None
     return tuple(out)
 
 
+def union_shapes(tables: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[ContentDigest, ...]:
+    """Per union of the modes of ``tables`` (mode → its period's :func:`token_counts` of tap-on and of tap-off
+    places): ``ushape:<modes>`` over two modes or more, the tap-on counts per place added up; and ``sshape:<modes>``
+    over one mode or more, the tap-on and tap-off counts per place added up; each sorted, labels aside, over
+    :data:`MIN_PERIOD_TAP_ONS` taps and :data:`MIN_PERIOD_PLACES` places or more (atk11)."""
+    from itertools import combinations
+
+    modes = sorted((m for m, (on, off) in tables.items() if np.asarray(on).size or np.asarray(off).size),
+                   key=lambda m: mode_role(mode_code(m), ""))  # a mode without a located tap takes no part
+    out = []
+    for k in range(1, len(modes) + 1):
+        for union in combinations(modes, k):
+            name = "+".join(mode_role(mode_code(m), "") for m in union)
+            for prefix, parts in ((USHAPE_PREFIX, [tables[m][0] for m in union]),
+                                  (SSHAPE_PREFIX, [t for m in union for t in tables[m]])):
+                if prefix == USHAPE_PREFIX and k < 2:
+                    continue  # one mode's is ``pshape``
+                counts = _merged_counts(parts)[1]
+                if counts.sum() >= MIN_PERIOD_TAP_ONS and counts.size >= MIN_PERIOD_PLACES:
+                    out.append(_digest(LINES, _ranked(counts)).as_role(prefix + name))
+    return tuple(out)
+
+
 def _ranked_counts(tokens: np.ndarray) -> np.ndarray:
     """The hashes of a day's tap-on counts per token, sorted, each with its rank (the tokens' labels left out)."""
     return _ranked(np.unique(tokens, return_counts=True)[1])
@@ -879,7 +911,9 @@ def card_sets_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[Conten
             out.extend(tap_ons_of_day(pd.Timestamp(int(d), unit="D").strftime("%Y%m%d"), on_place[sel][on_day], mode,
                                       on_name[sel][on_day]))
         out.extend(period_shapes(mode, token_counts(on_place[sel]), token_counts(on_name[sel])))
-    return tuple(out)
+    tables = {mode: (token_counts(on_place[sel]), token_counts(off_place[sel]))
+              for mode in sorted(set(mode_all.unique())) for sel in [(mode_all == mode).to_numpy()]}
+    return (*out, *union_shapes(tables))
 
 
 def tap_ons_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[ContentDigest, ...]:
@@ -902,7 +936,7 @@ def of_clean_trips(clean: pd.DataFrame, stops: pd.DataFrame) -> InputContent:
 def save_partition(folder: Path, mode: str, date: str, digest: ContentDigest, cards: np.ndarray,
                    named: ContentDigest | None = None, taps: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
                    shards: int = 1, days: ContentDigest | None = None, day: tuple[ContentDigest, ...] = (),
-                   counts: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+                   counts: tuple[np.ndarray, ...] | None = None) -> None:
     """One partition's digest (and ``named``, the same with its stops keyed by location id: :data:`NAMED`),
     distinct card ids and, with ``taps`` (each row's tap-on name token, tap-on and tap-off place tokens:
     :func:`tap_on_tokens`, :func:`place_tokens`), its rows' part of the per-card set digests in ``shards`` card
@@ -915,6 +949,8 @@ def save_partition(folder: Path, mode: str, date: str, digest: ContentDigest, ca
     if counts is not None:  # the partition's part of ``pshape:`` and ``pnshape:<mode>`` (:func:`token_counts`)
         np.save(folder / f"{mode}-{date}.pcount.npy", counts[0])
         np.save(folder / f"{mode}-{date}.ncount.npy", counts[1])
+        if len(counts) > 2:  # the tap-offs' (``sshape``)
+            np.save(folder / f"{mode}-{date}.ocount.npy", counts[2])
     if days is not None:  # the partition's part of ``days:<mode>``
         np.save(folder / f"{mode}-{date}.days.npy", np.array([days.records, *days.lanes], dtype=np.uint64))
     for d in day:  # the partition's day, whatever its date (``day:``, ``shape:<mode>@<date>``)
@@ -970,11 +1006,16 @@ def gather_partitions(folder: Path) -> InputContent:
     counted: dict[str, dict[str, list[np.ndarray]]] = {}
     for f in sorted(folder.glob("*.pcount.npy")):
         mode = f.name[:-len(".pcount.npy")].rsplit("-", 1)[0]
-        counted.setdefault(mode, {"p": [], "n": []})["p"].append(np.load(f))
+        counted.setdefault(mode, {"p": [], "n": [], "o": []})["p"].append(np.load(f))
         counted[mode]["n"].append(np.load(f.with_name(f.name.replace(".pcount.npy", ".ncount.npy"))))
+        off = f.with_name(f.name.replace(".pcount.npy", ".ocount.npy"))
+        if off.exists():
+            counted[mode]["o"].append(np.load(off))
     for mode, tables in sorted(counted.items()):
         for d in period_shapes(mode, _merged_counts(tables["p"]), _merged_counts(tables["n"])):
             sets.setdefault(mode_role(mode_code(mode), ""), []).append(d)
     per_mode = tuple(d for m in sorted(sets) for d in sets[m])
-    return InputContent((*by_mode(*sums["digest"], named=sums.get("named")), *per_mode), merge_card_ids(parts))
+    unions = union_shapes({mode: (_merged_counts(t["p"]), _merged_counts(t["o"])) for mode, t in counted.items()})
+    return InputContent((*by_mode(*sums["digest"], named=sums.get("named")), *per_mode, *unions),
+                        merge_card_ids(parts))
 

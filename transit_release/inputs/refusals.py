@@ -89,8 +89,8 @@ REFUSALS: dict[str, Refusal] = {r.key: r for r in (
              "transit_release.accounting.person.refuse_same_input_files"),
             "one input whose content (its clean rows, or one mode's; each card's sets of tap-on stations, bus "
             "tap-on postcodes or tap-on and tap-off places of one mode, or its tap-ons as date and place, or one "
-            "day's tap-ons by place, or its or the period's sorted counts per place or per bus stop name, whatever "
-            "the date, the mode's name and the places' labels; its valid records, also as the mechanism "
+            "day's tap-ons by place, or its or the period's sorted counts per place or per bus stop name, of a mode "
+            "or a union of modes, tap-ons or all taps, whatever the date, the modes' names and the places' labels; its valid records, also as the mechanism "
             "reads them, cut; or every record line of an id-less file as sets of ids, whatever the kind or "
             "universe; in any order) equals an input of a charged release of another population, or one card id "
             "in common with one; for releases recorded before per-input claims: the same input files, byte for "

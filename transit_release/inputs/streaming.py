@@ -588,7 +588,8 @@ def prepare_partition(spill: Path, staging: Path, quarantine_parts: Path, pairs:
         contents.save_partition(content, mode, date, named[0], rows["card"], named=named[1], shards=shards,
                                 taps=(names, *places), days=contents.tap_on_days(day, places[0], mode),
                                 day=contents.tap_ons_of_day(date, places[0], mode, names),
-                                counts=(contents.token_counts(places[0]), contents.token_counts(names)))
+                                counts=(contents.token_counts(places[0]), contents.token_counts(names),
+                                        contents.token_counts(places[1])))
     missing = int((rows["off_ns"] == NAT).sum())
     del rows
     check_encoded(encoded)
