@@ -500,7 +500,34 @@ def test_atk11_regroupings_a_mode_split_and_swapped_taps_with_renamed_stations_a
     original = content.of_clean_trips(train[has_off], stops)
     theirs = claim_of(KEY, content.of_clean_trips(swapped, renamed)).fingerprints
     mine = claim_of(KEY, original).fingerprints
-    assert [r for r in theirs if theirs[r] in mine.values()] == ["sshape:train", "*sshape:train"]
+    same = [r for r in theirs if theirs[r] in mine.values()]
+    assert "*sshape:train" in same and {r.lstrip("*").split(":")[0] for r in same} == {"sshape"}  # and its days'
+
+
+def test_atk12_one_day_of_a_regrouped_mode_is_refused(tmp_path):
+    """atk12 (MAJOR): the Monday of an already released week, re-extracted over a newer feed that moves a tenth of
+    the train stations to light rail, with fresh pseudonyms: the unions of modes were claimed over the period only,
+    and compared with the period's shapes only. A day's unions are claimed too, and every label-free tap-on count
+    vector is one family (a one-day extract's period is the original's day): refused."""
+    clean, stops = _week_taps()
+    monday = clean[(clean["mode"] == "train") & (clean["tap_on_time"] < pd.Timestamp("2016-08-09"))]
+    moved_ids = set(stops.loc[stops["mode"] == "train", "stop_id"].iloc[:10])
+    split = monday.assign(card_id=monday["card_id"] * 17 + 60_000_000,
+                          mode=np.where(monday["tap_on_stop"].isin(moved_ids), "lightrail", "train"))
+    is_lr = split["mode"] == "lightrail"
+    split = split.assign(tap_on_stop=np.where(is_lr, split["tap_on_stop"] + 1000, split["tap_on_stop"]),
+                         tap_off_stop=split["tap_off_stop"].where(~is_lr, split["tap_off_stop"] + 1000))
+    feed = pd.concat([stops, stops[stops["mode"] == "train"].assign(
+        mode="lightrail", stop_id=lambda t: t["stop_id"] + 1000)], ignore_index=True)
+    _, full, _ = _streamed(tmp_path / "a", clean, stops)
+    _, got, _ = _streamed(tmp_path / "b", split, feed, ("2016-08-08", "2016-08-08"))
+    mine, theirs = claim_of(KEY, full).fingerprints, claim_of(KEY, got).fingerprints
+    same = [r for r in theirs if theirs[r] in mine.values()]
+    assert any(r.startswith("*ushape:lightrail+train") for r in same)
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets("opal"), full)
+    with pytest.raises(PopulationOverlapError):
+        _charge(store, ledger, _sets("monday-remoded", "riders-b"), got)
 
 
 # ---- keyed claims and the store ---------------------------------------------------------------------------------
@@ -807,7 +834,8 @@ def test_a_per_mode_extract_with_fresh_card_pseudonyms_is_refused(tmp_path):
     an earlier release's is an overlap."""
     clean, stops = trips_on_stop_table(), stop_table()
     full = content.of_clean_trips(clean, stops)
-    assert sorted(d.role for d in full.digests) == ["days:bus", "days:ferry", "days:train",  # atk5
+    assert any(d.role.startswith("sshape:") and "@" in d.role for d in full.digests)  # a day's unions (atk12)
+    assert sorted(d.role for d in full.digests if "@" not in d.role) == ["days:bus", "days:ferry", "days:train",
                                                     "ons:bus", "ons:ferry", "ons:train",  # #40's third review
                                                     "places:bus",  # and its fourth (atk4)
                                                     "pnshape:bus", "pshape:bus", "pshape:ferry",  # atk9

@@ -114,7 +114,8 @@ MIN_PERIOD_PLACES = 2
 USHAPE_PREFIX = "ushape:"
 SSHAPE_PREFIX = "sshape:"
 ANY_MODE_PREFIXES = (*CARD_SET_PREFIXES, DAYS_PREFIX, PSHAPE_PREFIX, PNSHAPE_PREFIX, USHAPE_PREFIX, SSHAPE_PREFIX)
-_UNION_ROLE = re.compile(r"(ushape|sshape):(bus|ferry|lightrail|train|other)(\+(bus|ferry|lightrail|train|other))*")
+_UNION_ROLE = re.compile(r"(ushape|sshape):(bus|ferry|lightrail|train|other)(\+(bus|ferry|lightrail|train|other))*"
+                         r"(@\d{8})?")
 #: A tap file's digest of one day of one mode's tap-ons, each as its place only (``day:train@20160808``; atk6):
 #: compared whatever its mode **and its date**, so a re-extract that moves every date (a week re-dated as another,
 #: with a fresh card per card and day) or holds some of the days matches day by day (:func:`tap_ons_of_day`).
@@ -701,12 +702,18 @@ def period_shapes(mode: str, places: np.ndarray, names: np.ndarray | None = None
     return tuple(out)
 
 
-def union_shapes(tables: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[ContentDigest, ...]:
+def union_shapes(tables: dict[str, tuple[np.ndarray, np.ndarray]], date: str | None = None,
+                 ) -> tuple[ContentDigest, ...]:
     """Per union of the modes of ``tables`` (mode → its period's :func:`token_counts` of tap-on and of tap-off
     places): ``ushape:<modes>`` over two modes or more, the tap-on counts per place added up; and ``sshape:<modes>``
     over one mode or more, the tap-on and tap-off counts per place added up; each sorted, labels aside, over
-    :data:`MIN_PERIOD_TAP_ONS` taps and :data:`MIN_PERIOD_PLACES` places or more (atk11)."""
+    :data:`MIN_PERIOD_TAP_ONS` taps and :data:`MIN_PERIOD_PLACES` places or more (atk11). With ``date``, one day's
+    (``…@<YYYYMMDD>``, over :data:`MIN_DAY_TAP_ONS` taps and :data:`MIN_SHAPE_PLACES` places: atk12)."""
     from itertools import combinations
+
+    floor_taps, floor_places = (MIN_PERIOD_TAP_ONS, MIN_PERIOD_PLACES) if date is None else (MIN_DAY_TAP_ONS,
+                                                                                            MIN_SHAPE_PLACES)
+    at = "" if date is None else f"@{date}"
 
     modes = sorted((m for m, (on, off) in tables.items() if np.asarray(on).size or np.asarray(off).size),
                    key=lambda m: mode_role(mode_code(m), ""))  # a mode without a located tap takes no part
@@ -719,8 +726,8 @@ def union_shapes(tables: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[Cont
                 if prefix == USHAPE_PREFIX and k < 2:
                     continue  # one mode's is ``pshape``
                 counts = _merged_counts(parts)[1]
-                if counts.sum() >= MIN_PERIOD_TAP_ONS and counts.size >= MIN_PERIOD_PLACES:
-                    out.append(_digest(LINES, _ranked(counts)).as_role(prefix + name))
+                if counts.sum() >= floor_taps and counts.size >= floor_places:
+                    out.append(_digest(LINES, _ranked(counts)).as_role(prefix + name + at))
     return tuple(out)
 
 
@@ -913,7 +920,14 @@ def card_sets_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[Conten
         out.extend(period_shapes(mode, token_counts(on_place[sel]), token_counts(on_name[sel])))
     tables = {mode: (token_counts(on_place[sel]), token_counts(off_place[sel]))
               for mode in sorted(set(mode_all.unique())) for sel in [(mode_all == mode).to_numpy()]}
-    return (*out, *union_shapes(tables))
+    daily = []
+    for d in np.unique(day):
+        on_day = day == d
+        daily.extend(union_shapes(
+            {mode: (token_counts(on_place[sel]), token_counts(off_place[sel]))
+             for mode in sorted(set(mode_all[on_day].unique())) for sel in [on_day & (mode_all == mode).to_numpy()]},
+            pd.Timestamp(int(d), unit="D").strftime("%Y%m%d")))
+    return (*out, *union_shapes(tables), *daily)
 
 
 def tap_ons_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[ContentDigest, ...]:
@@ -1015,7 +1029,14 @@ def gather_partitions(folder: Path) -> InputContent:
         for d in period_shapes(mode, _merged_counts(tables["p"]), _merged_counts(tables["n"])):
             sets.setdefault(mode_role(mode_code(mode), ""), []).append(d)
     per_mode = tuple(d for m in sorted(sets) for d in sets[m])
-    unions = union_shapes({mode: (_merged_counts(t["p"]), _merged_counts(t["o"])) for mode, t in counted.items()})
+    unions = list(union_shapes({mode: (_merged_counts(t["p"]), _merged_counts(t["o"])) for mode, t in counted.items()}))
+    by_date: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+    for f in sorted(folder.glob("*.ocount.npy")):
+        mode, date = f.name[:-len(".ocount.npy")].rsplit("-", 1)
+        by_date.setdefault(date, {})[mode] = (np.load(f.with_name(f.name.replace(".ocount.npy", ".pcount.npy"))),
+                                              np.load(f))
+    for date, tables in sorted(by_date.items()):
+        unions.extend(union_shapes(tables, date))
     return InputContent((*by_mode(*sums["digest"], named=sums.get("named")), *per_mode, *unions),
                         merge_card_ids(parts))
 
