@@ -238,9 +238,9 @@ _CARD_SETS = {
                    "the cards and the times)",
     PNSHAPE_PREFIX: "tap-on counts of the period by stop name (its tap-ons counted per stop name, whatever the "
                     "names, the postcodes, the cards and the times)",
-    USHAPE_PREFIX: "tap-on counts of the period over those modes together (its tap-ons counted per location, "
-                   "whatever the modes' and locations' names, the cards and the times)",
-    SSHAPE_PREFIX: "tap-on and tap-off counts of the period (its taps counted per location, whichever tap, "
+    USHAPE_PREFIX: "tap-on counts over those modes together (the period's or one day's tap-ons counted per "
+                   "location, whatever the modes' and locations' names, the cards and the times)",
+    SSHAPE_PREFIX: "tap-on and tap-off counts (the period's or one day's taps counted per location, whichever tap, "
                    "whatever the locations' names, the cards and the times)",
 }
 
