@@ -89,11 +89,9 @@ def _derive(key: bytes, label: str) -> bytes:
 
 #: The key of a claim's fingerprint taken whatever the digest's mode (``*ons:train``: :func:`claim_of`).
 ANY_MODE = "*"
-#: Whatever the mode, a bus mode's counts per stop name are the same numbers as another mode's counts per place
-#: (atk10: bus relabelled as train, or the other way, with the stops renamed): compared as one family.
 #: Every label-free count vector of tap-ons (a day's or the period's, of one mode or a union, per place or per bus
-#: stop name) is one family: a regrouped, renamed or re-dated file's are another's (a one-day extract's period is
-#: the original's day; atk12).
+#: stop name) is one family: a regrouped, renamed or re-dated file's are another's (bus relabelled as train with
+#: its stops renamed, atk10; a one-day extract's period is the original's day, atk12).
 _FAMILY = {NSHAPE_PREFIX[:-1]: SHAPE_PREFIX[:-1], PNSHAPE_PREFIX[:-1]: SHAPE_PREFIX[:-1],
            PSHAPE_PREFIX[:-1]: SHAPE_PREFIX[:-1], USHAPE_PREFIX[:-1]: SHAPE_PREFIX[:-1]}
 
