@@ -130,11 +130,8 @@ def test_trips_match_with_their_stop_ids_relabelled_and_their_cards_renumbered(t
                                                 "postcode": pd.array([2999], "Int64")})], ignore_index=True)
     got = content.of_clean_trips(relabelled, extended)
     assert got.digests == base.digests and not np.intersect1d(got.cards, base.cards).size
-    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
-    _charge(store, ledger, _sets("first"), base)
-    with pytest.raises(PopulationOverlapError) as info:
-        _charge(store, ledger, _sets("escape-stops-cards", "riders-b"), got)
-    assert str(info.value).startswith("release 'escape-stops-cards' of population 'riders-b' reads records of "
+    message, _, _ = _refused(tmp_path, base, got, "first", "escape-stops-cards")
+    assert message.startswith("release 'escape-stops-cards' of population 'riders-b' reads records of "
                                       "people already released under population 'default': release 'first' read "
                                       "the same trips (its clean rows, in any order); one person cannot be in two "
                                       "populations.")
@@ -209,17 +206,14 @@ def test_an_opal_re_extract_of_fields_it_does_not_read_under_another_population_
     mine, theirs = {d.role: d for d in full.digests}, {d.role: d for d in got.digests}
     # nothing else of what it claims matches: the rows differ in times, tap-offs, postcodes; the cards are new (the
     # tap-ons by day and place match for the modes whose places did not change: atk5)
-    assert _no_period([r for r in theirs if theirs[r] == mine.get(r)]) == ["ons:bus", "ons:ferry", "days:ferry", "ons:train",
-                                                               "days:train"]
+    same = _no_period([r for r in theirs if theirs[r] == mine.get(r)])
+    assert same == ["ons:bus", "ons:ferry", "days:ferry", "ons:train", "days:train"]
     assert not np.intersect1d(full.cards, got.cards).size
-    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
-    _charge(store, ledger, _sets("opal"), full)
-    with pytest.raises(PopulationOverlapError) as info:
-        _charge(store, ledger, _sets("opal-again", "riders-b"), got)
-    assert str(info.value).startswith(
+    message, _, _ = _refused(tmp_path, full, got, "opal", "opal-again")
+    assert message.startswith(
         "release 'opal-again' of population 'riders-b' reads records of people already released under population "
-        "'default': release 'opal' read the same bus, ferry, train tap-ons per card (each card's set of tap-on stations by name; "
-        "times and tap-offs aside); one person cannot be in two populations.")
+        "'default': release 'opal' read the same bus, ferry, train tap-ons per card (each card's set of tap-on "
+        "stations by name; times and tap-offs aside); one person cannot be in two populations.")
     moved = extract.copy()
     at = int(np.flatnonzero(moved["mode"].to_numpy() == "bus")[0])
     moved.iloc[at, moved.columns.get_loc("tap_on_stop")] = 1 + int(moved.iloc[at]["tap_on_stop"]) % 30
@@ -248,11 +242,8 @@ def test_a_bus_re_extract_with_the_stop_names_changed_and_the_postcodes_kept_is_
         assert _no_period([r for r in theirs if theirs[r] == mine.get(r)]) == ["places:bus", "stations:bus", "days:bus"]
         assert {d.role: d for d in content.of_clean_trips(in_memory, table).digests}["places:bus"] == mine[
             "places:bus"]
-    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
-    _charge(store, ledger, _sets("opal"), full)
-    with pytest.raises(PopulationOverlapError) as info:
-        _charge(store, ledger, _sets("bus-again", "riders-b"), streamed)
-    assert str(info.value).startswith(
+    message, _, _ = _refused(tmp_path, full, streamed, "opal", "bus-again")
+    assert message.startswith(
         "release 'bus-again' of population 'riders-b' reads records of people already released under population "
         "'default': release 'opal' read the same bus tap-ons per card (each card's set of tap-on locations as the "
         "Opal release counts them, a bus stop's postcode; stop names, times and tap-offs aside); one person cannot "
@@ -272,13 +263,11 @@ def test_a_re_extract_with_each_trip_s_tap_on_and_tap_off_swapped_is_refused(tmp
     _, _, gated = _streamed(tmp_path / "b", swapped, stops)  # the gate's clean rows, as station sets read them
     got = content.of_clean_trips(gated, stops)
     mine, theirs = {d.role: d for d in full.digests}, {d.role: d for d in got.digests}
-    assert _no_period([r for r in theirs if theirs[r] == mine.get(r)]) == ["stations:bus", "stations:ferry", "stations:train"]
-    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
-    _charge(store, ledger, _sets("opal"), full)
-    with pytest.raises(PopulationOverlapError) as info:
-        _charge(store, ledger, _sets("swapped", "riders-b"), got)
+    same = _no_period([r for r in theirs if theirs[r] == mine.get(r)])
+    assert same == ["stations:bus", "stations:ferry", "stations:train"]
+    message, _, _ = _refused(tmp_path, full, got, "opal", "swapped")
     assert "read the same bus, ferry, train stations per card (each card's set of tap-on and tap-off locations; " \
-           "times and which tap aside); one person cannot be in two populations." in str(info.value)
+           "times and which tap aside); one person cannot be in two populations." in message
 
 
 def test_a_re_extract_with_a_mode_relabelled_and_fresh_cards_is_refused(tmp_path):
@@ -297,11 +286,8 @@ def test_a_re_extract_with_a_mode_relabelled_and_fresh_cards_is_refused(tmp_path
     mine, theirs = claim_of(KEY, full).fingerprints, claim_of(KEY, got).fingerprints
     assert _no_period([r for r in theirs if theirs[r] in mine.values()]) == ["*ons:lightrail", "*stations:lightrail",
                                                                  "*days:lightrail"]
-    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
-    _charge(store, ledger, _sets("opal"), full)
-    with pytest.raises(PopulationOverlapError) as info:
-        _charge(store, ledger, _sets("relabelled", "riders-b"), got)
-    assert str(info.value).startswith(
+    message, _, _ = _refused(tmp_path, full, got, "opal", "relabelled")
+    assert message.startswith(
         "release 'relabelled' of population 'riders-b' reads records of people already released under population "
         "'default': release 'opal' read the same train tap-ons per card (each card's set of tap-on stations by "
         "name; times and tap-offs aside); one person cannot be in two populations.")
@@ -321,12 +307,9 @@ def test_an_opal_re_extract_with_a_fresh_card_per_day_and_times_moved_inside_the
     _, got, _ = _streamed(tmp_path / "b", moved, stops)
     mine, theirs = {d.role: d for d in full.digests}, {d.role: d for d in got.digests}
     assert _no_period([r for r in theirs if theirs[r] == mine.get(r)]) == ["days:bus", "days:ferry", "days:train"]
-    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
-    _charge(store, ledger, _sets("opal"), full)
-    with pytest.raises(PopulationOverlapError) as info:
-        _charge(store, ledger, _sets("split", "riders-b"), got)
+    message, _, _ = _refused(tmp_path, full, got, "opal", "split")
     assert ("read the same bus, ferry, train tap-ons by day and location (each tap-on's date and location, "
-            "whatever its card and its time of day); one person cannot be in two populations.") in str(info.value)
+            "whatever its card and its time of day); one person cannot be in two populations.") in message
     other = moved.copy()
     other.iloc[0, other.columns.get_loc("tap_on_time")] += pd.Timedelta(days=1)
     other_mode = other.iloc[0]["mode"]
@@ -351,12 +334,9 @@ def test_a_week_re_dated_with_a_fresh_card_per_day_is_refused_day_by_day(tmp_pat
     dated = ("*day:", "*shape:", "*nshape:")
     assert same and all(r.startswith(dated) for r in same)
     assert len(same) == sum(r.startswith(dated) for r in theirs) > 20  # every day claimed matches
-    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
-    _charge(store, ledger, _sets("opal"), full)
-    with pytest.raises(PopulationOverlapError) as info:
-        _charge(store, ledger, _sets("next-week", "riders-b"), got)
+    message, store, ledger = _refused(tmp_path, full, got, "opal", "next-week")
     assert ("read the same bus, ferry, train tap-ons of a day (one day's tap-ons by location, whatever the date, "
-            "the cards and the times of day); one person cannot be in two populations.") in str(info.value)
+            "the cards and the times of day); one person cannot be in two populations.") in message
     monday = moved[moved["tap_on_time"] < pd.Timestamp("2016-08-16")]
     _, one_day, _ = _streamed(tmp_path / "c", monday, stops, ("2016-08-15", "2016-08-15"))
     with pytest.raises(PopulationOverlapError):
@@ -383,13 +363,10 @@ def test_one_mode_re_extracted_with_its_stations_renamed_and_fresh_cards_is_refu
     assert same and all(r.startswith("*shape:train@") for r in same)
     kinds = claim_of(KEY, content.of_clean_trips(gated, renamed)).fingerprints  # what a passenger kind claims
     assert _no_period([r for r in kinds if kinds[r] in mine.values()]) == same
-    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
-    _charge(store, ledger, _sets("opal"), full)
-    with pytest.raises(PopulationOverlapError) as info:
-        _charge(store, ledger, _sets("renamed", "riders-b"), got)
+    message, _, _ = _refused(tmp_path, full, got, "opal", "renamed")
     assert ("read the same train tap-on counts of a day (one day's tap-ons counted per location, whatever the "
             "locations' names, the date, the cards and the times of day); one person cannot be in two "
-            "populations.") in str(info.value)
+            "populations.") in message
 
 
 def test_bus_rows_over_a_stop_table_renaming_the_stops_and_correcting_a_postcode_are_refused(tmp_path):
@@ -409,12 +386,9 @@ def test_bus_rows_over_a_stop_table_renaming_the_stops_and_correcting_a_postcode
     mine, theirs = claim_of(KEY, full).fingerprints, claim_of(KEY, got).fingerprints
     same = _no_period([r for r in theirs if theirs[r] in mine.values()])
     assert same and all(r.startswith("*nshape:bus@") for r in same)
-    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
-    _charge(store, ledger, _sets("seq-bus"), full)
-    with pytest.raises(PopulationOverlapError) as info:
-        _charge(store, ledger, _sets("seq-bus-b", "riders-b"), got)
+    message, _, _ = _refused(tmp_path, full, got, "seq-bus", "seq-bus-b")
     assert ("read the same bus tap-on counts of a day by stop name (one day's tap-ons counted per stop name, "
-            "whatever the names, the postcodes, the date, the cards and the times of day)") in str(info.value)
+            "whatever the names, the postcodes, the date, the cards and the times of day)") in message
 
 
 def test_a_small_mode_re_extracted_with_its_stations_renamed_and_fresh_cards_is_refused(tmp_path):
@@ -432,12 +406,9 @@ def test_a_small_mode_re_extracted_with_its_stations_renamed_and_fresh_cards_is_
     mine, theirs = claim_of(KEY, full).fingerprints, claim_of(KEY, got).fingerprints
     assert [r for r in theirs if theirs[r] in mine.values()] == ["pshape:ferry", "sshape:ferry", "*pshape:ferry",
                                                                  "*sshape:ferry"]
-    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
-    _charge(store, ledger, _sets("opal"), full)
-    with pytest.raises(PopulationOverlapError) as info:
-        _charge(store, ledger, _sets("ferry-b", "riders-b"), got)
+    message, _, _ = _refused(tmp_path, full, got, "opal", "ferry-b")
     assert ("read the same ferry tap-on counts of the period (its tap-ons counted per location, whatever the "
-            "locations' names, the cards and the times); one person cannot be in two populations.") in str(info.value)
+            "locations' names, the cards and the times); one person cannot be in two populations.") in message
     one = content.period_shapes("ferry", content.token_counts(np.full(80, 7, dtype=np.uint64)))
     assert one == ()  # one place: no shape
 
@@ -458,11 +429,8 @@ def test_bus_rows_relabelled_as_train_with_the_stops_renamed_are_refused(tmp_pat
     mine, theirs = claim_of(KEY, full).fingerprints, claim_of(KEY, got).fingerprints
     same = [r for r in theirs if theirs[r] in mine.values()]
     assert "*pshape:train" in same and any(r.startswith("*shape:train@") for r in same)
-    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
-    _charge(store, ledger, _sets("seq-bus"), full)
-    with pytest.raises(PopulationOverlapError) as info:
-        _charge(store, ledger, _sets("seq-bus-as-train", "riders-b"), got)
-    assert "read the same bus tap-on counts of a day by stop name" in str(info.value)
+    message, _, _ = _refused(tmp_path, full, got, "seq-bus", "seq-bus-as-train")
+    assert "read the same bus tap-on counts of a day by stop name" in message
 
 
 def test_atk11_regroupings_a_mode_split_and_swapped_taps_with_renamed_stations_are_refused(tmp_path):
@@ -486,11 +454,8 @@ def test_atk11_regroupings_a_mode_split_and_swapped_taps_with_renamed_stations_a
     _, got, _ = _streamed(tmp_path / "b", split, feed)
     mine, theirs = claim_of(KEY, full).fingerprints, claim_of(KEY, got).fingerprints
     assert "*ushape:lightrail+train" in [r for r in theirs if theirs[r] in mine.values()]
-    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
-    _charge(store, ledger, _sets("opal"), full)
-    with pytest.raises(PopulationOverlapError) as info:
-        _charge(store, ledger, _sets("split", "riders-b"), got)
-    assert "one person cannot be in two populations" in str(info.value)
+    message, _, _ = _refused(tmp_path, full, got, "opal", "split")
+    assert "one person cannot be in two populations" in message
 
     has_off = train["tap_off_stop"].notna()
     swapped = train[has_off].assign(card_id=lambda t: t["card_id"] + 5_000_000,
@@ -560,6 +525,18 @@ def _charge(store: ClaimStore, ledger: Ledger, events: list, what: InputContent)
     attempt = store.record(events[0].release_id, claim, same)
     ledger.charge(events, check=claims.overlap_check(store, attempt))
     return attempt
+
+
+def _refused(tmp_path: Path, first: InputContent, second: InputContent, first_id: str = "opal",
+             second_id: str = "second") -> tuple[str, ClaimStore, Ledger]:
+    """``first`` charged under ``default``, then ``second`` refused under ``riders-b`` with nothing charged: the
+    refusal's message (and the store and ledger, for what a test does next)."""
+    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
+    _charge(store, ledger, _sets(first_id), first)
+    with pytest.raises(PopulationOverlapError) as info:
+        _charge(store, ledger, _sets(second_id, "riders-b"), second)
+    assert second_id not in {e.release_id for e in ledger.entries()}
+    return str(info.value), store, ledger
 
 
 def _sets(rid: str, population: str = "default", fingerprint: str = "f") -> list:
@@ -859,11 +836,8 @@ def test_a_per_mode_extract_with_fresh_card_pseudonyms_is_refused(tmp_path):
     assert got.digests[1] == per_mode["trips:train"] and got.digests[3] == per_mode["taps:train"]
     assert not np.intersect1d(got.cards, full.cards).size
 
-    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
-    _charge(store, ledger, _sets("full"), full)
-    with pytest.raises(PopulationOverlapError) as info:
-        _charge(store, ledger, _sets("train-only", "riders-b"), got)
-    assert str(info.value).startswith(
+    message, store, ledger = _refused(tmp_path, full, got, "full", "train-only")
+    assert message.startswith(
         "release 'train-only' of population 'riders-b' reads records of people already released under population "
         "'default': release 'full' read the same train trips (the clean rows of that mode, in any order); one "
         "person cannot be in two populations.")
@@ -908,11 +882,8 @@ def test_a_tap_file_claims_the_sequences_its_kind_builds_so_a_re_extract_of_unre
                                  sequences_from_trips(extract, renamed, "train"))
     assert not set(base.digests[:-2]) & set(again.digests[:-2])  # the trips digests differ (raw names, tap-offs)
     assert base.digests[-2:] == again.digests[-2:] and {d.role for d in again.digests[-2:]} == {"sequences", "lines"}
-    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
-    _charge(store, ledger, _sets("taps"), base)
-    with pytest.raises(PopulationOverlapError) as info:
-        _charge(store, ledger, _sets("re-extract", "riders-b"), again)
-    assert str(info.value).startswith("release 're-extract' of population 'riders-b' reads records of people "
+    message, store, ledger = _refused(tmp_path, base, again, "taps", "re-extract")
+    assert message.startswith("release 're-extract' of population 'riders-b' reads records of people "
                                       "already released under population 'default': release 'taps' read the same "
                                       "sequences file content; one person cannot be in two populations.")
     # the sequences written out as a file (records built outside the tool) match the taps they came from
@@ -981,11 +952,8 @@ def test_a_tap_file_claims_each_card_s_tap_on_locations_so_another_kind_of_a_re_
                                sequences_from_trips(extract, renamed, "train"))
     mine, theirs = {d.role: d for d in full.digests}, {d.role: d for d in got.digests}
     assert _no_period([r for r in theirs if theirs[r] == mine.get(r)]) == ["ons:train", "days:train"]
-    store, ledger = ClaimStore(tmp_path / "claims.sqlite", KEY), _ledger(tmp_path)
-    _charge(store, ledger, _sets("sets"), full)
-    with pytest.raises(PopulationOverlapError) as info:
-        _charge(store, ledger, _sets("sequences", "riders-b"), got)
-    assert str(info.value).startswith(
+    message, _, _ = _refused(tmp_path, full, got, "sets", "sequences")
+    assert message.startswith(
         "release 'sequences' of population 'riders-b' reads records of people already released under population "
         "'default': release 'sets' read the same train tap-ons per card (each card's set of tap-on stations by name; "
         "times and tap-offs aside); one person cannot be in two populations.")

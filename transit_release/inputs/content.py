@@ -249,42 +249,7 @@ def location_keys(index, mode_index: np.ndarray | int, codes: np.ndarray, named:
     ids, nor on which other stops or modes the stop table lists. ``named``: a non-bus stop as its location id
     (:func:`~transit_release.inputs.universe.stop_location_id` of its name: white space runs as ``_``, trimmed),
     what the passenger kinds count (the :data:`NAMED` digests); a bus stop stays its postcode."""
-    table, starts = _key_table(index, named)
-    codes = np.asarray(codes, dtype=np.int64)
-    mc = np.broadcast_to(np.asarray(mode_index, dtype=np.int64), codes.shape)
-    known = (mc >= 0) & (mc < len(index.modes))
-    mc = np.where(known, mc, 0)
-    at = np.where(codes >= 0, starts[mc] + codes, starts[mc + 1] - 1)
-    at = np.where(known, at, table.size - 1)
-    return table[at].view(np.int64)
-
-
-#: The key tables of the last index :func:`location_keys` was given, by ``named`` (one release's index at a time,
-#: as :func:`~transit_release.preprocessing.load_location_index` keeps one per process)
-_KEY_TABLES: dict[bool, tuple[object, np.ndarray, np.ndarray]] = {}
-_KEY_TABLES_LOCK = threading.Lock()
-
-
-def _key_table(index, named: bool) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`location_keys`' table (each mode's locations' keys, then its "no location" key; a last "no location"
-    for an unknown mode) and each mode's start in it: made once per index, not once per partition and tap (a stop
-    table of 200,000 names made it 4 times for each of 28 partitions: about 15 s of a release)."""
-    with _KEY_TABLES_LOCK:
-        cached = _KEY_TABLES.get(named)
-    if cached is not None and cached[0] is index:
-        return cached[1], cached[2]
-    from transit_release.inputs.universe import stop_location_id
-
-    as_id = (lambda m, loc: stop_location_id(loc) if m != "bus" else loc) if named else (lambda m, loc: loc)
-    tables = [np.append(name_hashes(tuple(f"{m}:{as_id(m, loc)}" for loc in index.vocab.get(m, ()))), _NO_LOCATION)
-              for m in index.modes]
-    starts = np.cumsum([0] + [t.size for t in tables])
-    table = np.concatenate([*tables, [_NO_LOCATION]]).astype(np.uint64)
-    with _KEY_TABLES_LOCK:
-        for stale in [k for k, v in _KEY_TABLES.items() if v[0] is not index]:
-            del _KEY_TABLES[stale]
-        _KEY_TABLES[named] = (index, table, starts)
-    return table, starts
+    return _tokens(*_token_table(index, "named keys" if named else "keys"), mode_index, codes).view(np.int64)
 
 
 def mode_role(code: int, prefix: str = MODE_PREFIX) -> str:
@@ -605,38 +570,48 @@ def with_derived(taps: InputContent, role: str, data, cut: int | None = None) ->
 
 
 def _token_table(index, kind: str) -> tuple[np.ndarray, np.ndarray]:
-    """The token table of ``index`` for :func:`tap_on_tokens` (``kind`` "names") or :func:`place_tokens`
-    ("places"): each mode's tokens then a 0 (none), a last 0 for an unknown mode, and each mode's start in it.
-    Made once per index (kept for the last index seen, as a process keeps one), not once per partition: a large
-    stop table's names would be hashed, and run through ``stop_location_id``, for every partition."""
+    """A hash table of ``index``'s locations, one per ``kind``: ``keys`` and ``named keys`` for
+    :func:`location_keys` (``mode:location``, a non-bus location as its location id with ``named``; "no location"
+    :data:`_NO_LOCATION`), ``names`` for :func:`tap_on_tokens` (each mode's stop names' location ids) and
+    ``places`` for :func:`place_tokens` (the location without its mode); none 0. Each mode's tokens then its "none",
+    a last "none" for an unknown mode, and each mode's start. Made once per index (the last index seen is kept, as a
+    process keeps one), not once per partition and tap: a stop table of 200,000 names made the keys 4 times for
+    each of 28 partitions, about 15 s of a release."""
     from transit_release.inputs.universe import stop_location_id
 
     with _TOKEN_TABLES_LOCK:
         cached = _TOKEN_TABLES.get(kind)
     if cached is not None and cached[0] is index:
         return cached[1], cached[2]
-    if kind == "names":
-        texts = [tuple(index.name_vocab.get(m, ())) for m in index.modes]
-    else:
-        texts = [tuple(loc if m == "bus" else stop_location_id(loc) for loc in index.vocab.get(m, ()))
-                 for m in index.modes]
-    tables = [np.append(name_hashes(t), np.uint64(0)) for t in texts]
+    as_id = lambda m, loc: loc if m == "bus" else stop_location_id(loc)  # noqa: E731
+    texts = {"keys": lambda m: (f"{m}:{loc}" for loc in index.vocab.get(m, ())),
+             "named keys": lambda m: (f"{m}:{as_id(m, loc)}" for loc in index.vocab.get(m, ())),
+             "names": lambda m: index.name_vocab.get(m, ()),
+             "places": lambda m: (as_id(m, loc) for loc in index.vocab.get(m, ()))}[kind]
+    none = _NO_LOCATION if kind.endswith("keys") else np.uint64(0)
+    tables = [np.append(name_hashes(tuple(texts(m))), none) for m in index.modes]
     starts = np.cumsum([0] + [t.size for t in tables])
-    table = np.concatenate([*tables, [np.uint64(0)]]).astype(np.uint64)
+    table = np.concatenate([*tables, [none]]).astype(np.uint64)
     with _TOKEN_TABLES_LOCK:
+        for stale in [k for k, v in _TOKEN_TABLES.items() if v[0] is not index]:
+            del _TOKEN_TABLES[stale]
         _TOKEN_TABLES[kind] = (index, table, starts)
     return table, starts
 
 
+#: The tables of the last index :func:`_token_table` was given, by kind.
 _TOKEN_TABLES: dict[str, tuple[object, np.ndarray, np.ndarray]] = {}
 _TOKEN_TABLES_LOCK = threading.Lock()
 
 
 def _tokens(table: np.ndarray, starts: np.ndarray, mode_index, codes: np.ndarray) -> np.ndarray:
+    """Each code's entry of a :func:`_token_table` (a mode's "none" for a code below 0, the last for an unknown
+    mode)."""
     codes = np.asarray(codes, dtype=np.int64)
     mc = np.broadcast_to(np.asarray(mode_index, dtype=np.int64), codes.shape)
-    known = (mc >= 0) & (mc < starts.size - 1) & (codes >= 0)
-    return table[np.where(known, starts[np.where(known, mc, 0)] + codes, table.size - 1)]
+    known = (mc >= 0) & (mc < starts.size - 1)
+    mc = np.where(known, mc, 0)
+    return table[np.where(known, np.where(codes >= 0, starts[mc] + codes, starts[mc + 1] - 1), table.size - 1)]
 
 
 def tap_on_tokens(index, stops: np.ndarray, mode_index: np.ndarray | int) -> np.ndarray:
@@ -731,11 +706,6 @@ def union_shapes(tables: dict[str, tuple[np.ndarray, np.ndarray]], date: str | N
     return tuple(out)
 
 
-def _ranked_counts(tokens: np.ndarray) -> np.ndarray:
-    """The hashes of a day's tap-on counts per token, sorted, each with its rank (the tokens' labels left out)."""
-    return _ranked(np.unique(tokens, return_counts=True)[1])
-
-
 def _ranked(counts: np.ndarray) -> np.ndarray:
     """Counts sorted, each hashed with its rank."""
     counts = np.sort(np.asarray(counts).astype(np.uint64))[::-1]
@@ -765,7 +735,7 @@ def tap_ons_of_day(date: str, on_place: np.ndarray, mode: str,
         shapes.append((NSHAPE_PREFIX, on_name[on_name != 0]))
     for prefix, tokens in shapes:
         if tokens.size >= MIN_DAY_TAP_ONS and np.unique(tokens).size >= MIN_SHAPE_PLACES:
-            out.append(_digest(LINES, _ranked_counts(tokens)).as_role(prefix + role))
+            out.append(_digest(LINES, _ranked(np.unique(tokens, return_counts=True)[1])).as_role(prefix + role))
     return tuple(out)
 
 
@@ -825,13 +795,6 @@ def card_sets(cards: np.ndarray, on_name: np.ndarray, on_place: np.ndarray, off_
     tokens[0::2], tokens[1::2] = on_place, np.asarray(off_place, dtype=np.uint64)[order]
     digest(STATIONS_PREFIX, both, tokens)
     return tuple(out)
-
-
-def tap_ons(cards: np.ndarray, tokens: np.ndarray, mode: str) -> ContentDigest:
-    """The ``ons:<mode>`` digest alone (:func:`card_sets`) of (card id, tap-on token) pairs of one mode."""
-    zeros = np.zeros(np.asarray(cards).size, dtype=np.uint64)
-    got = [d for d in card_sets(cards, tokens, zeros, zeros, mode) if d.role.startswith(ONS_PREFIX)]
-    return got[0] if got else ContentDigest.empty(mode_role(mode_code(mode), ONS_PREFIX))
 
 
 def _shard(cards: np.ndarray, shards: int) -> np.ndarray:
@@ -907,6 +870,7 @@ def card_sets_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[Conten
     cards = _ints(clean["card_id"])
     day = _ns(clean["tap_on_time"]) // 86_400_000_000_000
     out = []
+    tables: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # per mode, its tap-on and tap-off places' counts
     for mode in sorted(set(mode_all.unique())):
         sel = (mode_all == mode).to_numpy()
         out.extend(card_sets(cards[sel], on_name[sel], on_place[sel], off_place[sel], mode))
@@ -917,9 +881,8 @@ def card_sets_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[Conten
             on_day = day[sel] == d
             out.extend(tap_ons_of_day(pd.Timestamp(int(d), unit="D").strftime("%Y%m%d"), on_place[sel][on_day], mode,
                                       on_name[sel][on_day]))
-        out.extend(period_shapes(mode, token_counts(on_place[sel]), token_counts(on_name[sel])))
-    tables = {mode: (token_counts(on_place[sel]), token_counts(off_place[sel]))
-              for mode in sorted(set(mode_all.unique())) for sel in [(mode_all == mode).to_numpy()]}
+        tables[mode] = (token_counts(on_place[sel]), token_counts(off_place[sel]))
+        out.extend(period_shapes(mode, tables[mode][0], token_counts(on_name[sel])))
     daily = []
     for d in np.unique(day):
         on_day = day == d
@@ -930,15 +893,10 @@ def card_sets_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[Conten
     return (*out, *union_shapes(tables), *daily)
 
 
-def tap_ons_of_frame(clean: pd.DataFrame, stops: pd.DataFrame) -> tuple[ContentDigest, ...]:
-    """The ``ons:<mode>`` digests alone of :func:`card_sets_of_frame`."""
-    return tuple(d for d in card_sets_of_frame(clean, stops) if d.role.startswith(ONS_PREFIX))
-
-
 def of_clean_trips(clean: pd.DataFrame, stops: pd.DataFrame) -> InputContent:
     """The content of a tap file as the passenger kinds read it (the gate's clean trips in one frame, ``stops``
     the validated stop table): its trips digests and, per mode, its cards' tap-on location sets
-    (:func:`tap_ons_of_frame`)."""
+    (:func:`card_sets_of_frame`)."""
     from transit_release.inputs.screening import _ints
 
     return InputContent((*trips_of_frame(clean, stops), *card_sets_of_frame(clean, stops)),
@@ -950,7 +908,7 @@ def of_clean_trips(clean: pd.DataFrame, stops: pd.DataFrame) -> InputContent:
 def save_partition(folder: Path, mode: str, date: str, digest: ContentDigest, cards: np.ndarray,
                    named: ContentDigest | None = None, taps: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
                    shards: int = 1, days: ContentDigest | None = None, day: tuple[ContentDigest, ...] = (),
-                   counts: tuple[np.ndarray, ...] | None = None) -> None:
+                   counts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
     """One partition's digest (and ``named``, the same with its stops keyed by location id: :data:`NAMED`),
     distinct card ids and, with ``taps`` (each row's tap-on name token, tap-on and tap-off place tokens:
     :func:`tap_on_tokens`, :func:`place_tokens`), its rows' part of the per-card set digests in ``shards`` card
@@ -960,11 +918,9 @@ def save_partition(folder: Path, mode: str, date: str, digest: ContentDigest, ca
     np.save(folder / f"{mode}-{date}.cards.npy", card_ids(cards))
     if taps is not None:
         save_card_taps(folder / f"{mode}-{date}.taps.npy", cards, *taps, shards)
-    if counts is not None:  # the partition's part of ``pshape:`` and ``pnshape:<mode>`` (:func:`token_counts`)
-        np.save(folder / f"{mode}-{date}.pcount.npy", counts[0])
-        np.save(folder / f"{mode}-{date}.ncount.npy", counts[1])
-        if len(counts) > 2:  # the tap-offs' (``sshape``)
-            np.save(folder / f"{mode}-{date}.ocount.npy", counts[2])
+    if counts is not None:  # the partition's part of the shapes (:func:`token_counts` of its tap-ons' places and
+        for suffix, table in zip(("pcount", "ncount", "ocount"), counts):  # stop names, and its tap-offs' places)
+            np.save(folder / f"{mode}-{date}.{suffix}.npy", table)
     if days is not None:  # the partition's part of ``days:<mode>``
         np.save(folder / f"{mode}-{date}.days.npy", np.array([days.records, *days.lanes], dtype=np.uint64))
     for d in day:  # the partition's day, whatever its date (``day:``, ``shape:<mode>@<date>``)
@@ -1017,26 +973,20 @@ def gather_partitions(folder: Path) -> InputContent:
             n, a, b = (int(x) for x in np.load(g))
             key = mode_role(mode_code(mode), "")
             sets.setdefault(key, []).append(ContentDigest(f"{prefix}{key}@{date}", n, (a, b)))
-    counted: dict[str, dict[str, list[np.ndarray]]] = {}
+    counted: dict[str, dict[str, list[np.ndarray]]] = {}  # per mode, its partitions' count tables, by kind
+    by_date: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}  # per date, each mode's tap-on, tap-off
     for f in sorted(folder.glob("*.pcount.npy")):
-        mode = f.name[:-len(".pcount.npy")].rsplit("-", 1)[0]
-        counted.setdefault(mode, {"p": [], "n": [], "o": []})["p"].append(np.load(f))
-        counted[mode]["n"].append(np.load(f.with_name(f.name.replace(".pcount.npy", ".ncount.npy"))))
-        off = f.with_name(f.name.replace(".pcount.npy", ".ocount.npy"))
-        if off.exists():
-            counted[mode]["o"].append(np.load(off))
+        mode, date = f.name[:-len(".pcount.npy")].rsplit("-", 1)
+        tables = {kind: np.load(f.with_name(f.name.replace(".pcount.npy", f".{kind}count.npy"))) for kind in "pno"}
+        for kind, table in tables.items():
+            counted.setdefault(mode, {"p": [], "n": [], "o": []})[kind].append(table)
+        by_date.setdefault(date, {})[mode] = (tables["p"], tables["o"])
     for mode, tables in sorted(counted.items()):
         for d in period_shapes(mode, _merged_counts(tables["p"]), _merged_counts(tables["n"])):
             sets.setdefault(mode_role(mode_code(mode), ""), []).append(d)
     per_mode = tuple(d for m in sorted(sets) for d in sets[m])
-    unions = list(union_shapes({mode: (_merged_counts(t["p"]), _merged_counts(t["o"])) for mode, t in counted.items()}))
-    by_date: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
-    for f in sorted(folder.glob("*.ocount.npy")):
-        mode, date = f.name[:-len(".ocount.npy")].rsplit("-", 1)
-        by_date.setdefault(date, {})[mode] = (np.load(f.with_name(f.name.replace(".ocount.npy", ".pcount.npy"))),
-                                              np.load(f))
-    for date, tables in sorted(by_date.items()):
-        unions.extend(union_shapes(tables, date))
+    unions = [*union_shapes({mode: (_merged_counts(t["p"]), _merged_counts(t["o"])) for mode, t in counted.items()}),
+              *(d for date, tables in sorted(by_date.items()) for d in union_shapes(tables, date))]
     return InputContent((*by_mode(*sums["digest"], named=sums.get("named")), *per_mode, *unions),
                         merge_card_ids(parts))
 
